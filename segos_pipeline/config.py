@@ -1,0 +1,108 @@
+"""Typed configuration with the published defaults in one place.
+
+Numbers marked *(paper)* in SPEC.md are the SE-GoS / GoS defaults; they stay the defaults here and every
+one is overridable. Values that are segos' own choices (not from a paper) say so next to them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+# Relation names of the typed skill graph (SPEC §1). `avoid` is stored but never traversed.
+SEMANTIC = "semantic"
+WORKFLOW = "workflow"
+DEPENDENCY = "dependency"
+ALTERNATIVE = "alternative"
+AVOID = "avoid"
+RELATIONS = (SEMANTIC, WORKFLOW, DEPENDENCY, ALTERNATIVE, AVOID)
+TRAVERSABLE = (SEMANTIC, WORKFLOW, DEPENDENCY, ALTERNATIVE)
+
+# Skill fields that feed lexical seeding, in SPEC §6 order; `body` is a segos addition (see FIELD_WEIGHTS).
+FIELDS = ("name", "domain", "tooling", "capability", "description", "examples", "io", "entrypoints", "body")
+
+
+@dataclass(frozen=True)
+class ParseConfig:
+    """Limits that protect a build from hostile or accidental input."""
+
+    max_skill_md_bytes: int = 1_000_000  # larger files are read up to this size and reported
+    max_body_chars: int = 200_000  # body kept in the node table (hydration clips far below this)
+    follow_symlinks_inside_root: bool = True  # links that leave the library root are never followed
+
+
+@dataclass(frozen=True)
+class GraphConfig:
+    """Cold-start semantic graph (SPEC §4)."""
+
+    knn_k: int = 1  # (paper)
+    # Tokens above this document frequency are skipped in the similarity join only (they still count in
+    # set sizes); the effective cap is max(df_cap_min, df_cap_fraction * n_skills) per SPEC §4.
+    df_cap_min: int = 1_000
+    df_cap_fraction: float = 0.01
+    join_block_rows: int = 4_096  # rows per sparse-product block: bounds peak memory of the join
+
+
+@dataclass(frozen=True)
+class TransitionConfig:
+    """Reverse coefficients γ_r of the reverse-aware operator (SPEC §5, GoS defaults)."""
+
+    gamma: dict[str, float] = field(
+        default_factory=lambda: {DEPENDENCY: 1.0, WORKFLOW: 0.5, SEMANTIC: 0.2, ALTERNATIVE: 0.1}
+    )
+
+
+# GoS field weights (SPEC §6). `body` is not a GoS field: real libraries carry most of their text in the
+# body (344 real skills: 3 declare inputs, 9 outputs), and plain BM25 over name+description+body beats
+# GoS on real data (SPEC §12), so segos scores it too, below every structured field.
+FIELD_WEIGHTS: dict[str, float] = {
+    "name": 1.25,
+    "domain": 1.15,
+    "tooling": 0.95,
+    "capability": 0.90,
+    "description": 0.90,
+    "examples": 0.80,
+    "io": 0.75,
+    "entrypoints": 0.60,
+    "body": 0.50,
+}
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    """Retrieval defaults (SPEC §6)."""
+
+    seed_k: int = 4  # (paper)
+    top_n: int = 5  # (paper)
+    alpha: float = 0.2  # PPR restart (GoS)
+    tol: float = 1e-6  # L1 change that stops PPR
+    max_iter: int = 50
+    per_skill_chars: int = 1_800  # (paper)
+    total_chars: int = 9_000  # (paper)
+    field_weights: dict[str, float] = field(default_factory=lambda: dict(FIELD_WEIGHTS))
+    # BM25F parameters (segos' scoring of the GoS fields; standard Robertson values).
+    bm25_k1: float = 1.2
+    bm25_b: float = 0.75
+    name_bonus: float = 0.5  # added to the normalised lexical evidence when the whole name is in the query
+    rerank_mu: float = 0.5  # ρ = s* + μ·m, m = lexical evidence normalised to [0, 1] per query
+    reverse: bool = True  # False gives forward-only propagation (an evaluation baseline)
+    propagate: bool = True  # False gives lexical seeds without graph propagation (a baseline)
+
+    def with_overrides(self, **overrides: Any) -> RetrievalConfig:
+        known = {f.name for f in fields(self)}
+        unknown = set(overrides) - known
+        if unknown:
+            raise ValueError(f"unknown retrieval setting(s): {', '.join(sorted(unknown))}")
+        return replace(self, **overrides)
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """Everything that determines a cold-start version; recorded in its manifest."""
+
+    parse: ParseConfig = field(default_factory=ParseConfig)
+    graph: GraphConfig = field(default_factory=GraphConfig)
+    transition: TransitionConfig = field(default_factory=TransitionConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,92 @@
+"""Field-weighted BM25F lexical evidence (SPEC §6 steps 1 and 7), precomputed as one sparse matrix.
+
+For each (skill, token): tf̃ = Σ_f w_f · tf_f / (1 − b + b·len_f/avglen_f) over the GoS fields, and the
+stored value is idf(t)·tf̃·(k1+1)/(k1+tf̃). A query's score is then the sum of the matrix columns of its
+distinct tokens: rare terms outweigh common ones, repeated terms saturate, and the GoS field weights stay.
+Everything is built once per (version, config); a query touches only its own tokens' columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+import scipy.sparse as sp
+
+from .config import RetrievalConfig
+from .lexicon import Vocabulary
+from .text import tokenize
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Per-query lexical evidence over all skills (dense arrays of length n)."""
+
+    score: np.ndarray  # raw BM25F score
+    name_match: np.ndarray  # bool: every token of the skill's name occurs in the query
+    evidence: np.ndarray  # m_i(q): score / max score, plus the name bonus
+    n_query_tokens: int
+
+
+def _column_sum(m: sp.csc_matrix, cols: np.ndarray, n: int) -> np.ndarray:
+    if len(cols) == 0:
+        return np.zeros(n)
+    starts, stops = m.indptr[cols], m.indptr[cols + 1]
+    lengths = stops - starts
+    if lengths.sum() == 0:
+        return np.zeros(n)
+    # Indices of all selected column entries without a Python loop: a ragged arange.
+    offsets = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+    pos = np.arange(lengths.sum()) + offsets
+    return np.bincount(m.indices[pos], weights=m.data[pos], minlength=n)
+
+
+class LexicalIndex:
+    def __init__(self, tokens: pl.DataFrame, n_nodes: int, config: RetrievalConfig | None = None):
+        config = config or RetrievalConfig()
+        self.n = n_nodes
+        self.config = config
+        self.vocab = Vocabulary(tokens["token"])
+        weights = pl.DataFrame(
+            {"field": list(config.field_weights), "fw": list(config.field_weights.values())},
+            schema={"field": pl.String, "fw": pl.Float64},
+        )
+        k1, b = config.bm25_k1, config.bm25_b
+        lengths = tokens.group_by("node", "field").agg(flen=pl.col("tf").sum())
+        avg = lengths.group_by("field").agg(avg=pl.col("flen").sum() / max(n_nodes, 1))
+        tf_tilde = (
+            tokens.join(weights, on="field", how="inner")
+            .join(lengths, on=["node", "field"])
+            .join(avg, on="field")
+            .with_columns(w=pl.col("fw") * pl.col("tf") / (1 - b + b * pl.col("flen") / pl.col("avg")))
+            .group_by("node", "token")
+            .agg(tf=pl.col("w").sum())
+        )
+        df = tokens.select("node", "token").unique().group_by("token").agg(df=pl.len())
+        scored = tf_tilde.join(df, on="token").with_columns(
+            value=(1 + (n_nodes - pl.col("df") + 0.5) / (pl.col("df") + 0.5)).log()
+            * pl.col("tf")
+            * (k1 + 1)
+            / (k1 + pl.col("tf"))
+        )
+        self.matrix = self._matrix(scored["node"], scored["token"], scored["value"].to_numpy())
+        names = tokens.filter(pl.col("field") == "name").select("node", "token").unique()
+        self.name_matrix = self._matrix(names["node"], names["token"], np.ones(names.height))
+        self.name_len = np.bincount(names["node"].to_numpy().astype(np.int64), minlength=n_nodes)
+
+    def _matrix(self, nodes: pl.Series, tokens: pl.Series, values: np.ndarray) -> sp.csc_matrix:
+        rows = nodes.to_numpy().astype(np.int64)
+        cols = self.vocab.column(tokens)
+        return sp.csc_matrix((values, (rows, cols)), shape=(self.n, len(self.vocab)))
+
+    def evidence(self, query: str) -> Evidence:
+        q_tokens = tokenize(query)
+        cols = self.vocab.ids(q_tokens)
+        score = _column_sum(self.matrix, cols, self.n)
+        matched = _column_sum(self.name_matrix, cols, self.n)
+        name_match = (self.name_len > 0) & (matched >= self.name_len)
+        top = score.max() if self.n else 0.0
+        evidence = score / top if top > 0 else np.zeros(self.n)
+        evidence = evidence + self.config.name_bonus * name_match
+        return Evidence(score=score, name_match=name_match, evidence=evidence, n_query_tokens=len(q_tokens))

@@ -1,0 +1,109 @@
+"""Per-field token table of a node table, and the sparse matrices built from it.
+
+The token table (node, field, token, tf) is computed once per version with polars and stored in the
+snapshot; the lexical index and the signature sets of the Jaccard graph are both derived from it, so the
+library is tokenised exactly once and never per query.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import scipy.sparse as sp
+
+from .config import FIELDS
+from .text import stem_frame, tokenize_column
+
+TOKEN_SCHEMA: dict[str, pl.DataType] = {
+    "node": pl.UInt32,  # row index in the node table (sorted by id)
+    "field": pl.String,
+    "token": pl.String,
+    "tf": pl.UInt32,
+}
+
+# Fields whose tokens form a skill's signature for the semantic graph: the structured record, not the
+# free-text body (SPEC §3/§4, as GoS). The body is only used for lexical seeding.
+SIGNATURE_FIELDS = tuple(f for f in FIELDS if f != "body")
+
+
+def _joined(col: str, sep: str = " ; ") -> pl.Expr:
+    return pl.col(col).list.join(sep)
+
+
+def field_texts(nodes: pl.DataFrame) -> pl.DataFrame:
+    """One row per (node, field) with the text that field contributes."""
+    name_text = (
+        pl.when(
+            pl.col("folder").str.to_lowercase().str.replace_all(r"[^\p{L}\p{N}]", "")
+            == pl.col("name").str.to_lowercase().str.replace_all(r"[^\p{L}\p{N}]", "")
+        )
+        .then(pl.col("name"))
+        .otherwise(pl.concat_str([pl.col("name"), pl.col("folder")], separator=" "))
+    )
+    wide = nodes.select(
+        node=pl.int_range(pl.len(), dtype=pl.UInt32),
+        name=name_text,
+        domain=_joined("domain_tags"),
+        tooling=_joined("tooling"),
+        capability=pl.col("capability").fill_null(""),
+        description=pl.col("description").fill_null(""),
+        examples=_joined("example_tasks"),
+        io=pl.concat_str([_joined("inputs"), _joined("outputs")], separator=" ; "),
+        entrypoints=_joined("entrypoints"),
+        body=pl.col("body").fill_null(""),
+    )
+    return wide.unpivot(index="node", on=list(FIELDS), variable_name="field", value_name="text")
+
+
+def token_table(nodes: pl.DataFrame) -> pl.DataFrame:
+    """(node, field, token, tf), sorted, for every field of every node."""
+    if nodes.is_empty():
+        return pl.DataFrame(schema=TOKEN_SCHEMA)
+    words = (
+        field_texts(nodes)
+        .select("node", "field", word=tokenize_column(pl.col("text")))
+        .explode("word")
+        .drop_nulls("word")
+    )
+    stems = stem_frame(words["word"])
+    return (
+        words.join(stems, on="word", how="inner")
+        .group_by("node", "field", "token")
+        .agg(tf=pl.len().cast(pl.UInt32))
+        .sort("node", "field", "token")
+        .select(list(TOKEN_SCHEMA))
+    )
+
+
+class Vocabulary:
+    """Token ↔ column id, fixed for one version."""
+
+    def __init__(self, tokens: pl.Series):
+        self.tokens = tokens.unique().sort()
+        self.index: dict[str, int] = {t: i for i, t in enumerate(self.tokens.to_list())}
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def ids(self, tokens: list[str]) -> np.ndarray:
+        """Distinct known token ids of a token list; unknown tokens are dropped (they match nothing)."""
+        found = {self.index[t] for t in tokens if t in self.index}
+        return np.fromiter(sorted(found), dtype=np.int64, count=len(found))
+
+    def column(self, tokens: pl.Series) -> np.ndarray:
+        lookup = pl.DataFrame({"token": self.tokens, "col": np.arange(len(self.tokens), dtype=np.int64)})
+        return (
+            pl.DataFrame({"token": tokens})
+            .join(lookup, on="token", how="left", maintain_order="left")["col"]
+            .to_numpy()
+        )
+
+
+def signature_matrix(tokens: pl.DataFrame, n_nodes: int) -> tuple[sp.csr_matrix, Vocabulary]:
+    """Binary node × token matrix of signature tokens (the sets whose Jaccard overlap makes the graph)."""
+    sig = tokens.filter(pl.col("field").is_in(SIGNATURE_FIELDS)).select("node", "token").unique()
+    vocab = Vocabulary(sig["token"])
+    rows = sig["node"].to_numpy().astype(np.int64)
+    cols = vocab.column(sig["token"])
+    data = np.ones(len(rows), dtype=np.float32)
+    return sp.csr_matrix((data, (rows, cols)), shape=(n_nodes, len(vocab))), vocab

@@ -1,0 +1,16 @@
+"""Default locations: the project's embedded demo data, used when the user names nothing else."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DATA_DIR = PROJECT_ROOT / "data"
+DEFAULT_LIBRARY = DATA_DIR / "library"
+DEFAULT_QUERIES = DATA_DIR / "queries" / "demo.jsonl"
+
+
+def default_store() -> Path:
+    """`$SEGOS_STORE`, else `data/store` in the project (git-ignored)."""
+    return Path(os.environ.get("SEGOS_STORE", DATA_DIR / "store"))

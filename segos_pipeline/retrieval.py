@@ -1,0 +1,236 @@
+"""Bundle retrieval over a loaded snapshot (SPEC §6).
+
+lexical seeds → reverse-aware PPR → rerank ρ = s* + μ·m → top-N with avoid-pair pruning → hydration under
+per-skill and global character budgets. Everything that does not depend on the query (lexical matrix,
+operator, its transpose, connected components, avoid adjacency) is built once in `Retriever.__init__`.
+
+PPR mass can only reach the weakly connected components of the seeds, so the iteration runs on the
+union of those components: the result is the same as the full-graph iteration, at a cost that grows
+with the seeds' neighbourhood rather than the library.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
+
+from .config import AVOID, RetrievalConfig, TransitionConfig
+from .lexical import Evidence, LexicalIndex
+from .naming import SkillNames
+from .snapshot import Snapshot
+from .transition import edge_indices, transition_matrix
+
+
+@dataclass
+class BundleSkill:
+    id: str
+    name: str
+    rank: int
+    score: float  # ρ, the rerank score
+    chars: int  # characters of the hydrated text (0 when not hydrated)
+    seed: bool
+    lexical: float  # m_i(q), field evidence
+    graph: float  # s*_i, PPR mass
+    source_path: str
+    capability: str
+    text: str = ""
+
+
+@dataclass
+class Bundle:
+    version: str
+    query: str
+    skills: list[BundleSkill]
+    chars: int
+    pruned: list[dict[str, str]] = field(default_factory=list)  # {"id", "avoided_with"} (avoid pruning)
+    over_budget: list[str] = field(default_factory=list)  # ids cut by the global character budget
+
+    @property
+    def ids(self) -> list[str]:
+        return [s.id for s in self.skills]
+
+    def to_dict(self, with_text: bool = True) -> dict[str, Any]:
+        skills = [asdict(s) for s in self.skills]
+        if not with_text:
+            for s in skills:
+                s.pop("text")
+        return {
+            "version": self.version,
+            "query": self.query,
+            "skills": skills,
+            "chars": self.chars,
+            "pruned": self.pruned,
+            "over_budget": self.over_budget,
+        }
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """Ranked candidates of one query before hydration (indices into the node table)."""
+
+    order: np.ndarray  # candidate indices, best first (only skills with evidence)
+    score: np.ndarray  # ρ of each candidate, aligned with order
+    seeds: np.ndarray
+    graph: np.ndarray  # s* over all nodes (dense)
+    evidence: Evidence
+
+
+class Retriever:
+    """Answers many queries against one snapshot; construction does all query-independent work."""
+
+    def __init__(self, snapshot: Snapshot, config: RetrievalConfig | None = None):
+        self.snapshot = snapshot
+        self.config = config or RetrievalConfig()
+        nodes = snapshot.nodes
+        self.n = nodes.height
+        self.ids = nodes["id"].to_numpy()
+        self._nodes = nodes
+        self.names = SkillNames(nodes)
+        self.lexical = LexicalIndex(snapshot.tokens, self.n, self.config)
+        if self.config.reverse:
+            operator = snapshot.transition
+        else:
+            gamma = snapshot.manifest.get("config", {}).get("transition", {}).get("gamma")
+            tconf = TransitionConfig(gamma=gamma) if gamma else TransitionConfig()
+            operator = transition_matrix(snapshot.edges, nodes["id"], tconf, reverse=False)
+        self.operator = operator.tocsr()
+        self.operator_t = self.operator.T.tocsr()  # PPR iterates s ← α·p + (1−α)·Tᵀs
+        self.dangling = np.asarray(self.operator.sum(axis=1)).ravel() == 0
+        n_comp, labels = connected_components(self.operator, directed=True, connection="weak")
+        self._comp_labels = labels
+        self._comp_order = np.argsort(labels, kind="stable")
+        self._comp_start = np.searchsorted(labels[self._comp_order], np.arange(n_comp + 1))
+        self.avoid = self._avoid_matrix(snapshot.edges)
+
+    # ------------------------------------------------------------------------------------------- setup
+
+    def _avoid_matrix(self, edges: pl.DataFrame) -> sp.csr_matrix:
+        e = edge_indices(edges.filter(pl.col("relation") == AVOID), self._nodes["id"])
+        u, v = e["u"].to_numpy(), e["v"].to_numpy()
+        data = np.ones(2 * len(u), dtype=np.int8)
+        m = sp.csr_matrix((data, (np.concatenate([u, v]), np.concatenate([v, u]))), shape=(self.n, self.n))
+        m.sum_duplicates()
+        return m
+
+    def _component_nodes(self, seeds: np.ndarray) -> np.ndarray:
+        comps = np.unique(self._comp_labels[seeds])
+        parts = [self._comp_order[self._comp_start[c] : self._comp_start[c + 1]] for c in comps]
+        return np.sort(np.concatenate(parts))
+
+    # ---------------------------------------------------------------------------------------- ranking
+
+    def ppr(self, seeds: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """Personalized PageRank from `seeds` (p ∝ weights), dense over all nodes."""
+        cfg = self.config
+        out = np.zeros(self.n)
+        if len(seeds) == 0:
+            return out
+        sub = self._component_nodes(seeds)
+        if len(sub) > self.n // 2:
+            sub = np.arange(self.n)
+            tt, dangling = self.operator_t, self.dangling
+        else:
+            tt = self.operator_t[sub][:, sub]
+            dangling = self.dangling[sub]
+        p = np.zeros(len(sub))
+        p[np.searchsorted(sub, seeds)] = weights / weights.sum()
+        s = p.copy()
+        for _ in range(cfg.max_iter):
+            nxt = cfg.alpha * p + (1 - cfg.alpha) * (tt @ s + s[dangling].sum() * p)
+            delta = np.abs(nxt - s).sum()
+            s = nxt
+            if delta < cfg.tol:
+                break
+        out[sub] = s
+        return out
+
+    def rank(self, query: str) -> Ranking:
+        """All skills with evidence for `query`, ranked by ρ = s* + μ·m (ties to the smaller id)."""
+        cfg = self.config
+        ev = self.lexical.evidence(query)
+        m = ev.evidence
+        matched = np.flatnonzero(m > 0)
+        seeds = np.sort(matched[np.lexsort((matched, -m[matched]))[: cfg.seed_k]])
+        graph = self.ppr(seeds, m[seeds]) if cfg.propagate and len(seeds) else np.zeros(self.n)
+        rho = graph + cfg.rerank_mu * m
+        cand = np.flatnonzero((graph > 0) | (m > 0))  # never rank a skill with no evidence at all
+        order = cand[np.lexsort((cand, -rho[cand]))]
+        return Ranking(order=order, score=rho[order], seeds=seeds, graph=graph, evidence=ev)
+
+    def select(self, ranking: Ranking, top_n: int) -> tuple[list[int], list[dict[str, str]]]:
+        """The top-N after avoid pruning: a candidate whose avoid partner is already chosen is dropped,
+        and nothing is backfilled from below the top-N (a bundle may be smaller)."""
+        chosen: list[int] = []
+        pruned = []
+        indptr, indices = self.avoid.indptr, self.avoid.indices
+        for i in ranking.order[:top_n]:
+            partners = indices[indptr[i] : indptr[i + 1]]
+            partner_set = set(partners.tolist())
+            clash = [j for j in chosen if j in partner_set]
+            if clash:
+                pruned.append({"id": str(self.ids[i]), "avoided_with": str(self.ids[clash[0]])})
+            else:
+                chosen.append(int(i))
+        return chosen, pruned
+
+    def ranked_ids(self, query: str, k: int) -> list[str]:
+        """The first k skills after avoid pruning, without hydration (what replay measures)."""
+        chosen, _ = self.select(self.rank(query), k)
+        return [str(self.ids[i]) for i in chosen]
+
+    # -------------------------------------------------------------------------------------- bundles
+
+    def retrieve(self, query: str, top_n: int | None = None, hydrate: bool = True) -> Bundle:
+        cfg = self.config
+        ranking = self.rank(query)
+        chosen, pruned = self.select(ranking, top_n or cfg.top_n)
+        seeds = set(ranking.seeds.tolist())
+        rows = self._nodes[chosen].to_dicts() if chosen else []
+        skills, total, over = [], 0, []
+        for rank, (i, row) in enumerate(zip(chosen, rows, strict=True), start=1):
+            text = ""
+            if hydrate:
+                budget = min(cfg.per_skill_chars, cfg.total_chars - total)
+                if budget <= 0:
+                    over.append(row["id"])
+                    continue
+                text = clip(render_skill(row), budget)
+                total += len(text)
+            skills.append(
+                BundleSkill(
+                    id=row["id"],
+                    name=row["name"],
+                    rank=rank,
+                    score=float(ranking.graph[i] + cfg.rerank_mu * ranking.evidence.evidence[i]),
+                    chars=len(text),
+                    seed=i in seeds,
+                    lexical=float(ranking.evidence.evidence[i]),
+                    graph=float(ranking.graph[i]),
+                    source_path=row["source_path"],
+                    capability=row["capability"] or "",
+                    text=text,
+                )
+            )
+        return Bundle(self.snapshot.version, query, skills, total, pruned, over)
+
+
+def render_skill(row: dict[str, Any]) -> str:
+    """The hydrated form an agent reads: identity, provenance, contract, then the body."""
+    lines = [f"### {row['name']} (`{row['id']}`)", f"Source: {row['source_path']}"]
+    if row.get("capability"):
+        lines.append(f"Capability: {row['capability']}")
+    for label, key in (("Inputs", "inputs"), ("Outputs", "outputs"), ("Entrypoints", "entrypoints")):
+        if row.get(key):
+            lines.append(f"{label}: {'; '.join(row[key])}")
+    return "\n".join(lines) + "\n\n" + (row.get("body") or row.get("description") or "")
+
+
+def clip(text: str, budget: int) -> str:
+    if len(text) <= budget:
+        return text
+    return text[: max(budget - 1, 0)] + "…"

@@ -1,0 +1,58 @@
+"""Shared fixtures: hand-built libraries in tmp folders, the project's demo data, and ../shared/data."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from segos_pipeline.paths import DATA_DIR, DEFAULT_LIBRARY
+
+SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+
+
+def write_skill(
+    root: Path, rel: str, frontmatter: str | None, body: str = "", scripts: dict | None = None
+) -> Path:
+    """Write one package; `frontmatter` is YAML text without fences (None: no frontmatter at all)."""
+    pkg = root / rel
+    pkg.mkdir(parents=True, exist_ok=True)
+    text = body if frontmatter is None else f"---\n{textwrap.dedent(frontmatter).strip()}\n---\n{body}"
+    (pkg / "SKILL.md").write_text(text, encoding="utf-8")
+    for name, content in (scripts or {}).items():
+        path = pkg / "scripts" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+    return pkg
+
+
+def simple_library(root: Path, skills: dict[str, str]) -> Path:
+    """A library of `name: description` skills, one folder each."""
+    for name, description in skills.items():
+        write_skill(root, name, f"name: {name}\ndescription: {description}", f"# {name}\n\n{description}\n")
+    return root
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(
+            f"real data not available: {SHARED_DATA} is absent (it ships beside the project, not in it)"
+        )
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store holding the cold-start version of the project's own demo library (built once)."""
+    from segos_pipeline import build_cold_start
+
+    store = tmp_path_factory.mktemp("demo-store")
+    build_cold_start(DEFAULT_LIBRARY, store)
+    return store
+
+
+@pytest.fixture(scope="session")
+def demo_queries() -> Path:
+    return DATA_DIR / "queries" / "demo.jsonl"

@@ -1,0 +1,190 @@
+import os
+from pathlib import Path
+
+import polars as pl
+
+from segos_pipeline.config import ParseConfig
+from segos_pipeline.parsing import NODE_SCHEMA, REPORT_SCHEMA, parse_library, split_frontmatter
+
+from .conftest import write_skill
+
+FULL = """
+name: csv-loader
+description: Load delimited text files into a typed table. Handles quoting and encodings.
+one_line_capability: Read CSV into a DataFrame
+tags: [data, ingestion]
+domain: data-wrangling
+metadata:
+  segos:
+    tags: [tabular]
+tooling: [polars, pyarrow]
+inputs:
+  - name: csv_path
+    type: path
+outputs:
+  - dataframe: polars DataFrame
+  - schema
+examples:
+  - load the sales export
+compatibility: python>=3.11
+allowed-tools: Bash Read
+license: MIT
+"""
+
+
+def _node(nodes: pl.DataFrame, skill_id: str) -> dict:
+    return nodes.filter(pl.col("id") == skill_id).row(0, named=True)
+
+
+def test_every_field_from_frontmatter(tmp_path):
+    write_skill(
+        tmp_path, "data/csv-loader", FULL, "# CSV\n\nBody text.\n", {"load.py": "print(1)", "notes.txt": "x"}
+    )
+    parsed = parse_library(tmp_path)
+    assert parsed.report.is_empty()
+    assert parsed.nodes.schema == pl.Schema(NODE_SCHEMA)
+    row = _node(parsed.nodes, "data/csv-loader")
+    assert row["name"] == "csv-loader" and row["folder"] == "csv-loader"
+    assert row["capability"] == "Read CSV into a DataFrame"
+    assert row["domain_tags"] == ["data-wrangling", "data", "ingestion", "tabular"]
+    assert row["tooling"] == ["polars", "pyarrow"]
+    assert row["inputs"] == ["csv_path: path"]
+    assert row["outputs"] == ["dataframe: polars DataFrame", "schema"]
+    assert row["example_tasks"] == ["load the sales export"]
+    assert row["entrypoints"] == ["scripts/load.py"]  # .txt is not an entrypoint
+    assert row["compatibility"] == "python>=3.11"
+    assert row["allowed_tools"] == ["Bash", "Read"]
+    assert row["license"] == "MIT"
+    assert row["source_path"] == "data/csv-loader/SKILL.md"
+    assert row["body"] == "# CSV\n\nBody text." and row["body_chars"] == len(row["body"])
+    assert len(row["content_hash"]) == 64
+
+
+def test_sections_fill_missing_frontmatter_fields(tmp_path):
+    body = """# Transcriber
+
+Turns speech into text.
+
+## Inputs
+- `audio_wav`: 16 kHz mono audio
+
+## Outputs
+- transcript_segments
+
+## Tooling
+* whisper
+* ffmpeg
+
+## Examples
+1. transcribe the interview recording
+"""
+    write_skill(tmp_path, "speech", "name: speech\ndescription: Transcribe audio. Uses whisper.", body)
+    row = _node(parse_library(tmp_path).nodes, "speech")
+    assert row["inputs"] == ["audio_wav: 16 kHz mono audio"]
+    assert row["outputs"] == ["transcript_segments"]
+    assert row["tooling"] == ["whisper", "ffmpeg"]
+    assert row["example_tasks"] == ["transcribe the interview recording"]
+    assert row["capability"] == "Transcribe audio."  # first sentence of the description
+
+
+def _problems(parsed, skill_id):
+    return _node(parsed.nodes, skill_id)["problems"]
+
+
+def test_malformed_packages_are_read_and_reported_never_dropped(tmp_path):
+    write_skill(tmp_path, "no-fm", None, "# Title\n\nExtracts tables from scanned PDFs.\n\nMore.")
+    write_skill(tmp_path, "broken", 'name: broken-one\ndescription: "unclosed\n  bad: [indent', "body")
+    write_skill(tmp_path, "no-name", "description: Something useful.", "body")
+    write_skill(tmp_path, "no-desc", "name: no-desc", "First paragraph here.\n\nSecond.")
+    write_skill(tmp_path, "listy", "- a\n- b", "Body paragraph.")
+    write_skill(tmp_path, "empty", None, "")
+    (tmp_path / "bad-utf8").mkdir()
+    (tmp_path / "bad-utf8" / "SKILL.md").write_bytes(
+        b"---\nname: bad-utf8\ndescription: ok\n---\nbody \xff\xfe end"
+    )
+    parsed = parse_library(tmp_path)
+    assert parsed.nodes.height == 7  # nothing dropped
+    assert _node(parsed.nodes, "no-fm")["description"] == "Extracts tables from scanned PDFs."
+    assert _node(parsed.nodes, "no-fm")["name"] == "no-fm"
+    assert "invalid_yaml" in _problems(parsed, "broken")
+    assert _node(parsed.nodes, "broken")["name"] == "broken-one"  # salvaged from the broken block
+    assert _node(parsed.nodes, "no-name")["name"] == "no-name"
+    assert _node(parsed.nodes, "no-desc")["description"] == "First paragraph here."
+    assert "frontmatter_not_mapping" in _problems(parsed, "listy")
+    assert "empty" in _problems(parsed, "empty")
+    assert "invalid_utf8" in _problems(parsed, "bad-utf8")
+    assert "\ufffd" in _node(parsed.nodes, "bad-utf8")["body"]
+    files = set(parsed.report["file"])
+    for skill_id in ("no-fm", "broken", "no-name", "no-desc", "listy", "empty", "bad-utf8"):
+        assert f"{skill_id}/SKILL.md" in files
+    assert parsed.report.schema == pl.Schema(REPORT_SCHEMA)
+    assert set(parsed.report["severity"]) <= {"error", "warning"}
+
+
+def test_unsafe_yaml_is_never_executed(tmp_path):
+    marker = tmp_path / "pwned"
+    fm = f'name: evil\ndescription: x\nrun: !!python/object/apply:os.system ["touch {marker}"]'
+    write_skill(tmp_path / "lib", "evil", fm, "body")
+    parsed = parse_library(tmp_path / "lib")
+    assert not marker.exists()
+    assert "invalid_yaml" in _problems(parsed, "evil")
+    assert _node(parsed.nodes, "evil")["name"] == "evil"
+
+
+def test_symlink_leaving_root_is_not_followed(tmp_path):
+    outside = write_skill(tmp_path / "outside", "secret", "name: secret\ndescription: private", "s")
+    lib = tmp_path / "lib"
+    write_skill(lib, "ok", "name: ok\ndescription: fine", "b")
+    (lib / "linked-dir").symlink_to(outside, target_is_directory=True)
+    (lib / "linked-file").mkdir()
+    (lib / "linked-file" / "SKILL.md").symlink_to(outside / "SKILL.md")
+    parsed = parse_library(lib)
+    assert parsed.nodes["id"].to_list() == ["ok"]
+    report = parsed.report.filter(pl.col("file") == "linked-file/SKILL.md")
+    assert report.height == 1 and "skipped" in report["action"][0]
+
+
+def test_oversized_file_is_truncated_and_reported(tmp_path):
+    write_skill(tmp_path, "big", "name: big\ndescription: large", "x" * 5000)
+    parsed = parse_library(tmp_path, ParseConfig(max_skill_md_bytes=1000))
+    assert "too_large" in _problems(parsed, "big")
+    assert _node(parsed.nodes, "big")["body_chars"] < 1000
+
+
+def test_duplicate_names_reported_on_both(tmp_path):
+    write_skill(tmp_path, "a/pdf", "name: pdf\ndescription: one", "b")
+    write_skill(tmp_path, "b/pdf-tools", "name: PDF\ndescription: two", "b")
+    parsed = parse_library(tmp_path)
+    assert set(parsed.report.filter(pl.col("problem").str.contains("also used"))["file"]) == {
+        "a/pdf/SKILL.md",
+        "b/pdf-tools/SKILL.md",
+    }
+
+
+def test_hidden_dirs_skipped_and_ids_sorted(tmp_path):
+    write_skill(tmp_path, "z", "name: z\ndescription: z", "b")
+    write_skill(tmp_path, "a/b", "name: ab\ndescription: ab", "b")
+    write_skill(tmp_path, ".git/x", "name: x\ndescription: x", "b")
+    assert parse_library(tmp_path).nodes["id"].to_list() == ["a/b", "z"]
+
+
+def test_split_frontmatter_handles_bom_and_dots_fence():
+    fm = split_frontmatter("\ufeff---\nname: a\ndescription: b\n...\nbody")
+    assert fm.data == {"name": "a", "description": "b"} and fm.body == "body" and not fm.problems
+
+
+def test_demo_library_parses_with_reported_malformed_packages():
+    from segos_pipeline.paths import DEFAULT_LIBRARY
+
+    parsed = parse_library(DEFAULT_LIBRARY)
+    on_disk = {p.parent.relative_to(DEFAULT_LIBRARY).as_posix() for p in DEFAULT_LIBRARY.rglob("SKILL.md")}
+    reported_skips = {
+        Path(f).parent.as_posix()
+        for f in parsed.report.filter(pl.col("action").str.contains("skipped"))["file"]
+    }
+    assert on_disk == set(parsed.nodes["id"]) | reported_skips
+    assert 40 <= parsed.nodes.height <= 90
+    malformed = parsed.nodes.filter(pl.col("id").str.starts_with("_malformed/"))
+    assert malformed.height >= 5
+    assert all(len(p) > 0 for p in malformed.filter(pl.col("id") != "_malformed/duplicate-name")["problems"])
+    assert os.path.isdir(DEFAULT_LIBRARY)

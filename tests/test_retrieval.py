@@ -1,0 +1,145 @@
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from segos_pipeline import RetrievalConfig, Retriever, SnapshotStore, build_cold_start
+from segos_pipeline.build import commit_derived
+from segos_pipeline.edges import EDGE_SCHEMA
+
+from .conftest import simple_library, write_skill
+
+SKILLS = {
+    "csv-loader": "Load comma separated csv files into a dataframe with typed columns.",
+    "csv-profiler": "Profile csv columns of a dataframe: null counts, distinct values, histograms.",
+    "chart-plotter": "Plot line and bar charts from a dataframe and save them as png images.",
+    "pdf-reporter": "Assemble png images and tables into a pdf report.",
+    "feature-builder": "Engineer lagged and rolling window features for forecasting models.",
+    "booster-trainer": "Train a gradient boosting regressor on engineered features.",
+    "audio-extractor": "Extract the audio track of a video with ffmpeg.",
+    "speech-transcriber": "Transcribe speech audio into timestamped text segments.",
+}
+
+
+def _edge(src, dst, relation, weight):
+    return (src, dst, relation, weight, weight, 1, 1, 1)
+
+
+@pytest.fixture
+def store(tmp_path):
+    st_ = SnapshotStore(tmp_path / "store")
+    build_cold_start(simple_library(tmp_path / "lib", SKILLS), st_)
+    return st_
+
+
+def _with_edges(store, rows):
+    parent = store.load()
+    extra = pl.DataFrame(rows, schema=EDGE_SCHEMA, orient="row")
+    m = commit_derived(store, parent, pl.concat([parent.edges, extra]), kind="test")
+    return store.load(m["version"])
+
+
+def test_bundle_is_deterministic(store):
+    q = "load the csv export and chart monthly revenue as png"
+    a = Retriever(store.load()).retrieve(q).to_dict()
+    b = Retriever(store.load()).retrieve(q).to_dict()
+    assert a == b
+    assert a["skills"][0]["id"] in {"csv-loader", "chart-plotter"}
+    assert [s["rank"] for s in a["skills"]] == list(range(1, len(a["skills"]) + 1))
+    scores = [s["score"] for s in a["skills"]]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_no_skill_without_evidence(store):
+    bundle = Retriever(store.load()).retrieve("transcribe speech")
+    assert bundle.skills  # speech-transcriber at least
+    assert all(s.lexical > 0 or s.graph > 0 for s in bundle.skills)
+    assert "booster-trainer" not in bundle.ids
+    assert Retriever(store.load()).retrieve("the of and").skills == []  # only stopwords: empty bundle
+
+
+def test_prerequisite_pulled_in_by_reverse_dependency(tmp_path):
+    # producer → consumer (dependency) with no shared vocabulary, so no semantic edge joins them: a query
+    # about the consumer alone reaches the producer only by walking the dependency backwards.
+    skills = {
+        **SKILLS,
+        "quux-producer": "Frobnicate widgets into quux blobs.",
+        "zorble-consumer": "Zorble gadgets.",
+    }
+    st_ = SnapshotStore(tmp_path / "store")
+    build_cold_start(simple_library(tmp_path / "lib", skills), st_)
+    snap = _with_edges(st_, [_edge("quux-producer", "zorble-consumer", "dependency", 1.0)])
+    bundle = Retriever(snap).retrieve("zorble the gadgets")
+    assert bundle.ids == ["zorble-consumer", "quux-producer"]
+    assert bundle.skills[1].lexical == 0 and bundle.skills[1].graph > 0 and not bundle.skills[1].seed
+    forward = Retriever(snap, RetrievalConfig(reverse=False)).retrieve("zorble the gadgets")
+    assert forward.ids == ["zorble-consumer"]
+
+
+def test_avoid_pruning_drops_without_backfill(store):
+    q = "load csv into a dataframe, profile the columns and plot charts"
+    base = Retriever(store.load()).retrieve(q, top_n=3)
+    assert len(base.skills) == 3
+    first, second = base.ids[0], base.ids[1]
+    lo, hi = sorted([first, second])
+    snap = _with_edges(store, [_edge(lo, hi, "avoid", 0.0)])
+    pruned = Retriever(snap).retrieve(q, top_n=3)
+    assert pruned.ids == [first, base.ids[2]]  # the lower-ranked partner is dropped, nothing backfilled
+    assert pruned.pruned == [{"id": second, "avoided_with": first}]
+    # avoid carries no diffusion mass: scores of the others are unchanged
+    assert pruned.skills[0].score == pytest.approx(base.skills[0].score)
+
+
+def test_budgets_bound_every_bundle(tmp_path):
+    lib = tmp_path / "lib"
+    for i in range(8):
+        write_skill(lib, f"s{i}", f"name: s{i}\ndescription: parse invoices number {i}", "invoice " * 2000)
+    st_ = SnapshotStore(tmp_path / "store")
+    build_cold_start(lib, st_)
+    r = Retriever(st_.load())
+    bundle = r.retrieve("parse invoices")
+    assert len(bundle.skills) == 5
+    assert all(s.chars <= 1800 for s in bundle.skills) and bundle.chars <= 9000
+    assert bundle.chars == sum(len(s.text) for s in bundle.skills)
+    small = Retriever(st_.load(), RetrievalConfig(total_chars=2500)).retrieve("parse invoices")
+    assert small.chars <= 2500 and len(small.skills) == 2 and len(small.over_budget) == 3
+    text = bundle.skills[0].text
+    assert text.startswith("### s") and "Source: s" in text
+
+
+def _dense_ppr(t, p, alpha, iters=500):
+    dangling = np.asarray(t.sum(axis=1)).ravel() == 0
+    s = p.copy()
+    for _ in range(iters):
+        s = alpha * p + (1 - alpha) * (t.T @ s + s[dangling].sum() * p)
+    return s
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(0, len(SKILLS) - 1), min_size=1, max_size=4, unique=True))
+def test_component_restricted_ppr_equals_full_iteration(tmp_path_factory, seeds):
+    tmp = tmp_path_factory.mktemp("ppr")
+    st_ = SnapshotStore(tmp / "store")
+    build_cold_start(simple_library(tmp / "lib", SKILLS), st_)
+    snap = _with_edges(st_, [_edge("feature-builder", "booster-trainer", "workflow", 2.0)])
+    r = Retriever(snap, RetrievalConfig(tol=1e-13, max_iter=500))
+    seeds_arr = np.array(sorted(seeds))
+    weights = np.arange(1, len(seeds_arr) + 1, dtype=float)
+    p = np.zeros(r.n)
+    p[seeds_arr] = weights / weights.sum()
+    expected = _dense_ppr(r.operator.toarray(), p, r.config.alpha)
+    np.testing.assert_allclose(r.ppr(seeds_arr, weights), expected, atol=1e-9)
+    assert r.ppr(seeds_arr, weights).sum() == pytest.approx(1.0)
+
+
+def test_baselines_lexical_only_and_forward(store):
+    q = "plot charts from a dataframe"
+    lexical = Retriever(store.load(), RetrievalConfig(propagate=False)).retrieve(q)
+    assert all(s.graph == 0 for s in lexical.skills)
+    assert Retriever(store.load(), RetrievalConfig(reverse=False)).retrieve(q).skills
+
+
+def test_unknown_setting_rejected():
+    with pytest.raises(ValueError, match="unknown retrieval setting"):
+        RetrievalConfig().with_overrides(top_k=3)
