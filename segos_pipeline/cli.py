@@ -12,8 +12,14 @@ from typing import Any
 
 import click
 
+from .adapters import FORMATS, iter_records, write_library
 from .build import build_cold_start
-from .config import RetrievalConfig
+from .config import EvolutionConfig, RetrievalConfig
+from .diff import diff_versions
+from .diff import to_markdown as diff_markdown
+from .diff import to_table as diff_table
+from .evolve import evolve as run_evolution
+from .ingest import TraceStore
 from .paths import DEFAULT_LIBRARY, default_store
 from .replay import load_queries, replay
 from .retrieval import Retriever
@@ -230,6 +236,188 @@ def replay_cmd(
         f"MRR {result['mrr']:.3f}  mean best rank {mbr if mbr is None else round(mbr, 3)}"
     )
     click.echo(f"latency ms p50 {result['latency_ms']['p50']:.3f}  p95 {result['latency_ms']['p95']:.3f}")
+
+
+def _parse_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """`--set key=value` pairs; values are read as JSON when they parse (numbers, booleans), else text."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set expects key=value, got {pair!r}")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
+@main.command()
+@click.argument("traces", type=click.Path(path_type=Path))
+@store_option
+@click.option(
+    "--window", default=None, help="Window id (e.g. 2026-11-29); default: each trace's timestamp date."
+)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="native", show_default=True)
+@click.option(
+    "--queries",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Eval JSONL giving the query text by task id (skillsbench-trials).",
+)
+@click.option(
+    "--version", "version", default=None, help="Version whose skills names resolve against (default: latest)."
+)
+@click.option("--json", "as_json", is_flag=True)
+@friendly_errors
+def ingest(
+    traces: Path,
+    store: Path | None,
+    window: str | None,
+    fmt: str,
+    queries: Path | None,
+    version: str | None,
+    as_json: bool,
+) -> None:
+    """Validate TRACES (a file or folder) into the store's per-window trace tables."""
+    if not traces.exists():
+        _fail(f"trace source not found: {traces}")
+    report = TraceStore(_store(store)).ingest(
+        iter_records(traces, fmt, queries=queries), window=window, version=version
+    )
+    if as_json:
+        _emit_json(report.to_dict())
+        return
+    click.echo(
+        f"read {report.read}: {report.accepted} accepted, {report.duplicates} duplicate(s) skipped, "
+        f"{report.quarantined} quarantined (skills resolved against {report.version})"
+    )
+    for w, c in sorted(report.windows.items()):
+        click.echo(f"  window {w}: +{c['accepted']} (total {c['total']}), {c['quarantined']} quarantined")
+    for reason, n in report.quarantine_reasons.items():
+        click.echo(f"  quarantined x{n}: {reason}")
+    if report.unknown_skills:
+        click.echo(f"  unknown skills (dropped from the traces): {', '.join(report.unknown_skills)}")
+
+
+@main.command()
+@store_option
+@click.option("--window", required=True, help="The window of ingested traces to evolve on.")
+@click.option("--from", "from_version", default=None, help="Parent version (default: latest).")
+@click.option("--pool", is_flag=True, help="Pool all attempts instead of the final one per (task, agent).")
+@click.option("--no-l1", is_flag=True, help="Skip the topology update.")
+@click.option("--no-l2", is_flag=True, help="Skip the edge-weight update.")
+@click.option("--no-l3", is_flag=True, help="Skip the description update.")
+@click.option("--set", "settings", multiple=True, help="Evolution setting key=value (e.g. --set blend=true).")
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest (with per-rule counters).")
+@click.option("--quiet", is_flag=True)
+@friendly_errors
+def evolve(
+    store: Path | None,
+    window: str,
+    from_version: str | None,
+    pool: bool,
+    no_l1: bool,
+    no_l2: bool,
+    no_l3: bool,
+    settings: tuple[str, ...],
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Make version N+1 from version N and a window of traces; prints the new version id last."""
+    config = EvolutionConfig().with_overrides(**_parse_settings(settings))
+    config = config.with_overrides(
+        pool_attempts=pool or config.pool_attempts,
+        l1_topology=config.l1_topology and not no_l1,
+        l2_weights=config.l2_weights and not no_l2,
+        l3_descriptions=config.l3_descriptions and not no_l3,
+    )
+    manifest = run_evolution(
+        _store(store), window, from_version, config, progress=_progress(quiet or as_json)
+    )
+    if as_json:
+        _emit_json(manifest)
+        return
+    click.echo(f"{manifest['parent']} + window {window} -> round {manifest['round']}")
+    for layer, rules in manifest["counters"].items():
+        click.echo(f"  {layer}: {json.dumps(rules)}")
+    click.echo(manifest["version"])
+
+
+@main.command()
+@click.argument("v1")
+@click.argument("v2")
+@store_option
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--markdown", is_flag=True)
+@click.option("--limit", type=int, default=15, show_default=True, help="Rows in the largest-changes listing.")
+@friendly_errors
+def diff(v1: str, v2: str, store: Path | None, as_json: bool, markdown: bool, limit: int) -> None:
+    """What changed from version V1 to version V2."""
+    st = _store(store)
+    result = diff_versions(st.load(v1), st.load(v2))
+    if as_json:
+        _emit_json(result)
+    elif markdown:
+        click.echo(diff_markdown(result, limit))
+    else:
+        click.echo(diff_table(result, limit))
+
+
+@main.command()
+@click.option(
+    "--queries",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Tasks with gold skills (JSONL; default: data/queries/demo.jsonl).",
+)
+@store_option
+@version_option
+@click.option("--traces", "n_traces", type=int, default=1000, show_default=True)
+@click.option("--window", default="2026-11-29", show_default=True, help="Date the simulated traces carry.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--out", type=click.Path(path_type=Path), required=True, help="JSONL file to write (native format)."
+)
+@friendly_errors
+def simulate(
+    queries: Path | None,
+    store: Path | None,
+    version: str | None,
+    n_traces: int,
+    window: str,
+    seed: int,
+    out: Path,
+) -> None:
+    """Write SIMULATED traces (labelled `simulated: true`) for TASKS against a version."""
+    from .paths import DEFAULT_QUERIES
+    from .simulate import SimulationConfig, to_native
+    from .simulate import simulate as run_simulation
+
+    retriever = _load_retriever(store, version)
+    tasks = load_queries(queries or DEFAULT_QUERIES).queries
+    records = run_simulation(retriever, tasks, SimulationConfig(traces=n_traces, seed=seed, window=window))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", encoding="utf-8") as fh:
+        for r in records:
+            fh.write(json.dumps(to_native(r)) + "\n")
+    ok = sum(r.reward >= 0.9 for r in records)
+    click.echo(f"wrote {len(records)} SIMULATED traces ({ok} successful) for {len(tasks)} tasks to {out}")
+
+
+@main.command(name="generate-library")
+@click.argument("source", type=click.Path(path_type=Path))
+@click.argument("out_dir", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["apibank", "toolbench"]), required=True)
+@click.option("--json", "as_json", is_flag=True)
+@friendly_errors
+def generate_library(source: Path, out_dir: Path, fmt: str, as_json: bool) -> None:
+    """Write a SKILL.md library generated from a trace source's APIs (API-Bank, ToolBench)."""
+    summary = write_library(source, fmt, out_dir)
+    if as_json:
+        _emit_json(summary)
+    else:
+        click.echo(json.dumps(summary, indent=2, default=str))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,7 +7,7 @@ one is overridable. Values that are segos' own choices (not from a paper) say so
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from typing import Any, Self
 
 # Relation names of the typed skill graph (SPEC §1). `avoid` is stored but never traversed.
 SEMANTIC = "semantic"
@@ -20,6 +20,17 @@ TRAVERSABLE = (SEMANTIC, WORKFLOW, DEPENDENCY, ALTERNATIVE)
 
 # Skill fields that feed lexical seeding, in SPEC §6 order; `body` is a segos addition (see FIELD_WEIGHTS).
 FIELDS = ("name", "domain", "tooling", "capability", "description", "examples", "io", "entrypoints", "body")
+
+
+class _Overridable:
+    """`with_overrides(**kw)`: a copy with some settings changed; unknown names are an error."""
+
+    def with_overrides(self, **overrides: Any) -> Self:
+        known = {f.name for f in fields(self)}  # type: ignore[arg-type]
+        unknown = set(overrides) - known
+        if unknown:
+            raise ValueError(f"unknown setting(s) for {type(self).__name__}: {', '.join(sorted(unknown))}")
+        return replace(self, **overrides)  # type: ignore[type-var]
 
 
 @dataclass(frozen=True)
@@ -69,7 +80,7 @@ FIELD_WEIGHTS: dict[str, float] = {
 
 
 @dataclass(frozen=True)
-class RetrievalConfig:
+class RetrievalConfig(_Overridable):
     """Retrieval defaults (SPEC §6)."""
 
     seed_k: int = 4  # (paper)
@@ -88,12 +99,30 @@ class RetrievalConfig:
     reverse: bool = True  # False gives forward-only propagation (an evaluation baseline)
     propagate: bool = True  # False gives lexical seeds without graph propagation (a baseline)
 
-    def with_overrides(self, **overrides: Any) -> RetrievalConfig:
-        known = {f.name for f in fields(self)}
-        unknown = set(overrides) - known
-        if unknown:
-            raise ValueError(f"unknown retrieval setting(s): {', '.join(sorted(unknown))}")
-        return replace(self, **overrides)
+
+@dataclass(frozen=True)
+class EvolutionConfig(_Overridable):
+    """One evolution round (SPEC §8). Layers can be switched off for the L1/L2/L3 factorial."""
+
+    l1_topology: bool = True
+    l2_weights: bool = True
+    l3_descriptions: bool = True
+    success_threshold: float = 0.9  # (paper)
+    pool_attempts: bool = False  # False: the final attempt per (task, agent) only (SPEC §7)
+    zeta: float = 0.6  # I/O-schema overlap a dependency needs (paper); do not lower to make edges
+    theta_avoid: int = 2  # failed co-use traces an avoid edge needs
+    retract_min_successes: int = 2  # distinct successful task traces that retract an avoid edge
+    surfaced_min: int = 3  # times surfaced in a window without use before semantic in-weights halve
+    attenuation: float = 0.5
+    blend: bool = False  # confidence blending w = λ·w̃ + (1−λ)·w0, λ = n_e/(n_e+n0); off as in the paper
+    blend_n0: float = 5.0
+    l3_max_candidates: int = 200  # (skill, witnessing query) pairs examined per round, most evident first
+    l3_max_terms: int = 6  # words the grounded editor may add to one description
+    editor: str = "grounded"  # "grounded" (no model) or "openai" (an OpenAI-compatible endpoint)
+    editor_endpoint: str | None = None  # e.g. http://127.0.0.1:8000/v1 ; nothing is called unless set
+    editor_model: str | None = None
+    editor_api_key_env: str = "SEGOS_EDITOR_API_KEY"
+    editor_timeout_s: float = 30.0
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ EDGE_SCHEMA: dict[str, pl.DataType] = {
     "n_e": pl.Int64,  # number of informing trials (evidence count)
     "round_created": pl.Int64,
     "round_updated": pl.Int64,
+    # Raw accumulated weight before optional confidence blending (equals `weight` when blending is off).
+    "w_raw": pl.Float64,
 }
 
 

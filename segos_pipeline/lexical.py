@@ -48,42 +48,62 @@ class LexicalIndex:
         self.n = n_nodes
         self.config = config
         self.vocab = Vocabulary(tokens["token"])
-        weights = pl.DataFrame(
+        self._weights = pl.DataFrame(
             {"field": list(config.field_weights), "fw": list(config.field_weights.values())},
             schema={"field": pl.String, "fw": pl.Float64},
         )
-        k1, b = config.bm25_k1, config.bm25_b
         lengths = tokens.group_by("node", "field").agg(flen=pl.col("tf").sum())
-        avg = lengths.group_by("field").agg(avg=pl.col("flen").sum() / max(n_nodes, 1))
-        tf_tilde = (
-            tokens.join(weights, on="field", how="inner")
-            .join(lengths, on=["node", "field"])
-            .join(avg, on="field")
-            .with_columns(w=pl.col("fw") * pl.col("tf") / (1 - b + b * pl.col("flen") / pl.col("avg")))
-            .group_by("node", "token")
-            .agg(tf=pl.col("w").sum())
-        )
-        df = tokens.select("node", "token").unique().group_by("token").agg(df=pl.len())
-        scored = tf_tilde.join(df, on="token").with_columns(
-            value=(1 + (n_nodes - pl.col("df") + 0.5) / (pl.col("df") + 0.5)).log()
-            * pl.col("tf")
-            * (k1 + 1)
-            / (k1 + pl.col("tf"))
-        )
+        self._avg = lengths.group_by("field").agg(avg=pl.col("flen").sum() / max(n_nodes, 1))
+        self._df = tokens.select("node", "token").unique().group_by("token").agg(df=pl.len())
+        scored = self._values(tokens)
         self.matrix = self._matrix(scored["node"], scored["token"], scored["value"].to_numpy())
         names = tokens.filter(pl.col("field") == "name").select("node", "token").unique()
         self.name_matrix = self._matrix(names["node"], names["token"], np.ones(names.height))
         self.name_len = np.bincount(names["node"].to_numpy().astype(np.int64), minlength=n_nodes)
+
+    def _values(self, tokens: pl.DataFrame) -> pl.DataFrame:
+        """(node, token, value) of BM25F for token rows, with this index's idf and average lengths."""
+        k1, b = self.config.bm25_k1, self.config.bm25_b
+        lengths = tokens.group_by("node", "field").agg(flen=pl.col("tf").sum())
+        tf_tilde = (
+            tokens.join(self._weights, on="field", how="inner")
+            .join(lengths, on=["node", "field"])
+            .join(self._avg, on="field")
+            .with_columns(w=pl.col("fw") * pl.col("tf") / (1 - b + b * pl.col("flen") / pl.col("avg")))
+            .group_by("node", "token")
+            .agg(tf=pl.col("w").sum())
+        )
+        return tf_tilde.join(self._df, on="token").with_columns(
+            value=(1 + (self.n - pl.col("df") + 0.5) / (pl.col("df") + 0.5)).log()
+            * pl.col("tf")
+            * (k1 + 1)
+            / (k1 + pl.col("tf"))
+        )
 
     def _matrix(self, nodes: pl.Series, tokens: pl.Series, values: np.ndarray) -> sp.csc_matrix:
         rows = nodes.to_numpy().astype(np.int64)
         cols = self.vocab.column(tokens)
         return sp.csc_matrix((values, (rows, cols)), shape=(self.n, len(self.vocab)))
 
-    def evidence(self, query: str) -> Evidence:
+    def row_patch(self, node_tokens: pl.DataFrame) -> dict[int, float]:
+        """{token column: value} of one skill re-scored from new token rows (field, token, tf).
+
+        Used to try a description revision without rebuilding the index: idf and average lengths stay
+        those of the version (the exact index is rebuilt once the round's revisions are chosen). Tokens
+        outside the vocabulary cannot match any query token of the index and are left out.
+        """
+        values = self._values(node_tokens.with_columns(node=pl.lit(0, dtype=pl.UInt32)))
+        known = values.filter(pl.col("token").is_in(self.vocab.tokens.implode()))
+        cols = self.vocab.column(known["token"])
+        return dict(zip(cols.tolist(), known["value"].to_list(), strict=True))
+
+    def evidence(self, query: str, patch: dict[int, dict[int, float]] | None = None) -> Evidence:
+        """Lexical evidence of every skill; `patch` replaces whole rows ({node: {column: value}})."""
         q_tokens = tokenize(query)
         cols = self.vocab.ids(q_tokens)
         score = _column_sum(self.matrix, cols, self.n)
+        for node, row in (patch or {}).items():
+            score[node] = sum(row.get(int(c), 0.0) for c in cols)
         matched = _column_sum(self.name_matrix, cols, self.n)
         name_match = (self.name_len > 0) & (matched >= self.name_len)
         top = score.max() if self.n else 0.0

@@ -149,10 +149,14 @@ class Retriever:
         out[sub] = s
         return out
 
-    def rank(self, query: str) -> Ranking:
-        """All skills with evidence for `query`, ranked by ρ = s* + μ·m (ties to the smaller id)."""
+    def rank(self, query: str, patch: dict[int, dict[int, float]] | None = None) -> Ranking:
+        """All skills with evidence for `query`, ranked by ρ = s* + μ·m (ties to the smaller id).
+
+        `patch` re-scores some skills' lexical rows (see `LexicalIndex.row_patch`), to try a description
+        revision without rebuilding anything.
+        """
         cfg = self.config
-        ev = self.lexical.evidence(query)
+        ev = self.lexical.evidence(query, patch)
         m = ev.evidence
         matched = np.flatnonzero(m > 0)
         seeds = np.sort(matched[np.lexsort((matched, -m[matched]))[: cfg.seed_k]])
@@ -177,6 +181,12 @@ class Retriever:
             else:
                 chosen.append(int(i))
         return chosen, pruned
+
+    def rank_of(self, query: str, node: int, patch: dict[int, dict[int, float]] | None = None) -> int | None:
+        """1-based position of `node` in the ranking of `query` (None when it has no evidence)."""
+        order = self.rank(query, patch).order
+        hits = np.flatnonzero(order == node)
+        return int(hits[0]) + 1 if len(hits) else None
 
     def ranked_ids(self, query: str, k: int) -> list[str]:
         """The first k skills after avoid pruning, without hydration (what replay measures)."""

@@ -126,6 +126,7 @@ def semantic_edges(
             "n_e": 0,
             "round_created": 0,
             "round_updated": 0,
+            "w_raw": weight,
         },
         schema=EDGE_SCHEMA,
     )

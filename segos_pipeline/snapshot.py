@@ -77,7 +77,7 @@ class Snapshot:
     """A loaded version: tables, operator and manifest. Read-only by convention and on disk."""
 
     version: str
-    path: Path
+    path: Path | None  # None for an in-memory draft (e.g. the graph inside an evolution round)
     manifest: dict[str, Any]
     nodes: pl.DataFrame
     tokens: pl.DataFrame
@@ -95,7 +95,7 @@ class Snapshot:
 
     def read_extra(self, name: str) -> pl.DataFrame:
         """Another Parquet table of this version (e.g. the build report), as listed in its manifest."""
-        if name not in self.manifest["files"]:
+        if self.path is None or name not in self.manifest.get("files", {}):
             raise SnapshotError(f"version {self.version} has no file {name!r}")
         return pl.read_parquet(self.path / name)
 

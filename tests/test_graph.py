@@ -80,7 +80,7 @@ def test_edge_table_schema_and_invariants():
 
 
 def _edges(rows):
-    return pl.DataFrame([(s, d, r, w, w, 0, 0, 0) for s, d, r, w in rows], schema=EDGE_SCHEMA, orient="row")
+    return pl.DataFrame([(s, d, r, w, w, 0, 0, 0, w) for s, d, r, w in rows], schema=EDGE_SCHEMA, orient="row")
 
 
 def test_reverse_coefficients_and_avoid_ignored():
@@ -102,7 +102,7 @@ def test_reverse_coefficients_and_avoid_ignored():
             st.integers(0, 9),
             st.integers(0, 9),
             st.sampled_from(["semantic", "workflow", "dependency", "alternative", "avoid"]),
-            st.floats(0, 5, allow_nan=False),
+            st.one_of(st.just(0.0), st.floats(1e-9, 5)),
         ),
         max_size=40,
     ),

@@ -23,7 +23,7 @@ SKILLS = {
 
 
 def _edge(src, dst, relation, weight):
-    return (src, dst, relation, weight, weight, 1, 1, 1)
+    return (src, dst, relation, weight, weight, 1, 1, 1, weight)
 
 
 @pytest.fixture
@@ -141,5 +141,5 @@ def test_baselines_lexical_only_and_forward(store):
 
 
 def test_unknown_setting_rejected():
-    with pytest.raises(ValueError, match="unknown retrieval setting"):
+    with pytest.raises(ValueError, match="unknown setting"):
         RetrievalConfig().with_overrides(top_k=3)

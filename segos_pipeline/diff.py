@@ -1,0 +1,170 @@
+"""What changed between two versions (SPEC §9): edges added / removed / reweighted / retyped, and
+description changes, as the JSON shape of the spec, a Markdown report and a terminal table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from .snapshot import Snapshot
+
+_TOL = 1e-12
+
+
+def edge_diff(before: pl.DataFrame, after: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    key = ["src", "dst", "relation"]
+    a = before.select(*key, weight_before="weight")
+    b = after.select(*key, weight_after="weight")
+    joined = a.join(b, on=key, how="full", coalesce=True)
+    added = joined.filter(pl.col("weight_before").is_null()).select(*key, weight="weight_after")
+    removed = joined.filter(pl.col("weight_after").is_null()).select(*key, weight="weight_before")
+    reweighted = joined.filter(
+        pl.col("weight_before").is_not_null()
+        & pl.col("weight_after").is_not_null()
+        & ((pl.col("weight_after") - pl.col("weight_before")).abs() > _TOL)
+    )
+    retyped = (
+        removed.select("src", "dst", relation_before="relation")
+        .join(added.select("src", "dst", relation_after="relation"), on=["src", "dst"])
+        .filter(pl.col("relation_before") != pl.col("relation_after"))
+    )
+    return {
+        "added": added.sort(key),
+        "removed": removed.sort(key),
+        "reweighted": reweighted.sort(key),
+        "retyped": retyped.sort("src", "dst", "relation_before", "relation_after"),
+    }
+
+
+def description_diff(before: pl.DataFrame, after: pl.DataFrame) -> pl.DataFrame:
+    return (
+        before.select(skill="id", before="description")
+        .join(after.select(skill="id", after="description"), on="skill")
+        .filter(pl.col("before").ne_missing(pl.col("after")))
+        .sort("skill")
+    )
+
+
+def diff_versions(a: Snapshot, b: Snapshot) -> dict[str, Any]:
+    """The SPEC §9 JSON shape, from version `a` to version `b`."""
+    edges = edge_diff(a.edges, b.edges)
+    descriptions = description_diff(a.nodes, b.nodes)
+    return {
+        "from": a.version,
+        "to": b.version,
+        "edges": {name: frame.to_dicts() for name, frame in edges.items()},
+        "descriptions": descriptions.to_dicts(),
+        "counts": {
+            **{name: frame.height for name, frame in edges.items()},
+            "descriptions": descriptions.height,
+        },
+    }
+
+
+def counts_by_relation(diff: dict[str, Any]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for kind in ("added", "removed", "reweighted"):
+        for e in diff["edges"][kind]:
+            out.setdefault(e["relation"], {"added": 0, "removed": 0, "reweighted": 0})[kind] += 1
+    return out
+
+
+def largest_changes(diff: dict[str, Any], limit: int = 15) -> list[dict[str, Any]]:
+    """Edges ranked by absolute weight change (an added edge changes from 0, a removed one to 0)."""
+    rows = [
+        {
+            "change": "added",
+            "src": e["src"],
+            "dst": e["dst"],
+            "relation": e["relation"],
+            "before": 0.0,
+            "after": e["weight"],
+        }
+        for e in diff["edges"]["added"]
+    ]
+    rows += [
+        {
+            "change": "removed",
+            "src": e["src"],
+            "dst": e["dst"],
+            "relation": e["relation"],
+            "before": e["weight"],
+            "after": 0.0,
+        }
+        for e in diff["edges"]["removed"]
+    ]
+    rows += [
+        {
+            "change": "reweighted",
+            "src": e["src"],
+            "dst": e["dst"],
+            "relation": e["relation"],
+            "before": e["weight_before"],
+            "after": e["weight_after"],
+        }
+        for e in diff["edges"]["reweighted"]
+    ]
+    rows.sort(key=lambda r: (-abs(r["after"] - r["before"]), r["relation"], r["src"], r["dst"]))
+    return rows[:limit]
+
+
+def to_markdown(diff: dict[str, Any], limit: int = 15) -> str:
+    c = diff["counts"]
+    lines = [
+        f"# Diff {diff['from']} → {diff['to']}",
+        "",
+        "| added | removed | reweighted | retyped | descriptions |",
+        "|---|---|---|---|---|",
+        f"| {c['added']} | {c['removed']} | {c['reweighted']} | {c['retyped']} | {c['descriptions']} |",
+        "",
+    ]
+    by_rel = counts_by_relation(diff)
+    if by_rel:
+        lines += ["## By relation", "", "| relation | added | removed | reweighted |", "|---|---|---|---|"]
+        lines += [
+            f"| {r} | {v['added']} | {v['removed']} | {v['reweighted']} |" for r, v in sorted(by_rel.items())
+        ]
+        lines.append("")
+    top = largest_changes(diff, limit)
+    if top:
+        lines += [
+            f"## Largest changes (top {len(top)})",
+            "",
+            "| change | relation | src | dst | before | after |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['change']} | {r['relation']} | `{r['src']}` | `{r['dst']}` "
+            f"| {r['before']:.4g} | {r['after']:.4g} |"
+            for r in top
+        ]
+        lines.append("")
+    if diff["edges"]["retyped"]:
+        lines += ["## Retyped", "", "| src | dst | before | after |", "|---|---|---|---|"]
+        lines += [
+            f"| `{r['src']}` | `{r['dst']}` | {r['relation_before']} | {r['relation_after']} |"
+            for r in diff["edges"]["retyped"][:limit]
+        ]
+        lines.append("")
+    if diff["descriptions"]:
+        lines += ["## Descriptions", ""]
+        for d in diff["descriptions"][:limit]:
+            lines += [f"- `{d['skill']}`", f"  - before: {d['before']}", f"  - after: {d['after']}"]
+    return "\n".join(lines) + "\n"
+
+
+def to_table(diff: dict[str, Any], limit: int = 15) -> str:
+    c = diff["counts"]
+    lines = [
+        f"{diff['from']} -> {diff['to']}: +{c['added']} -{c['removed']} ~{c['reweighted']} edges, "
+        f"{c['retyped']} retyped, {c['descriptions']} description(s) changed"
+    ]
+    for rel, v in sorted(counts_by_relation(diff).items()):
+        lines.append(f"  {rel:<12} +{v['added']:<6} -{v['removed']:<6} ~{v['reweighted']}")
+    for r in largest_changes(diff, limit):
+        lines.append(
+            f"  {r['change']:<10} {r['relation']:<11} {r['src']} -> {r['dst']}  "
+            f"{r['before']:.4g} -> {r['after']:.4g}"
+        )
+    return "\n".join(lines)
