@@ -157,8 +157,11 @@ def words(text: str) -> list[str]:
 
 
 def ungrounded_words(before: str, after: str, package: str) -> set[str]:
-    """Words of `after` that are neither in `before` nor anywhere in the package text."""
-    return set(words(after)) - set(words(before)) - set(words(package))
+    """Content words of `after` that are neither in `before` nor anywhere in the package text.
+
+    Stopwords and numbers are exempt: the tokenizer drops them, so they cannot move a skill's rank.
+    """
+    return {w for w in words(after) if keep_word(w)} - set(words(before)) - set(words(package))
 
 
 def critique(row: dict[str, Any], query: str, idf: Callable[[str], float]) -> Critique:

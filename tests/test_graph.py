@@ -80,7 +80,9 @@ def test_edge_table_schema_and_invariants():
 
 
 def _edges(rows):
-    return pl.DataFrame([(s, d, r, w, w, 0, 0, 0, w) for s, d, r, w in rows], schema=EDGE_SCHEMA, orient="row")
+    return pl.DataFrame(
+        [(s, d, r, w, w, 0, 0, 0, w) for s, d, r, w in rows], schema=EDGE_SCHEMA, orient="row"
+    )
 
 
 def test_reverse_coefficients_and_avoid_ignored():

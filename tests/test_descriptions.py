@@ -1,0 +1,195 @@
+"""L3: critic, grounded editor, gates, verification, the model-backed editor against a fake server."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import polars as pl
+import pytest
+
+from segos_pipeline import RetrievalConfig, SnapshotStore, build_cold_start
+from segos_pipeline.config import EvolutionConfig
+from segos_pipeline.descriptions import GroundedEditor, make_editor, ungrounded_words
+from segos_pipeline.diff import diff_versions
+from segos_pipeline.evolve import evolve_round
+from segos_pipeline.traces import QueryRecord, TraceRecord, trace_frame
+
+from .conftest import write_skill
+
+# The reporter's long body dilutes its body match, so for the witness query it ranks behind the archiver
+# although its package says exactly what the query needs.
+FILLER = " ".join(f"word{i}" for i in range(150))
+SKILLS = {
+    "archiver": ("Archive files into columnar bundles.", "Bundles files."),
+    "reporter": (
+        "Summarise results in a report.",
+        f"Stores the report with snappy columnar archive storage. {FILLER}",
+    ),
+    "digest": ("Summarise weekly results digest.", "Sends a digest."),
+    "mailer": ("Send email.", "Sends email."),
+}
+WITNESS = "snappy columnar archive"
+TOP1 = RetrievalConfig(top_n=1)
+
+
+@pytest.fixture
+def store(tmp_path):
+    for name, (desc, body) in SKILLS.items():
+        write_skill(tmp_path / "lib", name, f"name: {name}\ndescription: {desc}", f"# {name}\n\n{body}\n")
+    st = SnapshotStore(tmp_path / "store")
+    build_cold_start(tmp_path / "lib", st)
+    return st
+
+
+def _trace(tid, query, used, retrieved, reward=1.0):
+    return TraceRecord(tid, tid, used, reward, [QueryRecord(query, retrieved, retrieved[:1])], window="w")
+
+
+def _round(store, records, custom_editor=None, **cfg):
+    config = EvolutionConfig(l1_topology=False, l2_weights=False).with_overrides(**cfg)
+    return evolve_round(store.load(), trace_frame(records), config, TOP1, editor=custom_editor)
+
+
+def test_grounded_revision_committed_when_it_lifts_the_rank(store):
+    from segos_pipeline import Retriever
+
+    before = Retriever(store.load(), TOP1).rank_of(
+        WITNESS, 3
+    )  # nodes sorted: archiver, digest, mailer, reporter
+    assert before == 2
+    r = _round(store, [_trace("t1", WITNESS, ["reporter"], ["archiver"])])
+    rev = r.revisions.row(0, named=True)
+    assert rev["skill"] == "reporter" and rev["committed"] and rev["outcome"] == "committed"
+    assert rev["rank_before"] > 1 and rev["rank_after"] == 1
+    assert set(rev["missing_terms"]) == {"snappy", "columnar", "archive"}
+    after = r.nodes.filter(pl.col("id") == "reporter")["description"][0]
+    assert after.startswith("Summarise results in a report.") and "snappy" in after
+    assert not ungrounded_words(
+        SKILLS["reporter"][0], after, SKILLS["reporter"][0] + " " + SKILLS["reporter"][1]
+    )
+    assert r.counters["l3"]["committed"] == 1
+    # the token table follows the revision, so the next version's index sees it
+    desc_tokens = r.tokens.filter((pl.col("node") == 3) & (pl.col("field") == "description"))[
+        "token"
+    ].to_list()
+    assert "snappy" in desc_tokens
+
+
+def test_no_candidate_when_the_skill_was_retrieved(store):
+    r = _round(store, [_trace("t1", WITNESS, ["reporter"], ["reporter"])])
+    assert r.revisions.is_empty() and r.counters["l3"]["candidates"] == 0
+
+
+def test_failed_traces_give_no_candidates(store):
+    r = _round(store, [_trace("t1", WITNESS, ["reporter"], ["archiver"], reward=0.3)])
+    assert r.counters["l3"]["candidates"] == 0
+
+
+class DropSummaryEditor:
+    """A test editor that adds the witness words but drops the words another query relies on."""
+
+    name = "drop-summary"
+
+    def propose(self, before, critique, package_text):
+        return "Stores the report with snappy columnar archive storage."
+
+
+def test_gate_two_blocks_a_revision_that_hurts_another_query(store):
+    records = [
+        _trace("t1", WITNESS, ["reporter"], ["archiver"]),
+        _trace("t2", "summarise the results", ["reporter"], ["reporter"]),
+    ]
+    r = _round(store, records, custom_editor=DropSummaryEditor())
+    rev = r.revisions.row(0, named=True)
+    assert not rev["committed"] and rev["outcome"].startswith("gate 2")
+    assert rev["worst_other_change"] > 0
+    assert r.nodes.filter(pl.col("id") == "reporter")["description"][0] == SKILLS["reporter"][0]
+
+
+class PasteQueryEditor:
+    name = "paste"
+
+    def propose(self, before, critique, package_text):
+        return before + " quantum blockchain"
+
+
+def test_ungrounded_revisions_are_rejected(store):
+    r = _round(store, [_trace("t1", WITNESS, ["reporter"], ["archiver"])], custom_editor=PasteQueryEditor())
+    assert r.counters["l3"]["rejected_ungrounded"] == 1 and r.counters["l3"]["committed"] == 0
+    assert "ungrounded" in r.revisions["outcome"][0]
+
+
+def test_grounded_editor_only_appends_package_words():
+    from segos_pipeline.descriptions import Critique
+
+    out = GroundedEditor(max_terms=2).propose(
+        "Base text.", Critique("s", "q", ["alpha", "beta", "gamma"], ""), ""
+    )
+    assert out == "Base text. (alpha, beta)"
+
+
+class _FakeChat(BaseHTTPRequestHandler):
+    reply = ""
+    seen: list = []
+
+    def do_POST(self):  # noqa: N802 - http.server's naming
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        _FakeChat.seen.append((self.path, body, self.headers.get("Authorization")))
+        data = json.dumps(
+            {"choices": [{"message": {"role": "assistant", "content": _FakeChat.reply}}]}
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def fake_server():
+    server = HTTPServer(("127.0.0.1", 0), _FakeChat)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _FakeChat.seen = []
+    yield f"http://127.0.0.1:{server.server_port}/v1"
+    server.shutdown()
+
+
+def test_model_editor_against_a_local_fake_server(store, fake_server, monkeypatch):
+    monkeypatch.setenv("SEGOS_EDITOR_API_KEY", "test-key")
+    _FakeChat.reply = "Summarise results in a report; stores it as snappy columnar archive storage."
+    cfg = {"editor": "openai", "editor_endpoint": fake_server, "editor_model": "fake-model"}
+    r = _round(store, [_trace("t1", WITNESS, ["reporter"], ["archiver"])], **cfg)
+    assert r.counters["l3"]["committed"] == 1, r.revisions["outcome"].to_list()
+    assert r.revisions["editor"][0] == "openai"
+    path, body, auth = _FakeChat.seen[0]
+    assert path == "/v1/chat/completions" and body["model"] == "fake-model" and auth == "Bearer test-key"
+    _FakeChat.reply = "Summarise results with quantum blockchain."
+    r = _round(store, [_trace("t1", WITNESS, ["reporter"], ["archiver"])], **cfg)
+    assert r.counters["l3"]["rejected_ungrounded"] == 1
+
+
+def test_model_editor_needs_configuration_and_unreachable_endpoint_is_an_editor_error(store):
+    with pytest.raises(ValueError, match="editor_endpoint"):
+        make_editor(EvolutionConfig(editor="openai"))
+    cfg = {
+        "editor": "openai",
+        "editor_endpoint": "http://127.0.0.1:9/v1",
+        "editor_model": "m",
+        "editor_timeout_s": 2,
+    }
+    r = _round(store, [_trace("t1", WITNESS, ["reporter"], ["archiver"])], **cfg)
+    assert r.counters["l3"]["editor_errors"] == 1 and r.counters["l3"]["committed"] == 0
+
+
+def test_description_changes_appear_in_the_diff(store):
+    from segos_pipeline.build import commit_derived
+
+    r = _round(store, [_trace("t1", WITNESS, ["reporter"], ["archiver"])])
+    parent = store.load()
+    m = commit_derived(store, parent, r.edges, kind="evolved", nodes=r.nodes, tokens=r.tokens)
+    d = diff_versions(parent, store.load(m["version"]))
+    assert d["counts"]["descriptions"] == 1 and d["descriptions"][0]["skill"] == "reporter"
