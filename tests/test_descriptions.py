@@ -2,6 +2,7 @@
 
 import json
 import threading
+from typing import ClassVar
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import polars as pl
@@ -130,9 +131,9 @@ def test_grounded_editor_only_appends_package_words():
 
 class _FakeChat(BaseHTTPRequestHandler):
     reply = ""
-    seen: list = []
+    seen: ClassVar[list] = []
 
-    def do_POST(self):  # noqa: N802 - http.server's naming
+    def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         _FakeChat.seen.append((self.path, body, self.headers.get("Authorization")))
         data = json.dumps(
