@@ -2,8 +2,8 @@
 
 import json
 import threading
-from typing import ClassVar
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import ClassVar
 
 import polars as pl
 import pytest
