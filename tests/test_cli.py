@@ -97,3 +97,50 @@ def test_errors_are_one_actionable_line_and_nonzero(built, args, message):
 def test_empty_store_error(tmp_path):
     result = run("retrieve", "anything", "--store", tmp_path / "nothing", ok=False)
     assert result.exit_code != 0 and "segos build" in result.output
+
+
+def test_ingest_evolve_diff_round_trip(tmp_path):
+    store = tmp_path / "store"
+    v1 = run("build", "--store", store, "--quiet").output.strip().splitlines()[-1]
+    report = json.loads(run("ingest", DATA_DIR / "traces", "--store", store, "--json").output)
+    assert report["accepted"] > 50 and report["quarantined"] == 3
+    out = run("evolve", "--store", store, "--window", "2026-11-27", "--quiet").output.strip().splitlines()
+    v2 = out[-1]
+    assert v2.startswith("v0002-")
+    m3 = json.loads(run("evolve", "--store", store, "--window", "2026-11-28", "--json").output)
+    assert m3["parent"] == v2 and m3["round"] == 2 and m3["window"] == "2026-11-28"
+    assert set(m3["counters"]["l1"]) == {"avoid_retraction", "workflow", "dependency", "avoid"}
+    assert "blocked_by_zeta" in m3["counters"]["l1"]["dependency"]
+    d = json.loads(run("diff", v1, v2, "--store", store, "--json").output)
+    assert d["from"] == v1 and d["to"] == v2 and d["counts"]["added"] > 0
+    assert set(d["edges"]) == {"added", "removed", "reweighted", "retyped"}
+    assert run("diff", v1, v2, "--store", store, "--markdown").output.startswith("# Diff")
+    assert "workflow" in run("diff", v1, v2, "--store", store).output
+
+
+def test_evolve_settings_and_errors(tmp_path):
+    store = tmp_path / "store"
+    run("build", "--store", store, "--quiet")
+    run("ingest", DATA_DIR / "traces", "--store", store, "--window", "w1")
+    m = json.loads(run("evolve", "--store", store, "--window", "w1", "--no-l3", "--set", "theta_avoid=3",
+                       "--json").output)
+    assert m["config"]["evolution"]["theta_avoid"] == 3 and "l3" not in m["counters"]
+    bad = run("evolve", "--store", store, "--window", "w1", "--set", "zzz=1", ok=False)
+    assert bad.exit_code != 0 and "unknown setting" in bad.output
+    missing = run("evolve", "--store", store, "--window", "nope", ok=False)
+    assert missing.exit_code != 0 and "no traces ingested" in missing.output
+
+
+def test_simulate_writes_labelled_traces_that_ingest(tmp_path):
+    store = tmp_path / "store"
+    run("build", "--store", store, "--quiet")
+    out = tmp_path / "sim.jsonl"
+    msg = run("simulate", "--store", store, "--traces", "200", "--out", out, "--window", "2026-12-02").output
+    assert "SIMULATED" in msg
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(lines) == 200 and all(x["simulated"] is True for x in lines)
+    report = json.loads(run("ingest", out, "--store", store, "--json").output)
+    assert report["windows"]["2026-12-02"]["accepted"] == 200
+    m = json.loads(run("evolve", "--store", store, "--window", "2026-12-02", "--json").output)
+    assert m["counters"]["traces"]["simulated"] == m["counters"]["traces"]["selected"] > 0
+    assert m["counters"]["traces"]["real"] == 0
