@@ -143,3 +143,26 @@ def test_baselines_lexical_only_and_forward(store):
 def test_unknown_setting_rejected():
     with pytest.raises(ValueError, match="unknown setting"):
         RetrievalConfig().with_overrides(top_k=3)
+
+
+_WORDS = sorted({w for d in SKILLS.values() for w in d.lower().replace(",", " ").replace(".", " ").split()})
+
+
+@pytest.fixture(scope="module")
+def shared_store(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("det")
+    st_ = SnapshotStore(tmp / "store")
+    build_cold_start(simple_library(tmp / "lib", SKILLS), st_)
+    return st_
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from([*_WORDS, "unrelated", "zzz"]), min_size=0, max_size=12))
+def test_retrieval_is_deterministic_and_bounded(shared_store, words):
+    query = " ".join(words)
+    a = Retriever(shared_store.load()).retrieve(query)
+    b = Retriever(shared_store.load()).retrieve(query)
+    assert a.to_dict() == b.to_dict()
+    assert len(a.skills) <= 5 and a.chars <= 9000
+    assert len(set(a.ids)) == len(a.ids)
+    assert all(s.lexical > 0 or s.graph > 0 for s in a.skills)
