@@ -10,6 +10,7 @@ import hashlib
 import os
 import re
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -428,22 +429,54 @@ def _opt_str(value: Any) -> str | None:
 # -------------------------------------------------------------------------------------------------- library
 
 
-def parse_library(root: str | Path, config: ParseConfig | None = None, progress: Any = None) -> ParsedLibrary:
-    """Parse every package under `root` into the node table (sorted by id) and the build report."""
+def _parse_chunk(args: tuple[list[str], str, ParseConfig]) -> tuple[dict[str, list[Any]], list[Problem]]:
+    """Parse a chunk of packages into columns (a worker's unit of work; must stay picklable)."""
+    pkgs, root_str, config = args
+    root = Path(root_str)
+    columns: dict[str, list[Any]] = {name: [] for name in NODE_SCHEMA}
+    problems: list[Problem] = []
+    for pkg in pkgs:
+        row, found = parse_package(Path(pkg), root, config)
+        problems.extend(found)
+        if row is not None:
+            for name in NODE_SCHEMA:
+                columns[name].append(row[name])
+    return columns, problems
+
+
+# Below this many packages a worker pool costs more than it saves.
+_PARALLEL_MIN = 4_000
+_CHUNK = 2_000
+
+
+def parse_library(
+    root: str | Path, config: ParseConfig | None = None, progress: Any = None, workers: int | None = None
+) -> ParsedLibrary:
+    """Parse every package under `root` into the node table (sorted by id) and the build report.
+
+    Large libraries are parsed by a process pool (`workers`, default: the CPUs this process may use);
+    the result does not depend on the number of workers.
+    """
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"skill library folder not found: {root}")
     config = config or ParseConfig()
-    rows: list[dict[str, Any]] = []
-    problems: list[Problem] = []
-    for i, pkg in enumerate(discover_packages(root)):
-        row, found = parse_package(pkg, root, config)
-        problems.extend(found)
-        if row is not None:
-            rows.append(row)
-        if progress is not None and i % 5000 == 4999:
-            progress(i + 1)
-    nodes = pl.DataFrame(rows, schema=NODE_SCHEMA).sort("id") if rows else pl.DataFrame(schema=NODE_SCHEMA)
+    pkgs = [str(p) for p in discover_packages(root)]
+    chunks = [(pkgs[i : i + _CHUNK], str(root), config) for i in range(0, len(pkgs), _CHUNK)]
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if len(pkgs) >= _PARALLEL_MIN and workers > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            parts = list(pool.map(_parse_chunk, chunks))
+    else:
+        parts = []
+        for chunk in chunks:
+            parts.append(_parse_chunk(chunk))
+            if progress is not None:
+                progress(sum(len(c[0]) for c in chunks[: len(parts)]))
+    columns = {name: [v for part in parts for v in part[0][name]] for name in NODE_SCHEMA}
+    problems = [p for part in parts for p in part[1]]
+    nodes = pl.DataFrame(columns, schema=NODE_SCHEMA).sort("id")
     problems.extend(_duplicate_names(nodes))
     report = pl.DataFrame(
         [(p.file, p.problem, p.action, p.severity) for p in problems], schema=REPORT_SCHEMA, orient="row"

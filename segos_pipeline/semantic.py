@@ -51,6 +51,52 @@ def _row_blocks(cost: np.ndarray, budget: int, max_rows: int) -> list[tuple[int,
     return blocks
 
 
+def _block_jaccard(inter: sp.csr_matrix, offset: int, sizes: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Entries of one block of X·Xᵀ as (local row, col, Jaccard), self-pairs zeroed, in CSR order."""
+    lengths = np.diff(inter.indptr)
+    rows = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    cols = inter.indices.astype(np.int64)
+    shared = inter.data.astype(np.float64)
+    jac = shared / (sizes[rows + offset] + sizes[cols] - shared)
+    jac[cols == rows + offset] = 0.0  # a skill is not its own neighbour
+    return rows, cols, jac
+
+
+def _row_topk(
+    rows: np.ndarray, cols: np.ndarray, jac: np.ndarray, indptr: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Top-k entries of every row by Jaccard (> 0), ties to the smaller column, without sorting.
+
+    k passes of segmented max / min over the CSR data: linear in the block's entries per pass.
+    """
+    starts = indptr[:-1][np.diff(indptr) > 0]
+    empty = np.empty(0, dtype=np.int64)
+    if len(starts) == 0:
+        return empty, empty, np.empty(0)
+    segment = np.zeros(len(rows), dtype=np.int64)
+    segment[starts[1:] - starts[0]] = 1
+    segment = np.cumsum(segment)  # index of each entry's non-empty row among `starts`
+    values = jac.copy()
+    big = np.iinfo(np.int64).max
+    out_r, out_c, out_w = [], [], []
+    for _ in range(k):
+        best = np.maximum.reduceat(values, starts - starts[0])
+        is_best = (values == best[segment]) & (values > 0)
+        first_col = np.minimum.reduceat(np.where(is_best, cols, big), starts - starts[0])
+        chosen = is_best & (cols == first_col[segment])
+        if not chosen.any():
+            break
+        out_r.append(rows[chosen])
+        out_c.append(cols[chosen])
+        out_w.append(jac[chosen])
+        values[chosen] = 0.0
+    if not out_r:
+        return empty, empty, np.empty(0)
+    r, c, w = np.concatenate(out_r), np.concatenate(out_c), np.concatenate(out_w)
+    order = np.lexsort((c, r))  # deterministic output order: by row, then column
+    return r[order], c[order], w[order]
+
+
 def topk_jaccard(
     signature: sp.csr_matrix, config: GraphConfig, progress: Callable[[int, int], None] | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, SemanticStats]:
@@ -68,20 +114,12 @@ def topk_jaccard(
     src_parts, dst_parts, w_parts = [], [], []
     blocks = _row_blocks(cost.astype(np.int64), _PAIRS_PER_BLOCK, config.join_block_rows)
     for bi, (a, b) in enumerate(blocks):
-        inter = (x_join[a:b] @ xt).tocoo()
-        rows = inter.row.astype(np.int64) + a
-        cols = inter.col.astype(np.int64)
-        shared = inter.data.astype(np.float64)
-        not_self = rows != cols
-        rows, cols, shared = rows[not_self], cols[not_self], shared[not_self]
-        jac = shared / (sizes[rows] + sizes[cols] - shared)
-        order = np.lexsort((cols, -jac, rows))
-        rows, cols, jac = rows[order], cols[order], jac[order]
-        starts = np.searchsorted(rows, rows, side="left")
-        first_k = (np.arange(len(rows)) - starts) < config.knn_k
-        src_parts.append(rows[first_k])
-        dst_parts.append(cols[first_k])
-        w_parts.append(jac[first_k])
+        inter = (x_join[a:b] @ xt).tocsr()
+        rows, cols, jac = _block_jaccard(inter, a, sizes)
+        keep_rows, keep_cols, keep_w = _row_topk(rows, cols, jac, inter.indptr, config.knn_k)
+        src_parts.append(keep_rows + a)
+        dst_parts.append(keep_cols)
+        w_parts.append(keep_w)
         if progress is not None:
             progress(bi + 1, len(blocks))
     src = np.concatenate(src_parts) if src_parts else np.empty(0, np.int64)

@@ -188,3 +188,17 @@ def test_demo_library_parses_with_reported_malformed_packages():
     assert malformed.height >= 5
     assert all(len(p) > 0 for p in malformed.filter(pl.col("id") != "_malformed/duplicate-name")["problems"])
     assert os.path.isdir(DEFAULT_LIBRARY)
+
+
+def test_parallel_parse_equals_serial(tmp_path, monkeypatch):
+    import segos_pipeline.parsing as parsing
+
+    for i in range(30):
+        write_skill(tmp_path, f"d{i % 3}/s{i}", f"name: s{i}\ndescription: skill {i}", "body")
+    write_skill(tmp_path, "broken", "name: [unclosed", "body")
+    monkeypatch.setattr(parsing, "_PARALLEL_MIN", 1)
+    monkeypatch.setattr(parsing, "_CHUNK", 4)
+    parallel = parse_library(tmp_path, workers=2)
+    serial = parse_library(tmp_path, workers=1)
+    assert parallel.nodes.equals(serial.nodes) and parallel.report.equals(serial.report)
+    assert parallel.nodes.height == 31
