@@ -30,17 +30,6 @@ REVISIONS = "revisions.parquet"
 Progress = Callable[[str], None]
 
 
-@dataclass
-class RoundResult:
-    nodes: pl.DataFrame
-    tokens: pl.DataFrame
-    edges: pl.DataFrame
-    traces: pl.DataFrame  # the round's traces after selection, with success and reconstruction flags
-    revisions: pl.DataFrame
-    counters: dict[str, Any] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
-
-
 def select_attempts(traces: pl.DataFrame, pool: bool) -> pl.DataFrame:
     """The final attempt per (task, agent) (latest attempt, then timestamp, then id), or all if pooled."""
     if pool:
@@ -117,6 +106,139 @@ def draft_snapshot(
     )
 
 
+@dataclass
+class RoundState:
+    """What flows between the stages of one round; after L3 it holds the tables of the next version."""
+
+    parent: Snapshot
+    round: int
+    selected: pl.DataFrame  # the round's traces after attempt selection and retrieval reconstruction
+    workflow: pl.DataFrame
+    ordered: pl.DataFrame
+    couse: pl.DataFrame
+    unused: pl.DataFrame
+    edges: pl.DataFrame
+    nodes: pl.DataFrame
+    tokens: pl.DataFrame
+    revisions: pl.DataFrame
+    counters: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def prepare_round(
+    parent: Snapshot, traces: pl.DataFrame, config: EvolutionConfig, retrieval: RetrievalConfig
+) -> RoundState:
+    """Attempt selection, retrieval reconstruction against the parent, and the window's evidence."""
+    t = time.perf_counter()
+    selected = select_attempts(traces, config.pool_attempts).with_columns(
+        success=pl.col("reward") >= config.success_threshold
+    )
+    selected = fill_retrieval(selected, Retriever(parent, retrieval))
+    timings = {"select_and_reconstruct": time.perf_counter() - t}
+    t = time.perf_counter()
+    state = RoundState(
+        parent=parent,
+        round=parent.round + 1,
+        selected=selected,
+        workflow=workflow_witness(selected),
+        ordered=ordered_pairs(selected),
+        couse=co_use(selected),
+        unused=surfaced_unused(selected, config.surfaced_min),
+        edges=parent.edges,
+        nodes=parent.nodes,
+        tokens=parent.tokens,
+        revisions=pl.DataFrame(schema=REVISION_SCHEMA),
+        timings=timings,
+    )
+    state.timings["evidence"] = time.perf_counter() - t
+    state.counters["traces"] = {
+        "in_window": traces.height,
+        "selected": selected.height,
+        "successful": int(selected["success"].sum()),
+        "failed": int((~selected["success"]).sum()),
+        "retrieval_reconstructed": int(selected["retrieval_reconstructed"].sum()),
+        "simulated": int(selected["simulated"].sum()),
+        "real": int((~selected["simulated"]).sum()),
+        "unordered_used": int((~selected["used_ordered"]).sum()),
+    }
+    return state
+
+
+def l1_stage(state: RoundState, config: EvolutionConfig) -> RoundState:
+    """L1 topology update (in place on `state`; a no-op when the layer is switched off)."""
+    t = time.perf_counter()
+    if config.l1_topology:
+        l1 = topology_update(
+            state.edges, state.parent.nodes, state.workflow, state.ordered, state.couse, config, state.round
+        )
+        state.edges = l1.edges
+        state.counters["l1"] = l1.counters
+    state.timings["l1"] = time.perf_counter() - t
+    return state
+
+
+def l2_stage(state: RoundState, config: EvolutionConfig) -> RoundState:
+    """L2 edge-weight update (in place on `state`)."""
+    t = time.perf_counter()
+    if config.l2_weights:
+        l2 = weight_update(
+            state.edges, state.workflow, state.ordered, state.couse, state.unused, config, state.round
+        )
+        state.edges = l2.edges
+        state.counters["l2"] = l2.counters
+    state.timings["l2"] = time.perf_counter() - t
+    return state
+
+
+def l3_stage(
+    state: RoundState, config: EvolutionConfig, retrieval: RetrievalConfig, editor: Editor | None = None
+) -> RoundState:
+    """L3 description update on the round's graph (in place on `state`)."""
+    t = time.perf_counter()
+    if config.l3_descriptions:
+        parent, edges = state.parent, state.edges
+        draft = Retriever(draft_snapshot(parent, state.nodes, state.tokens, edges), retrieval)
+
+        def rebuild(new_nodes: pl.DataFrame, new_tokens: pl.DataFrame) -> Retriever:
+            return Retriever(draft_snapshot(parent, new_nodes, new_tokens, edges), retrieval)
+
+        l3 = description_update(draft, state.selected, config, retrieval.top_n, editor, rebuild)
+        state.nodes, state.tokens, state.revisions = l3.nodes, l3.tokens, l3.revisions
+        state.counters["l3"] = l3.counters
+    state.timings["l3"] = time.perf_counter() - t
+    return state
+
+
+def commit_round(
+    store: SnapshotStore,
+    state: RoundState,
+    window: str,
+    config: EvolutionConfig,
+    retrieval: RetrievalConfig,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Commit the round as a child of its parent; the manifest records window, configs and counters."""
+    parent_config = state.parent.manifest.get("config", {})
+    total = sum(state.timings.values())
+    return commit_derived(
+        store,
+        state.parent,
+        state.edges,
+        kind="evolved",
+        nodes=state.nodes,
+        tokens=state.tokens,
+        extra={
+            "round": state.round,
+            "window": window,
+            "config": {**parent_config, "evolution": asdict(config), "retrieval": asdict(retrieval)},
+            "counters": state.counters,
+            "timings_s": {**{k: round(v, 4) for k, v in state.timings.items()}, "total": round(total, 4)},
+            **(extra or {}),
+        },
+        extra_tables={ROUND_TRACES: state.selected, REVISIONS: state.revisions},
+    )
+
+
 def evolve_round(
     parent: Snapshot,
     traces: pl.DataFrame,
@@ -124,80 +246,32 @@ def evolve_round(
     retrieval: RetrievalConfig | None = None,
     editor: Editor | None = None,
     progress: Progress | None = None,
-) -> RoundResult:
+) -> RoundState:
     """The pure core of a round (no store access): tables of the next version and the counters."""
     config = config or EvolutionConfig()
     retrieval = retrieval or RetrievalConfig()
     say = progress or (lambda _msg: None)
-    round_ = parent.round + 1
-    timings: dict[str, float] = {}
-    t = time.perf_counter()
-
-    selected = select_attempts(traces, config.pool_attempts).with_columns(
-        success=pl.col("reward") >= config.success_threshold
-    )
-    retriever = Retriever(parent, retrieval)
-    selected = fill_retrieval(selected, retriever)
-    timings["select_and_reconstruct"] = time.perf_counter() - t
-    n_rec = int(selected["retrieval_reconstructed"].sum())
+    state = prepare_round(parent, traces, config, retrieval)
+    t = state.counters["traces"]
     say(
-        f"round {round_}: {selected.height} of {traces.height} traces kept, "
-        f"{n_rec} with reconstructed retrieval"
+        f"round {state.round}: {t['selected']} of {t['in_window']} traces kept, "
+        f"{t['retrieval_reconstructed']} with reconstructed retrieval"
     )
-
-    t = time.perf_counter()
-    wf, ordered, couse = workflow_witness(selected), ordered_pairs(selected), co_use(selected)
-    unused = surfaced_unused(selected, config.surfaced_min)
-    timings["evidence"] = time.perf_counter() - t
-
-    counters: dict[str, Any] = {
-        "traces": {
-            "in_window": traces.height,
-            "selected": selected.height,
-            "successful": int(selected["success"].sum()),
-            "failed": int((~selected["success"]).sum()),
-            "retrieval_reconstructed": n_rec,
-            "simulated": int(selected["simulated"].sum()),
-            "real": int((~selected["simulated"]).sum()),
-            "unordered_used": int((~selected["used_ordered"]).sum()),
-        }
-    }
-    edges = parent.edges
-    t = time.perf_counter()
-    if config.l1_topology:
-        l1 = topology_update(edges, parent.nodes, wf, ordered, couse, config, round_)
-        edges = l1.edges
-        counters["l1"] = l1.counters
+    l1_stage(state, config)
+    if "l1" in state.counters:
         say(
-            "L1: " + ", ".join(f"{rule} +{c['induced']}" for rule, c in l1.counters.items() if "induced" in c)
+            "L1: "
+            + ", ".join(f"{r} +{c['induced']}" for r, c in state.counters["l1"].items() if "induced" in c)
         )
-    timings["l1"] = time.perf_counter() - t
-    t = time.perf_counter()
-    if config.l2_weights:
-        l2 = weight_update(edges, wf, ordered, couse, unused, config, round_)
-        edges = l2.edges
-        counters["l2"] = l2.counters
-        say(
-            f"L2: {l2.counters['edges_reinforced']} reinforced, "
-            f"{l2.counters['semantic_edges_attenuated']} semantic in-edges attenuated"
-        )
-    timings["l2"] = time.perf_counter() - t
-
-    nodes, tokens = parent.nodes, parent.tokens
-    revisions = pl.DataFrame(schema=REVISION_SCHEMA)
-    t = time.perf_counter()
-    if config.l3_descriptions:
-        draft = Retriever(draft_snapshot(parent, nodes, tokens, edges), retrieval)
-
-        def rebuild(new_nodes: pl.DataFrame, new_tokens: pl.DataFrame) -> Retriever:
-            return Retriever(draft_snapshot(parent, new_nodes, new_tokens, edges), retrieval)
-
-        l3 = description_update(draft, selected, config, retrieval.top_n, editor, rebuild)
-        nodes, tokens, revisions = l3.nodes, l3.tokens, l3.revisions
-        counters["l3"] = l3.counters
-        say(f"L3: {l3.counters['committed']} description(s) committed of {l3.counters['examined']} examined")
-    timings["l3"] = time.perf_counter() - t
-    return RoundResult(nodes, tokens, edges, selected, revisions, counters, timings)
+    l2_stage(state, config)
+    if "l2" in state.counters:
+        c = state.counters["l2"]
+        say(f"L2: {c['edges_reinforced']} reinforced, {c['semantic_edges_attenuated']} semantic halved")
+    l3_stage(state, config, retrieval, editor)
+    if "l3" in state.counters:
+        c = state.counters["l3"]
+        say(f"L3: {c['committed']} description(s) committed of {c['examined']} examined")
+    return state
 
 
 def evolve(
@@ -216,26 +290,5 @@ def evolve(
     retrieval = retrieval or RetrievalConfig()
     parent = store.load(from_version)
     window_traces = TraceStore(store).load(window) if traces is None else traces
-    t0 = time.perf_counter()
-    result = evolve_round(parent, window_traces, config, retrieval, editor, progress)
-    parent_config = parent.manifest.get("config", {})
-    manifest = commit_derived(
-        store,
-        parent,
-        result.edges,
-        kind="evolved",
-        nodes=result.nodes,
-        tokens=result.tokens,
-        extra={
-            "round": parent.round + 1,
-            "window": window,
-            "config": {**parent_config, "evolution": asdict(config), "retrieval": asdict(retrieval)},
-            "counters": result.counters,
-            "timings_s": {
-                **{k: round(v, 4) for k, v in result.timings.items()},
-                "total": round(time.perf_counter() - t0, 4),
-            },
-        },
-        extra_tables={ROUND_TRACES: result.traces, REVISIONS: result.revisions},
-    )
-    return manifest
+    state = evolve_round(parent, window_traces, config, retrieval, editor, progress)
+    return commit_round(store, state, window, config, retrieval)

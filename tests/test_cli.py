@@ -122,8 +122,11 @@ def test_evolve_settings_and_errors(tmp_path):
     store = tmp_path / "store"
     run("build", "--store", store, "--quiet")
     run("ingest", DATA_DIR / "traces", "--store", store, "--window", "w1")
-    m = json.loads(run("evolve", "--store", store, "--window", "w1", "--no-l3", "--set", "theta_avoid=3",
-                       "--json").output)
+    m = json.loads(
+        run(
+            "evolve", "--store", store, "--window", "w1", "--no-l3", "--set", "theta_avoid=3", "--json"
+        ).output
+    )
     assert m["config"]["evolution"]["theta_avoid"] == 3 and "l3" not in m["counters"]
     bad = run("evolve", "--store", store, "--window", "w1", "--set", "zzz=1", ok=False)
     assert bad.exit_code != 0 and "unknown setting" in bad.output

@@ -28,7 +28,10 @@ def test_native_record_defaults_and_extras():
     assert (r.agent, r.attempt, r.reward_source) == ("default", 1, "reward")
     assert r.timestamp == "2026-11-29T01:00:00Z" and r.extra == {"model_cost": 0.3}
     assert parse_native({**OK, "used": ["a", "b", "a"]}).used == ["a", "b"]  # first-use order
-    r = parse_native({k: v for k, v in OK.items() if k != "reward"} | {"ctrf": {"results": {"summary": {"tests": 4, "passed": 3}}}})
+    r = parse_native(
+        {k: v for k, v in OK.items() if k != "reward"}
+        | {"ctrf": {"results": {"summary": {"tests": 4, "passed": 3}}}}
+    )
     assert r.reward == 0.75 and r.reward_source == "ctrf"
     no_id = {k: v for k, v in OK.items() if k != "trace_id"}
     assert parse_native(no_id).trace_id == parse_native(dict(no_id)).trace_id  # stable derived id

@@ -1,0 +1,216 @@
+"""Cold-start assets (SPEC §2 stages 1-3 and the version they make): unpartitioned.
+
+skill_nodes -> semantic_edges -> transition_matrix -> cold_start_snapshot. The last one commits a version
+with `SnapshotStore.write`, the same manifest `segos build` writes, so the CLI lists and loads it.
+"""
+
+# No `from __future__ import annotations`: Dagster inspects these signatures at runtime.
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import polars as pl
+import scipy.sparse as sp
+from dagster import (
+    AssetExecutionContext,
+    DataVersion,
+    MetadataValue,
+    Output,
+    asset,
+)
+
+from segos_pipeline.edges import counts_by_relation
+from segos_pipeline.lexicon import token_table
+from segos_pipeline.parsing import parse_library
+from segos_pipeline.stages import (
+    commit_cold_start,
+    content_hash,
+    semantic_stage,
+    stats_frame,
+    stats_from_frame,
+    transition_health,
+)
+from segos_pipeline.transition import transition_matrix as build_transition
+
+from . import checks
+from .resources import BuildSettings, SegosPaths
+
+GROUP = "cold_start"
+
+
+def problems_markdown(report: pl.DataFrame, limit: int = 50) -> str:
+    """The build report as a Markdown table (problems are rare; the full list is in the version)."""
+    if report.is_empty():
+        return "No problems: every package parsed cleanly."
+    cols = [c for c in ("severity", "file", "problem", "action") if c in report.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for row in report.head(limit).iter_rows(named=True):
+        cells = [str(row[c]).replace("|", "\\|").replace("\n", " ") for c in cols]
+        lines.append("| " + " | ".join(cells) + " |")
+    if report.height > limit:
+        lines.append(f"\n… and {report.height - limit} more (`segos report <version>`)")
+    return "\n".join(lines)
+
+
+def version_record(manifest: dict[str, Any], store_root: str) -> dict[str, Any]:
+    """What a snapshot asset passes downstream: the version id and where it lives (not the tables)."""
+    return {
+        "version": manifest["version"],
+        "parent": manifest.get("parent"),
+        "kind": manifest.get("kind"),
+        "round": manifest.get("round", 0),
+        "window": manifest.get("window"),
+        "store": store_root,
+        "committed": True,
+        "files_sha256": content_hash(manifest["files"]),
+    }
+
+
+@asset(
+    group_name=GROUP,
+    code_version="1",
+    check_specs=[checks.unique_ids_spec("skill_nodes")],
+    description="Parse every SKILL.md under the library root into the node table, its tokens and the "
+    "build report (stage 1). Output: {nodes, tokens, report} Parquet tables.",
+)
+def skill_nodes(
+    context: AssetExecutionContext, segos: SegosPaths, build_settings: BuildSettings
+) -> Iterator[Any]:
+    config = build_settings.config()
+    t0 = time.perf_counter()
+    parsed = parse_library(segos.library(), config.parse)
+    tokens = token_table(parsed.nodes)
+    tables = {"nodes": parsed.nodes, "tokens": tokens, "report": parsed.report}
+    severity = (
+        {str(k): int(v) for k, v in parsed.report.group_by("severity").len().iter_rows()}
+        if parsed.report.height
+        else {}
+    )
+    yield Output(
+        tables,
+        data_version=DataVersion(content_hash(tables)),
+        metadata={
+            "dagster/row_count": parsed.nodes.height,
+            "skills": parsed.nodes.height,
+            "token_rows": tokens.height,
+            "problems": parsed.report.height,
+            "problems_by_severity": MetadataValue.json(severity),
+            "problems_table": MetadataValue.md(problems_markdown(parsed.report)),
+            "library_root": MetadataValue.path(str(segos.library())),
+            "parse_seconds": round(time.perf_counter() - t0, 4),
+        },
+    )
+    yield checks.check_unique_ids("skill_nodes", parsed.nodes)
+
+
+@asset(
+    group_name=GROUP,
+    code_version="1",
+    check_specs=[checks.edge_invariants_spec("semantic_edges")],
+    description="Signature-token Jaccard kNN edges (stage 2). Output: {edges, stats} Parquet tables.",
+)
+def semantic_edges(
+    context: AssetExecutionContext, skill_nodes: dict[str, pl.DataFrame], build_settings: BuildSettings
+) -> Iterator[Any]:
+    nodes = skill_nodes["nodes"]
+    edges, stats = semantic_stage(nodes, skill_nodes["tokens"], build_settings.config())
+    tables = {"edges": edges, "stats": stats_frame(stats)}
+    yield Output(
+        tables,
+        data_version=DataVersion(content_hash(tables)),
+        metadata={
+            "dagster/row_count": edges.height,
+            "edges": stats.directed_edges,
+            "unordered_pairs": stats.unordered_pairs,
+            "mutual_pairs": stats.mutual_pairs,
+            "max_degree": stats.max_degree,
+            "isolated_skills": stats.isolated,
+            "df_cap": stats.df_cap,
+            "capped_tokens": stats.capped_tokens,
+            "edges_by_relation": MetadataValue.json(counts_by_relation(edges)),
+        },
+    )
+    yield checks.check_edges("semantic_edges", edges, nodes["id"])
+
+
+@asset(
+    group_name=GROUP,
+    code_version="1",
+    check_specs=[checks.transition_spec("transition_matrix")],
+    description="Reverse-aware, row-normalised CSR operator over the traversable edges (stage 3).",
+)
+def transition_matrix(
+    context: AssetExecutionContext,
+    skill_nodes: dict[str, pl.DataFrame],
+    semantic_edges: dict[str, pl.DataFrame],
+    build_settings: BuildSettings,
+) -> Iterator[Any]:
+    matrix = build_transition(
+        semantic_edges["edges"], skill_nodes["nodes"]["id"], build_settings.config().transition
+    )
+    health = transition_health(matrix)
+    yield Output(
+        matrix,
+        data_version=DataVersion(content_hash(matrix)),
+        metadata={
+            "nnz": health["nnz"],
+            "rows": health["rows"],
+            "rows_empty": health["rows_empty"],
+            "rows_stochastic": health["rows_stochastic"],
+        },
+    )
+    yield checks.check_transition("transition_matrix", matrix)
+
+
+@asset(
+    group_name=GROUP,
+    code_version="1",
+    check_specs=[checks.manifest_spec("cold_start_snapshot")],
+    description="Commit the cold-start version (round 0) to the snapshot store, as `segos build` does. "
+    "Output: the version record (id, store); the tables live in STORE/versions/<id>/.",
+)
+def cold_start_snapshot(
+    context: AssetExecutionContext,
+    skill_nodes: dict[str, pl.DataFrame],
+    semantic_edges: dict[str, pl.DataFrame],
+    transition_matrix: sp.csr_matrix,
+    segos: SegosPaths,
+    build_settings: BuildSettings,
+) -> Iterator[Any]:
+    store = segos.store()
+    t0 = time.perf_counter()
+    manifest = commit_cold_start(
+        store,
+        library_root=segos.library(),
+        nodes=skill_nodes["nodes"],
+        tokens=skill_nodes["tokens"],
+        report=skill_nodes["report"],
+        edges=semantic_edges["edges"],
+        stats=stats_from_frame(semantic_edges["stats"]),
+        transition=transition_matrix,
+        config=build_settings.config(),
+        # the run that made the version: from a manifest one can find its Dagster run and back
+        extra={
+            "orchestrator": {"name": "dagster", "run_id": context.run.run_id, "asset": "cold_start_snapshot"}
+        },
+    )
+    record = version_record(manifest, str(store.root))
+    counts = manifest["counts"]
+    context.log.info(f"committed {manifest['version']} to {store.root}")
+    yield Output(
+        record,
+        # the files' hashes, not the version id: rebuilding identical content is not a data change
+        data_version=DataVersion(record["files_sha256"]),
+        metadata={
+            "version": manifest["version"],
+            "path": MetadataValue.path(str(store.versions_dir / manifest["version"])),
+            "skills": counts["skills"],
+            "edges": counts["edges"],
+            "transition_nnz": counts["transition_nnz"],
+            "problems": counts["problems"],
+            "edges_by_relation": MetadataValue.json(counts["edges_by_relation"]),
+            "write_seconds": round(time.perf_counter() - t0, 4),
+        },
+    )
+    yield checks.check_manifest("cold_start_snapshot", store, manifest["version"])

@@ -1,0 +1,391 @@
+"""Evolution assets: one daily time-window partition per evolution window (SPEC §2 stages 4-8, §9).
+
+    traces ─▶ topology_update ─▶ edge_weights ─▶ descriptions ─▶ graph_snapshot ─▶ edge_diff
+                                                                   ▲      │      └─▶ replay_report
+                                                   (window d-1) ───┘      (self-dependency)
+
+`graph_snapshot[d]` depends on `graph_snapshot[d-1]` (a self-dependency), so round-to-round lineage is
+declared, backfills run windows in order, and the first window starts from `cold_start_snapshot`.
+
+L1 → L2 → L3 → commit run as ONE step (a multi-asset with four outputs). They cannot be separate
+steps: each needs the parent version, and in Dagster only an asset itself may depend on its previous
+partition; `topology_update[d]` depending on `graph_snapshot[d-1]` would be a cycle between keys.
+Each stage still is its own asset with its own output, metadata, checks and code version.
+"""
+
+# No `from __future__ import annotations`: Dagster inspects these signatures at runtime.
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import polars as pl
+from dagster import (
+    AssetExecutionContext,
+    AssetIn,
+    AssetKey,
+    AssetOut,
+    DailyPartitionsDefinition,
+    DataVersion,
+    Failure,
+    MetadataValue,
+    Output,
+    TimeWindowPartitionMapping,
+    asset,
+    multi_asset,
+)
+
+from segos_pipeline.adapters import iter_records
+from segos_pipeline.descriptions import REVISION_SCHEMA
+from segos_pipeline.diff import counts_by_relation as diff_counts_by_relation
+from segos_pipeline.diff import diff_versions, to_markdown
+from segos_pipeline.edges import counts_by_relation, violations
+from segos_pipeline.ingest import TraceStore, empty_traces
+from segos_pipeline.stages import (
+    commit_round,
+    content_hash,
+    l1_stage,
+    l2_stage,
+    l3_stage,
+    prepare_round,
+    replay_metrics,
+)
+
+from . import checks
+from .cold_start import version_record
+from .resources import EvolutionSettings, RetrievalSettings, SegosPaths
+
+GROUP = "evolution"
+# The demo traces are windows 2026-11-27 and 2026-11-28; a window's partition exists once its day ended.
+windows = DailyPartitionsDefinition(start_date="2026-11-27")
+PREVIOUS_WINDOW = TimeWindowPartitionMapping(start_offset=-1, end_offset=-1)
+
+
+def flat_counters(counters: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    """{"workflow": {"induced": 3}} -> {"workflow.induced": 3}: one plottable number per rule counter."""
+    out: dict[str, float] = {}
+    for key, value in counters.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flat_counters(value, f"{name}."))
+        elif isinstance(value, bool):
+            out[name] = int(value)
+        elif isinstance(value, int | float):
+            out[name] = value
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ traces
+
+
+@asset(
+    group_name=GROUP,
+    partitions_def=windows,
+    code_version="1",
+    ins={"cold_start_snapshot": AssetIn()},
+    description="Ingest the window's landing file (<landing_dir>/<YYYY-MM-DD>.jsonl, native format) into "
+    "the store's trace table for the window: validated, quarantined with reasons, idempotent on trace id "
+    "(stage 4). Output: the window's trace table.",
+)
+def traces(
+    context: AssetExecutionContext, cold_start_snapshot: dict[str, Any], segos: SegosPaths
+) -> Iterator[Any]:
+    window = context.partition_key
+    store = segos.store()
+    trace_store = TraceStore(store)
+    landing = segos.landing_file(window)
+    meta: dict[str, Any] = {"landing_file": MetadataValue.path(str(landing))}
+    if landing.is_file():
+        # Skill names resolve against the cold-start version: the node set never changes in evolution.
+        report = trace_store.ingest(
+            iter_records(landing, "native"), window=window, version=cold_start_snapshot["version"]
+        )
+        meta.update(
+            read=report.read,
+            accepted=report.accepted,
+            duplicates=report.duplicates,
+            quarantined=report.quarantined,
+            quarantine_reasons=MetadataValue.json(report.quarantine_reasons),
+            unknown_skills=MetadataValue.json(report.unknown_skills),
+        )
+    else:
+        context.log.warning(f"no landing file {landing}: the window keeps what was ingested before")
+        meta.update(read=0, accepted=0, duplicates=0, quarantined=0)
+    table = trace_store.load(window) if window in trace_store.windows() else empty_traces()
+    meta.update(
+        {
+            "dagster/row_count": table.height,
+            "window_traces": table.height,
+            "window_quarantine_total": len(trace_store.quarantine(window)),
+        }
+    )
+    yield Output(table, data_version=DataVersion(content_hash(table)), metadata=meta)
+
+
+# ----------------------------------------------------------------------------------- the round (L1-L3)
+
+
+def _edge_meta(edges: pl.DataFrame) -> dict[str, Any]:
+    by_rel = counts_by_relation(edges)
+    return {
+        "dagster/row_count": edges.height,
+        "edges": edges.height,
+        **{f"edges.{rel}": n for rel, n in by_rel.items()},
+    }
+
+
+def _revisions_markdown(revisions: pl.DataFrame, limit: int = 20) -> str:
+    done = revisions.filter(pl.col("committed")) if revisions.height else revisions
+    if done.is_empty():
+        return "No description committed this round."
+    lines = ["| skill | rank before | rank after | after |", "|---|---|---|---|"]
+    for r in done.head(limit).iter_rows(named=True):
+        after = str(r["after"]).replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| `{r['skill']}` | {r['rank_before']} | {r['rank_after']} | {after} |")
+    return "\n".join(lines)
+
+
+@multi_asset(
+    group_name=GROUP,
+    partitions_def=windows,
+    outs={
+        "topology_update": AssetOut(
+            code_version="1",
+            description="L1: the edge table after workflow / dependency / avoid induction and avoid "
+            "retraction (stage 5). Per-rule counters as metadata.",
+        ),
+        "edge_weights": AssetOut(
+            code_version="1",
+            description="L2: the edge table after reinforcement and attenuation (stage 6).",
+        ),
+        "descriptions": AssetOut(
+            code_version="1",
+            description="L3: every description revision tried this round, committed or not, with its "
+            "evidence and gates (stage 7).",
+        ),
+        "graph_snapshot": AssetOut(
+            code_version="1",
+            description="The window's version committed to the snapshot store, child of the previous "
+            "window's version (the cold start for the first window) (stage 8). Output: version record.",
+        ),
+    },
+    ins={
+        "traces": AssetIn(),
+        "previous": AssetIn("graph_snapshot", partition_mapping=PREVIOUS_WINDOW),
+        "cold_start_snapshot": AssetIn(),
+    },
+    internal_asset_deps={
+        "topology_update": {AssetKey("traces"), AssetKey("cold_start_snapshot")},
+        "edge_weights": {AssetKey("topology_update")},
+        "descriptions": {AssetKey("edge_weights")},
+        "graph_snapshot": {
+            AssetKey("descriptions"),
+            AssetKey("graph_snapshot"),
+            AssetKey("cold_start_snapshot"),
+        },
+    },
+    check_specs=[
+        checks.edge_invariants_spec("topology_update"),
+        checks.edge_invariants_spec("edge_weights"),
+        checks.unique_ids_spec("descriptions"),
+        checks.manifest_spec("graph_snapshot"),
+        checks.transition_spec("graph_snapshot"),
+    ],
+)
+def evolution_round(
+    context: AssetExecutionContext,
+    traces: pl.DataFrame,
+    previous: dict[str, Any] | None,
+    cold_start_snapshot: dict[str, Any],
+    segos: SegosPaths,
+    evolution_settings: EvolutionSettings,
+    retrieval_settings: RetrievalSettings,
+) -> Iterator[Any]:
+    window = context.partition_key
+    store = segos.store()
+    config, retrieval = evolution_settings.config(), retrieval_settings.config()
+    parent_id = previous["version"] if previous else cold_start_snapshot["version"]
+    parent = store.load(parent_id)  # verifies the parent's hashes: a damaged parent stops the round
+    context.log.info(f"window {window}: parent {parent_id} (round {parent.round}), {traces.height} traces")
+    ids = parent.nodes["id"]
+
+    if traces.is_empty():
+        # Nothing to learn from: carry the parent forward instead of committing an identical version,
+        # so the chain of windows stays unbroken without empty versions.
+        yield from _unchanged(parent_id, parent, store, window)
+        return
+
+    state = prepare_round(parent, traces, config, retrieval)
+
+    l1_stage(state, config)
+    yield from _stage_output("topology_update", state.edges, ids, {"counters": state.counters.get("l1", {})})
+
+    l2_stage(state, config)
+    yield from _stage_output("edge_weights", state.edges, ids, {"counters": state.counters.get("l2", {})})
+
+    l3_stage(state, config, retrieval)
+    l3 = state.counters.get("l3", {})
+    yield Output(
+        state.revisions,
+        output_name="descriptions",
+        data_version=DataVersion(content_hash(state.revisions)),
+        metadata={
+            "dagster/row_count": state.revisions.height,
+            **flat_counters(l3),
+            "committed_revisions": MetadataValue.md(_revisions_markdown(state.revisions)),
+        },
+    )
+    yield checks.check_unique_ids("descriptions", state.nodes)
+
+    manifest = commit_round(
+        store,
+        state,
+        window,
+        config,
+        retrieval,
+        extra={"orchestrator": {"name": "dagster", "run_id": context.run.run_id, "partition": window}},
+    )
+    vid = manifest["version"]
+    context.log.info(f"committed {vid} (parent {parent_id}) to {store.root}")
+    record = {**version_record(manifest, str(store.root)), "window": window}
+    counts = manifest["counts"]
+    yield Output(
+        record,
+        output_name="graph_snapshot",
+        data_version=DataVersion(record["files_sha256"]),
+        metadata={
+            "version": vid,
+            "parent": parent_id,
+            "round": manifest["round"],
+            "path": MetadataValue.path(str(store.versions_dir / vid)),
+            "skills": counts["skills"],
+            "edges": counts["edges"],
+            "transition_nnz": counts["transition_nnz"],
+            **{f"edges.{rel}": n for rel, n in counts["edges_by_relation"].items()},
+            **flat_counters(state.counters),
+            "counters": MetadataValue.json(state.counters),
+            "timings_s": MetadataValue.json(manifest.get("timings_s", {})),
+        },
+    )
+    yield checks.check_manifest("graph_snapshot", store, vid)
+    yield checks.check_transition("graph_snapshot", store.load(vid, verify=False).transition)
+
+
+def _stage_output(name: str, edges: pl.DataFrame, ids: pl.Series, extra: dict[str, Any]) -> Iterator[Any]:
+    """An edge-table stage: a blocking invariant check first, so a bad table stops the round uncommitted."""
+    result = checks.check_edges(name, edges, ids)
+    yield Output(
+        edges,
+        output_name=name,
+        data_version=DataVersion(content_hash(edges)),
+        metadata={
+            **_edge_meta(edges),
+            **flat_counters(extra["counters"]),
+            "counters": MetadataValue.json(extra["counters"]),
+        },
+    )
+    yield result
+    if not result.passed:
+        bad = {k: v for k, v in violations(edges, ids).items() if v}
+        raise Failure(f"{name} broke edge-table invariants {json.dumps(bad)}; the round commits nothing")
+
+
+def _unchanged(parent_id: str, parent: Any, store: Any, window: str) -> Iterator[Any]:
+    ids = parent.nodes["id"]
+    yield from _stage_output("topology_update", parent.edges, ids, {"counters": {}})
+    yield from _stage_output("edge_weights", parent.edges, ids, {"counters": {}})
+    revisions = pl.DataFrame(schema=REVISION_SCHEMA)
+    yield Output(
+        revisions,
+        output_name="descriptions",
+        data_version=DataVersion(content_hash(revisions)),
+        metadata={"dagster/row_count": 0, "committed": 0},
+    )
+    yield checks.check_unique_ids("descriptions", parent.nodes)
+    record = {
+        **version_record(parent.manifest, str(store.root)),
+        "parent": parent_id,  # diffing parent -> version then shows no change
+        "window": window,
+        "committed": False,
+    }
+    yield Output(
+        record,
+        output_name="graph_snapshot",
+        data_version=DataVersion(record["files_sha256"]),
+        metadata={"version": parent_id, "parent": parent_id, "committed": False, "note": "no traces"},
+    )
+    yield checks.check_manifest("graph_snapshot", store, parent_id)
+    yield checks.check_transition("graph_snapshot", parent.transition)
+
+
+# -------------------------------------------------------------------------------------- diff and replay
+
+
+@asset(
+    group_name=GROUP,
+    partitions_def=windows,
+    code_version="1",
+    description="What the window changed: edges added / removed / reweighted / retyped and descriptions "
+    "changed, from the parent version to the window's version (SPEC §9 JSON shape).",
+)
+def edge_diff(
+    context: AssetExecutionContext, graph_snapshot: dict[str, Any], segos: SegosPaths
+) -> Iterator[Any]:
+    store = segos.store()
+    diff = diff_versions(store.load(graph_snapshot["parent"]), store.load(graph_snapshot["version"]))
+    counts = diff["counts"]
+    yield Output(
+        diff,
+        data_version=DataVersion(content_hash(diff)),
+        metadata={
+            "from": diff["from"],
+            "to": diff["to"],
+            **{k: int(v) for k, v in counts.items()},
+            "changes": int(
+                counts["added"] + counts["removed"] + counts["reweighted"] + counts["descriptions"]
+            ),
+            "by_relation": MetadataValue.json(diff_counts_by_relation(diff)),
+            "largest_changes": MetadataValue.md(to_markdown(diff, 15)),
+        },
+    )
+
+
+@asset(
+    group_name=GROUP,
+    partitions_def=windows,
+    code_version="1",
+    description="Replay metrics of the window's version on the configured query set (hit@k, recall@k, "
+    "COMP@k, MRR, mean best rank, latency) as numbers the UI plots across windows.",
+)
+def replay_report(
+    context: AssetExecutionContext,
+    graph_snapshot: dict[str, Any],
+    segos: SegosPaths,
+    retrieval_settings: RetrievalSettings,
+) -> Iterator[Any]:
+    store = segos.store()
+    snapshot = store.load(graph_snapshot["version"])
+    result = replay_metrics(snapshot, segos.queries_path(), segos.replay_k, retrieval_settings.config())
+    k = result["k"]
+    numbers = {
+        f"hit@{k}": float(result["hit"]),
+        f"recall@{k}": float(result["recall"]),
+        f"comp@{k}": float(result["comp"]),
+        "mrr": float(result["mrr"]),
+        "queries": int(result["n"]),
+        "latency_ms_p50": float(result["latency_ms"]["p50"]),
+        "latency_ms_p95": float(result["latency_ms"]["p95"]),
+    }
+    if result["mean_best_rank"] is not None:  # None when nothing hit: leave the plot's point out
+        numbers["mean_best_rank"] = float(result["mean_best_rank"])
+    stable = {k2: v for k2, v in result.items() if k2 != "latency_ms"}  # latency is not content
+    yield Output(
+        result,
+        data_version=DataVersion(content_hash(stable)),
+        metadata={
+            "version": graph_snapshot["version"],
+            "query_set": MetadataValue.path(str(segos.queries_path())),
+            **numbers,
+            "unknown_gold": MetadataValue.json(result["unknown_gold"]),
+        },
+    )

@@ -1,0 +1,149 @@
+"""Resources: where the data lives and which configuration the stages run with.
+
+Every default points at the project's own `data/` folder so a fresh clone materializes with no setup.
+Relative paths are resolved against the project root (not the process CWD: the webserver, the daemon and
+run workers may start elsewhere). The store defaults to `$SEGOS_STORE`, else `data/store`, exactly as the
+`segos` CLI does, so every version Dagster commits is one `segos versions` lists.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dagster import ConfigurableResource
+
+from segos_pipeline.config import (
+    BuildConfig,
+    EvolutionConfig,
+    GraphConfig,
+    RetrievalConfig,
+    TransitionConfig,
+)
+from segos_pipeline.paths import PROJECT_ROOT, default_store
+from segos_pipeline.snapshot import SnapshotStore
+
+
+def resolve(path: str | Path) -> Path:
+    """`path` as an absolute path; relative ones are taken from the project root."""
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else (PROJECT_ROOT / p).resolve()
+
+
+def resolve_store(store_root: str | None) -> Path:
+    """The configured store, else `$SEGOS_STORE` (read at run time, not import time), else data/store."""
+    return resolve(store_root) if store_root else resolve(default_store())
+
+
+class SegosPaths(ConfigurableResource):
+    """Locations of the skill library, the snapshot store, the trace landing folder and the query set."""
+
+    library_root: str = "data/library"
+    store_root: str | None = None  # None: $SEGOS_STORE, else data/store (as the CLI)
+    landing_dir: str = "data/traces"  # one native-format JSONL file per window: <YYYY-MM-DD>.jsonl
+    queries: str = "data/queries/demo.jsonl"  # query set with gold bundles for the replay report
+    replay_k: int = 5
+
+    def library(self) -> Path:
+        return resolve(self.library_root)
+
+    def store_path(self) -> Path:
+        return resolve_store(self.store_root)
+
+    def store(self) -> SnapshotStore:
+        return SnapshotStore(self.store_path())
+
+    def landing_file(self, window: str) -> Path:
+        return resolve(self.landing_dir) / f"{window}.jsonl"
+
+    def queries_path(self) -> Path:
+        return resolve(self.queries)
+
+
+def _set(**values: Any) -> dict[str, Any]:
+    """Only the settings the user gave: None means "the library's default"."""
+    return {k: v for k, v in values.items() if v is not None}
+
+
+class BuildSettings(ConfigurableResource):
+    """Cold-start overrides (None keeps the published default of `segos_pipeline.config`)."""
+
+    knn_k: int | None = None
+    gamma: dict[str, float] | None = None  # reverse coefficient per relation
+
+    def config(self) -> BuildConfig:
+        graph = GraphConfig(**_set(knn_k=self.knn_k))
+        transition = TransitionConfig(**_set(gamma=dict(self.gamma) if self.gamma else None))
+        return BuildConfig(graph=graph, transition=transition)
+
+
+class EvolutionSettings(ConfigurableResource):
+    """Evolution-round overrides (None keeps the default); see `EvolutionConfig` for their meaning."""
+
+    l1_topology: bool | None = None
+    l2_weights: bool | None = None
+    l3_descriptions: bool | None = None
+    success_threshold: float | None = None
+    pool_attempts: bool | None = None
+    zeta: float | None = None
+    theta_avoid: int | None = None
+    retract_min_successes: int | None = None
+    surfaced_min: int | None = None
+    attenuation: float | None = None
+    blend: bool | None = None
+    blend_n0: float | None = None
+    editor: str | None = None
+    editor_endpoint: str | None = None
+    editor_model: str | None = None
+
+    def config(self) -> EvolutionConfig:
+        return EvolutionConfig().with_overrides(**_set(**self._fields()))
+
+    def _fields(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in type(self).model_fields}
+
+
+class RetrievalSettings(ConfigurableResource):
+    """Retrieval overrides used to reconstruct traces' retrieval, gate L3 and replay the query set."""
+
+    seed_k: int | None = None
+    top_n: int | None = None
+    alpha: float | None = None
+    rerank_mu: float | None = None
+    reverse: bool | None = None
+    propagate: bool | None = None
+
+    def config(self) -> RetrievalConfig:
+        values = {name: getattr(self, name) for name in type(self).model_fields}
+        return RetrievalConfig().with_overrides(**_set(**values))
+
+
+def build_resources(
+    store_root: str | Path | None = None,
+    *,
+    library_root: str | Path | None = None,
+    landing_dir: str | Path | None = None,
+    queries: str | Path | None = None,
+    evolution: EvolutionSettings | None = None,
+    retrieval: RetrievalSettings | None = None,
+    build: BuildSettings | None = None,
+) -> dict[str, Any]:
+    """The resource dict of the code location; tests pass a tmp `store_root` and keep the rest."""
+    from .io_managers import SegosIOManager  # late: io_managers imports this module
+
+    store = str(store_root) if store_root is not None else None
+    paths = SegosPaths(
+        **_set(
+            store_root=store,
+            library_root=str(library_root) if library_root is not None else None,
+            landing_dir=str(landing_dir) if landing_dir is not None else None,
+            queries=str(queries) if queries is not None else None,
+        )
+    )
+    return {
+        "segos": paths,
+        "io_manager": SegosIOManager(store_root=store),
+        "build_settings": build or BuildSettings(),
+        "evolution_settings": evolution or EvolutionSettings(),
+        "retrieval_settings": retrieval or RetrievalSettings(),
+    }

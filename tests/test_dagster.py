@@ -1,0 +1,293 @@
+"""The Dagster code location: definitions, the cold-start chain and two consecutive evolution windows
+materialized on the project's `data/` with an ephemeral instance, checks, automation, and the CLI
+reading what Dagster committed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from dagster import (
+    AssetKey,
+    AssetSelection,
+    DagsterInstance,
+    DefaultScheduleStatus,
+    DefaultSensorStatus,
+    SkipReason,
+    build_schedule_context,
+    build_sensor_context,
+    materialize,
+)
+
+from assets.automation import trace_landing_sensor
+from assets.checks import check_edges
+from assets.definitions import ASSETS, defs
+from assets.evolution import windows
+from assets.resources import SegosPaths, build_resources
+from segos_pipeline.evolve import evolve
+from segos_pipeline.ingest import TraceStore
+from segos_pipeline.paths import PROJECT_ROOT
+from segos_pipeline.snapshot import SnapshotStore
+
+# Outputs carry data versions on purpose (a beta parameter); the schedule helper uses a deprecated call
+# inside Dagster itself. Neither is ours to fix.
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Parameter `data_version`"),
+    pytest.mark.filterwarnings("ignore:Function `.*run_request_for_partition`"),
+]
+
+W1, W2 = "2026-11-27", "2026-11-28"
+COLD = AssetSelection.groups("cold_start")
+EVOLUTION = AssetSelection.groups("evolution")
+BIN = Path(sys.executable).parent
+
+
+def run(
+    selection: AssetSelection, resources: dict[str, Any], instance: DagsterInstance, pk: str | None = None
+):
+    result = materialize(
+        ASSETS, selection=selection, partition_key=pk, instance=instance, resources=resources
+    )
+    assert result.success
+    return result
+
+
+def metadata(result: Any, asset: str) -> dict[str, Any]:
+    [mat] = [m for m in result.get_asset_materialization_events() if m.asset_key == AssetKey(asset)]
+    return {k: v.value for k, v in mat.materialization.metadata.items()}
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Cold start, then windows 2026-11-27 and 2026-11-28, into a tmp store (the demo data as input)."""
+    store = tmp_path_factory.mktemp("dagster-store")
+    resources = build_resources(store)
+    instance = DagsterInstance.ephemeral()
+    t0 = time.perf_counter()
+    cold = run(COLD, resources, instance)
+    w1 = run(EVOLUTION, resources, instance, W1)
+    w2 = run(EVOLUTION, resources, instance, W2)
+    return {
+        "store": store,
+        "resources": resources,
+        "instance": instance,
+        "cold": cold,
+        "w1": w1,
+        "w2": w2,
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def test_definitions_load() -> None:
+    graph = defs.resolve_asset_graph()
+    keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    assert keys == {
+        "skill_nodes",
+        "semantic_edges",
+        "transition_matrix",
+        "cold_start_snapshot",
+        "traces",
+        "topology_update",
+        "edge_weights",
+        "descriptions",
+        "graph_snapshot",
+        "edge_diff",
+        "replay_report",
+    }
+    for key in graph.get_all_asset_keys():
+        assert graph.get(key).code_version, f"{key} has no code_version"
+    # the self-dependency: each window's graph depends on the previous window's graph
+    assert AssetKey("graph_snapshot") in graph.get(AssetKey("graph_snapshot")).parent_keys
+    assert graph.get(AssetKey("graph_snapshot")).partitions_def == windows
+    assert defs.resolve_job_def("cold_start_job") and defs.resolve_job_def("evolution_job")
+    assert defs.resolve_schedule_def("nightly_evolution").default_status == DefaultScheduleStatus.STOPPED
+    assert defs.resolve_sensor_def("trace_landing_sensor").default_status == DefaultSensorStatus.STOPPED
+
+
+def test_workspace_validates(tmp_path: Path) -> None:
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}  # keep validate's temp instance out of the repo
+    proc = subprocess.run(
+        [str(BIN / "dagster"), "definitions", "validate", "-w", "workspace.yaml"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Validation successful" in proc.stdout + proc.stderr
+
+
+def test_windows_chain_versions(pipeline: dict[str, Any]) -> None:
+    store = SnapshotStore(pipeline["store"])
+    cold, v1, v2 = store.list_versions()
+    assert (cold["kind"], v1["kind"], v2["kind"]) == ("cold_start", "evolved", "evolved")
+    assert v1["parent"] == cold["version"] and v1["window"] == W1 and v1["round"] == 1
+    assert v2["parent"] == v1["version"] and v2["window"] == W2 and v2["round"] == 2
+    assert v2["orchestrator"]["partition"] == W2
+    # the version records the assets passed along name the same versions
+    snap_meta = metadata(pipeline["w2"], "graph_snapshot")
+    assert snap_meta["version"] == v2["version"] and snap_meta["parent"] == v1["version"]
+    assert metadata(pipeline["cold"], "cold_start_snapshot")["version"] == cold["version"]
+    # every intermediate lands inside the store, next to the versions
+    base = pipeline["store"] / "dagster"
+    assert (base / "transition_matrix" / "__all__.npz").is_file()
+    assert (base / "skill_nodes" / "__all__" / "nodes.parquet").is_file()
+    assert (base / "edge_weights" / f"{W2}.parquet").is_file()
+    assert json.loads((base / "graph_snapshot" / f"{W2}.json").read_text())["version"] == v2["version"]
+    assert pipeline["seconds"] < 60
+
+
+def test_metadata_and_diff(pipeline: dict[str, Any]) -> None:
+    nodes = metadata(pipeline["cold"], "skill_nodes")
+    assert nodes["dagster/row_count"] > 0 and nodes["problems"] > 0
+    assert "| severity |" in nodes["problems_table"]
+    edges = metadata(pipeline["cold"], "semantic_edges")
+    assert edges["edges"] > 0 and edges["unordered_pairs"] > 0 and edges["max_degree"] >= 1
+    assert metadata(pipeline["cold"], "transition_matrix")["nnz"] > 0
+
+    traces = metadata(pipeline["w2"], "traces")
+    assert traces["accepted"] > 0 and traces["quarantined"] > 0 and traces["quarantine_reasons"]
+    l1 = metadata(pipeline["w1"], "topology_update")
+    assert "workflow.induced" in l1 and "avoid.induced" in l1 and "dependency.blocked_by_zeta" in l1
+    assert "edges_reinforced" in metadata(pipeline["w2"], "edge_weights")
+    assert "committed" in metadata(pipeline["w1"], "descriptions")
+
+    for window in ("w1", "w2"):
+        diff = metadata(pipeline[window], "edge_diff")
+        assert diff["added"] + diff["removed"] + diff["reweighted"] > 0, "the diff must not be empty"
+        assert "Largest changes" in diff["largest_changes"]
+        report = metadata(pipeline[window], "replay_report")
+        assert isinstance(report["hit@5"], float) and 0.0 <= report["hit@5"] <= 1.0
+        assert isinstance(report["mrr"], float)
+
+
+def test_checks_passed(pipeline: dict[str, Any]) -> None:
+    expected = {
+        "cold": {
+            ("skill_nodes", "unique_skill_ids"),
+            ("semantic_edges", "edge_invariants"),
+            ("transition_matrix", "rows_stochastic_or_empty"),
+            ("cold_start_snapshot", "manifest_hashes_match"),
+        },
+        "w2": {
+            ("topology_update", "edge_invariants"),
+            ("edge_weights", "edge_invariants"),
+            ("descriptions", "unique_skill_ids"),
+            ("graph_snapshot", "manifest_hashes_match"),
+            ("graph_snapshot", "rows_stochastic_or_empty"),
+        },
+    }
+    for run_name, wanted in expected.items():
+        evaluations = pipeline[run_name].get_asset_check_evaluations()
+        seen = {(e.asset_key.to_user_string(), e.check_name) for e in evaluations}
+        assert wanted <= seen
+        assert all(e.passed for e in evaluations)
+
+
+def test_failing_check_is_reported() -> None:
+    bad = pl.DataFrame(
+        {"src": ["a"], "dst": ["a"], "relation": ["semantic"], "weight": [-1.0]},
+    )
+    result = check_edges("semantic_edges", bad, pl.Series(["a"]))
+    assert not result.passed and result.metadata["self_loops"].value == 1
+
+
+def test_cli_lists_dagster_versions(pipeline: dict[str, Any]) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "segos_pipeline.cli", "versions", "--store", str(pipeline["store"]), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    listed = json.loads(proc.stdout)
+    assert [m["kind"] for m in listed] == ["cold_start", "evolved", "evolved"]
+    assert listed[2]["parent"] == listed[1]["version"]
+
+
+def test_stages_match_library_evolve(pipeline: dict[str, Any], tmp_path: Path) -> None:
+    """The staged round commits what `segos evolve` would: same edges and nodes from the same inputs."""
+    source = SnapshotStore(pipeline["store"])
+    cold, v1, _ = source.list_versions()
+    traces = TraceStore(source).load(W1)
+    manifest = evolve(SnapshotStore(source.root), W1, from_version=cold["version"], traces=traces)
+    ours, theirs = source.load(v1["version"]), source.load(manifest["version"])
+    assert ours.edges.equals(theirs.edges)
+    assert ours.nodes.equals(theirs.nodes)
+    assert v1["counters"] == manifest["counters"]
+
+
+def test_traces_reingest_is_idempotent(pipeline: dict[str, Any]) -> None:
+    again = run(AssetSelection.assets("traces"), pipeline["resources"], pipeline["instance"], W2)
+    meta = metadata(again, "traces")
+    assert meta["accepted"] == 0 and meta["duplicates"] > 0
+
+
+def test_window_without_traces_commits_nothing(tmp_path: Path) -> None:
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    resources = build_resources(tmp_path / "store", landing_dir=landing)
+    instance = DagsterInstance.ephemeral()
+    run(COLD, resources, instance)
+    result = run(EVOLUTION, resources, instance, W1)
+    assert metadata(result, "graph_snapshot")["committed"] is False
+    assert metadata(result, "edge_diff")["added"] == 0
+    assert len(SnapshotStore(tmp_path / "store").list_versions()) == 1
+
+
+def test_sensor_requests_new_and_changed_windows(tmp_path: Path) -> None:
+    paths = SegosPaths(landing_dir=str(tmp_path))
+    (tmp_path / f"{W1}.jsonl").write_text("{}\n")
+    (tmp_path / "README.md").write_text("not a window")
+    (tmp_path / "2999-01-01.jsonl").write_text("{}\n")  # its day has not ended: no partition yet
+
+    result = trace_landing_sensor(build_sensor_context(resources={"segos": paths}))
+    assert [r.partition_key for r in result.run_requests] == [W1]
+    cursor = result.cursor
+    assert "2999-01-01.jsonl" not in json.loads(cursor)
+
+    again = trace_landing_sensor(build_sensor_context(cursor=cursor, resources={"segos": paths}))
+    assert isinstance(again, SkipReason) and "2999-01-01" in again.skip_message
+
+    (tmp_path / f"{W2}.jsonl").write_text("{}\n")
+    st = (tmp_path / f"{W1}.jsonl").stat()
+    os.utime(tmp_path / f"{W1}.jsonl", (st.st_atime, st.st_mtime + 10))  # rewritten file
+    changed = trace_landing_sensor(build_sensor_context(cursor=cursor, resources={"segos": paths}))
+    assert sorted(r.partition_key for r in changed.run_requests) == [W1, W2]
+
+
+def test_nightly_schedule_targets_the_day_that_ended() -> None:
+    schedule = defs.resolve_schedule_def("nightly_evolution")
+    tick = schedule.evaluate_tick(build_schedule_context(scheduled_execution_time=datetime(2026, 11, 29, 3)))
+    assert [r.partition_key for r in tick.run_requests] == [W2]
+
+
+def test_window_needs_the_previous_window(tmp_path: Path) -> None:
+    """Window 2 before window 1 fails loudly (no silent fallback to the cold start), committing nothing."""
+    resources = build_resources(tmp_path / "store")
+    instance = DagsterInstance.ephemeral()
+    run(COLD, resources, instance)
+    result = materialize(
+        ASSETS,
+        selection=EVOLUTION,
+        partition_key=W2,
+        instance=instance,
+        resources=resources,
+        raise_on_error=False,
+    )
+    assert not result.success
+    failures = [e for e in result.all_events if e.is_step_failure]
+    assert any(
+        "graph_snapshot [2026-11-27] has not been materialized" in str(e.event_specific_data)
+        for e in failures
+    )
+    assert len(SnapshotStore(tmp_path / "store").list_versions()) == 1
