@@ -86,6 +86,25 @@ def cold_start_manifest(
     }
 
 
+def commit_cold_start(
+    store: SnapshotStore,
+    parsed: ParsedLibrary,
+    tables: GraphTables,
+    config: BuildConfig,
+    timings: dict[str, float],
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write a cold-start version: the graph tables, the build report, and its manifest last."""
+    return store.write(
+        nodes=tables.nodes,
+        tokens=tables.tokens,
+        edges=tables.edges,
+        transition=tables.transition,
+        manifest={**cold_start_manifest(parsed, tables, config, timings), **(extra or {})},
+        extra_tables={REPORT: parsed.report},
+    )
+
+
 def build_cold_start(
     library: str | Path,
     store: str | Path | SnapshotStore,
@@ -105,14 +124,7 @@ def build_cold_start(
     tables = graph_tables(parsed.nodes, config, say)
     timings["graph"] = time.perf_counter() - t1
     t2 = time.perf_counter()
-    manifest = store.write(
-        nodes=tables.nodes,
-        tokens=tables.tokens,
-        edges=tables.edges,
-        transition=tables.transition,
-        manifest=cold_start_manifest(parsed, tables, config, timings),
-        extra_tables={REPORT: parsed.report},
-    )
+    manifest = commit_cold_start(store, parsed, tables, config, timings)
     timings["write"] = time.perf_counter() - t2
     say(f"committed {manifest['version']} in {time.perf_counter() - t0:.2f}s")
     return manifest

@@ -27,7 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import numpy as np
 import polars as pl
 
 from .config import EvolutionConfig
@@ -263,13 +262,7 @@ def description_update(
         "committed": 0,
         "reverted_on_verification": 0,
     }
-    vocab_df = dict(retriever.lexical._df.iter_rows())
-    n = retriever.n
-
-    def idf(token: str) -> float:
-        df = vocab_df.get(token, 0)
-        return float(np.log(1 + (n - df + 0.5) / (df + 0.5)))
-
+    idf = retriever.lexical.idf
     records: list[dict[str, Any]] = []
     accepted: dict[str, dict[str, Any]] = {}
     seen_skills: set[str] = set()

@@ -9,6 +9,7 @@ Everything is built once per (version, config); a query touches only its own tok
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import polars as pl
@@ -84,6 +85,15 @@ class LexicalIndex:
         rows = nodes.to_numpy().astype(np.int64)
         cols = self.vocab.column(tokens)
         return sp.csc_matrix((values, (rows, cols)), shape=(self.n, len(self.vocab)))
+
+    @cached_property
+    def _df_map(self) -> dict[str, int]:
+        return dict(self._df.iter_rows())
+
+    def idf(self, token: str) -> float:
+        """The BM25 idf of a token in this version (a token no skill has gets the highest idf)."""
+        df = self._df_map.get(token, 0)
+        return float(np.log(1 + (self.n - df + 0.5) / (df + 0.5)))
 
     def row_patch(self, node_tokens: pl.DataFrame) -> dict[int, float]:
         """{token column: value} of one skill re-scored from new token rows (field, token, tf).

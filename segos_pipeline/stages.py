@@ -18,7 +18,8 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from .build import GraphTables, cold_start_manifest
+from . import build
+from .build import GraphTables
 from .config import BuildConfig, RetrievalConfig
 
 # The round's stages live with the round itself; re-exported here for orchestrators.
@@ -28,7 +29,7 @@ from .parsing import ParsedLibrary
 from .replay import load_queries, replay
 from .retrieval import Retriever
 from .semantic import SemanticStats, semantic_edges
-from .snapshot import REPORT, Snapshot, SnapshotStore
+from .snapshot import Snapshot, SnapshotStore
 from .transition import row_sums
 
 # ------------------------------------------------------------------------------------------- cold start
@@ -68,15 +69,7 @@ def commit_cold_start(
     """Commit a cold-start version from stage outputs, exactly as `build_cold_start` writes one."""
     parsed = ParsedLibrary(nodes=nodes, report=report, root=Path(library_root))
     tables = GraphTables(nodes, tokens, edges, transition, stats)
-    manifest = {**cold_start_manifest(parsed, tables, config, timings or {}), **(extra or {})}
-    return store.write(
-        nodes=nodes,
-        tokens=tokens,
-        edges=edges,
-        transition=transition,
-        manifest=manifest,
-        extra_tables={REPORT: report},
-    )
+    return build.commit_cold_start(store, parsed, tables, config, timings or {}, extra)
 
 
 # ----------------------------------------------------------------------------------------- inspection

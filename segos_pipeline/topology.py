@@ -101,41 +101,37 @@ def topology_update(
     }
     avoid_pairs = _unordered(edges.filter(pl.col("relation") == AVOID)).unique()
 
-    def blocked_by_avoid(pairs: pl.DataFrame) -> pl.Series:
-        u = pairs.with_columns(lo=pl.min_horizontal("src", "dst"), hi=pl.max_horizontal("src", "dst"))
-        return u.join(avoid_pairs.with_columns(_a=pl.lit(True)), on=["lo", "hi"], how="left")[
-            "_a"
-        ].is_not_null()
+    def admit(candidates: pl.DataFrame, relation: str) -> tuple[pl.DataFrame, int, int]:
+        """Candidates that are new for `relation` and not on an avoid pair: (induced, already, blocked)."""
+        existing = edges.filter(pl.col("relation") == relation).select("src", "dst")
+        fresh = candidates.join(existing, on=["src", "dst"], how="anti")
+        keyed = fresh.with_columns(lo=pl.min_horizontal("src", "dst"), hi=pl.max_horizontal("src", "dst"))
+        induced = keyed.join(avoid_pairs, on=["lo", "hi"], how="anti").drop("lo", "hi")
+        return induced, candidates.height - fresh.height, fresh.height - induced.height
 
     # -- workflow: seed u retrieved on a successful query, v used there
-    existing_wf = edges.filter(pl.col("relation") == WORKFLOW).select("src", "dst")
-    wf_new = workflow.join(existing_wf, on=["src", "dst"], how="anti")
-    wf_blocked = blocked_by_avoid(wf_new) if wf_new.height else pl.Series([], dtype=pl.Boolean)
-    wf_induced = wf_new.filter(~wf_blocked) if wf_new.height else wf_new
+    wf_induced, wf_present, wf_blocked = admit(workflow, WORKFLOW)
     counters["workflow"] = {
         "pairs_considered": workflow.height,
         "induced": wf_induced.height,
-        "already_present": workflow.height - wf_new.height,
-        "blocked_by_avoid": int(wf_blocked.sum()) if wf_new.height else 0,
+        "already_present": wf_present,
+        "blocked_by_avoid": wf_blocked,
     }
     new = [_new_edges(wf_induced, WORKFLOW, pl.col("count"), pl.col("trials"), round_)]
 
     # -- dependency: ordered successful use and I/O-schema overlap ≥ ζ
     scored = io_overlap(ordered, nodes)
-    existing_dep = edges.filter(pl.col("relation") == DEPENDENCY).select("src", "dst")
     missing = scored.filter(pl.col("missing_io"))
     low = scored.filter(~pl.col("missing_io") & (pl.col("overlap") < config.zeta))
     passing = scored.filter(~pl.col("missing_io") & (pl.col("overlap") >= config.zeta))
-    dep_new = passing.join(existing_dep, on=["src", "dst"], how="anti")
-    dep_blocked = blocked_by_avoid(dep_new) if dep_new.height else pl.Series([], dtype=pl.Boolean)
-    dep_induced = dep_new.filter(~dep_blocked) if dep_new.height else dep_new
+    dep_induced, dep_present, dep_blocked = admit(passing, DEPENDENCY)
     counters["dependency"] = {
         "pairs_considered": ordered.height,
         "induced": dep_induced.height,
-        "already_present": passing.height - dep_new.height,
+        "already_present": dep_present,
         "blocked_by_zeta": low.height,
         "blocked_missing_io": missing.height,
-        "blocked_by_avoid": int(dep_blocked.sum()) if dep_new.height else 0,
+        "blocked_by_avoid": dep_blocked,
         "max_overlap_below_zeta": round(float(low["overlap"].max()), 4) if low.height else 0.0,
     }
     new.append(_new_edges(dep_induced, DEPENDENCY, pl.col("trials"), pl.col("trials"), round_))
