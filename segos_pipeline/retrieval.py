@@ -12,6 +12,7 @@ with the seeds' neighbourhood rather than the library.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -69,15 +70,46 @@ class Bundle:
         }
 
 
-@dataclass(frozen=True)
-class Ranking:
-    """Ranked candidates of one query before hydration (indices into the node table)."""
+def top_k(values: np.ndarray, candidates: np.ndarray, k: int) -> np.ndarray:
+    """The k candidates with the largest values, best first, ties to the smaller index.
 
-    order: np.ndarray  # candidate indices, best first (only skills with evidence)
-    score: np.ndarray  # ρ of each candidate, aligned with order
-    seeds: np.ndarray
-    graph: np.ndarray  # s* over all nodes (dense)
-    evidence: Evidence
+    A partial selection plus a sort of the (few) survivors: linear in the candidates, so a query that
+    matches half of a 100k-skill library does not pay for sorting all of them.
+    """
+    if k <= 0 or len(candidates) == 0:
+        return candidates[:0]
+    if len(candidates) > k:
+        vals = values[candidates]
+        threshold = vals[np.argpartition(-vals, k - 1)[:k]].min()
+        candidates = candidates[vals >= threshold]  # keeps every tie at the threshold
+    return candidates[np.lexsort((candidates, -values[candidates]))][:k]
+
+
+class Ranking:
+    """The ranking of one query: ρ over the skills with evidence (indices into the node table)."""
+
+    def __init__(
+        self,
+        rho: np.ndarray,
+        candidates: np.ndarray,
+        seeds: np.ndarray,
+        graph: np.ndarray,
+        evidence: Evidence,
+    ):
+        self.rho = rho
+        self.candidates = candidates  # skills with seed or graph mass; nothing else is ever ranked
+        self.seeds = seeds
+        self.graph = graph  # s* over all nodes (dense)
+        self.evidence = evidence
+
+    def top(self, n: int) -> np.ndarray:
+        return top_k(self.rho, self.candidates, n)
+
+    @cached_property
+    def order(self) -> np.ndarray:
+        """Every candidate, best first (a full sort: for rank lookups, not for bundles)."""
+        c = self.candidates
+        return c[np.lexsort((c, -self.rho[c]))]
 
 
 class Retriever:
@@ -158,13 +190,11 @@ class Retriever:
         cfg = self.config
         ev = self.lexical.evidence(query, patch)
         m = ev.evidence
-        matched = np.flatnonzero(m > 0)
-        seeds = np.sort(matched[np.lexsort((matched, -m[matched]))[: cfg.seed_k]])
+        seeds = np.sort(top_k(m, np.flatnonzero(m > 0), cfg.seed_k))
         graph = self.ppr(seeds, m[seeds]) if cfg.propagate and len(seeds) else np.zeros(self.n)
         rho = graph + cfg.rerank_mu * m
         cand = np.flatnonzero((graph > 0) | (m > 0))  # never rank a skill with no evidence at all
-        order = cand[np.lexsort((cand, -rho[cand]))]
-        return Ranking(order=order, score=rho[order], seeds=seeds, graph=graph, evidence=ev)
+        return Ranking(rho, cand, seeds, graph, ev)
 
     def select(self, ranking: Ranking, top_n: int) -> tuple[list[int], list[dict[str, str]]]:
         """The top-N after avoid pruning: a candidate whose avoid partner is already chosen is dropped,
@@ -172,7 +202,7 @@ class Retriever:
         chosen: list[int] = []
         pruned = []
         indptr, indices = self.avoid.indptr, self.avoid.indices
-        for i in ranking.order[:top_n]:
+        for i in ranking.top(top_n):
             partners = indices[indptr[i] : indptr[i + 1]]
             partner_set = set(partners.tolist())
             clash = [j for j in chosen if j in partner_set]
@@ -216,7 +246,7 @@ class Retriever:
                     id=row["id"],
                     name=row["name"],
                     rank=rank,
-                    score=float(ranking.graph[i] + cfg.rerank_mu * ranking.evidence.evidence[i]),
+                    score=float(ranking.rho[i]),
                     chars=len(text),
                     seed=i in seeds,
                     lexical=float(ranking.evidence.evidence[i]),

@@ -82,9 +82,12 @@ def token_set(text: str) -> set[str]:
     return set(tokenize(text))
 
 
+_NON_ALNUM = re.compile(r"[\W_]+")
+
+
 def normalize_name(name: str) -> str:
     """The matching rule for naming skills (shared README): casefold, drop non-alphanumerics."""
-    return "".join(ch for ch in name.casefold() if ch.isalnum())
+    return _NON_ALNUM.sub("", name.casefold())
 
 
 def tokenize_column(texts: pl.Expr) -> pl.Expr:

@@ -166,3 +166,14 @@ def test_retrieval_is_deterministic_and_bounded(shared_store, words):
     assert len(a.skills) <= 5 and a.chars <= 9000
     assert len(set(a.ids)) == len(a.ids)
     assert all(s.lexical > 0 or s.graph > 0 for s in a.skills)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 0.1, 0.5, 0.5, 1.0, 2.0]), min_size=0, max_size=40), st.integers(0, 12))
+def test_top_k_equals_a_full_sort_with_ties_to_the_smaller_index(values, k):
+    from segos_pipeline.retrieval import top_k
+
+    v = np.array(values, dtype=float)
+    cand = np.flatnonzero(v > 0)
+    full = cand[np.lexsort((cand, -v[cand]))][:k]
+    np.testing.assert_array_equal(top_k(v, cand, k), full)
