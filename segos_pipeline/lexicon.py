@@ -55,13 +55,15 @@ def field_texts(nodes: pl.DataFrame) -> pl.DataFrame:
     return wide.unpivot(index="node", on=list(FIELDS), variable_name="field", value_name="text")
 
 
-def token_table(nodes: pl.DataFrame) -> pl.DataFrame:
-    """(node, field, token, tf), sorted, for every field of every node."""
-    if nodes.is_empty():
-        return pl.DataFrame(schema=TOKEN_SCHEMA)
+# Nodes tokenised at once: the exploded word table of a chunk is the peak of a build's memory, so chunks
+# keep it bounded (about 20k skills ≈ a few million words) whatever the library size.
+_TOKEN_CHUNK = 20_000
+
+
+def _chunk_tokens(nodes: pl.DataFrame, offset: int) -> pl.DataFrame:
     words = (
         field_texts(nodes)
-        .select("node", "field", word=tokenize_column(pl.col("text")))
+        .select(pl.col("node") + offset, "field", word=tokenize_column(pl.col("text")))
         .explode("word")
         .drop_nulls("word")
     )
@@ -70,9 +72,19 @@ def token_table(nodes: pl.DataFrame) -> pl.DataFrame:
         words.join(stems, on="word", how="inner")
         .group_by("node", "field", "token")
         .agg(tf=pl.len().cast(pl.UInt32))
-        .sort("node", "field", "token")
-        .select(list(TOKEN_SCHEMA))
+        .select(pl.col("node").cast(pl.UInt32), "field", "token", "tf")
     )
+
+
+def token_table(nodes: pl.DataFrame) -> pl.DataFrame:
+    """(node, field, token, tf), sorted, for every field of every node."""
+    if nodes.is_empty():
+        return pl.DataFrame(schema=TOKEN_SCHEMA)
+    parts = [
+        _chunk_tokens(nodes.slice(start, _TOKEN_CHUNK), start)
+        for start in range(0, nodes.height, _TOKEN_CHUNK)
+    ]
+    return pl.concat(parts).sort("node", "field", "token").select(list(TOKEN_SCHEMA))
 
 
 class Vocabulary:

@@ -202,3 +202,14 @@ def test_parallel_parse_equals_serial(tmp_path, monkeypatch):
     serial = parse_library(tmp_path, workers=1)
     assert parallel.nodes.equals(serial.nodes) and parallel.report.equals(serial.report)
     assert parallel.nodes.height == 31
+
+
+def test_chunked_tokenisation_equals_one_pass(monkeypatch):
+    import segos_pipeline.lexicon as lexicon
+    from segos_pipeline.paths import DEFAULT_LIBRARY
+
+    nodes = parse_library(DEFAULT_LIBRARY).nodes
+    whole = lexicon.token_table(nodes)
+    monkeypatch.setattr(lexicon, "_TOKEN_CHUNK", 7)
+    assert lexicon.token_table(nodes).equals(whole)
+    assert whole["node"].max() == nodes.height - 1
