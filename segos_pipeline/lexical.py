@@ -9,7 +9,6 @@ Everything is built once per (version, config); a query touches only its own tok
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 import polars as pl
@@ -53,46 +52,45 @@ class LexicalIndex:
             {"field": list(config.field_weights), "fw": list(config.field_weights.values())},
             schema={"field": pl.String, "fw": pl.Float64},
         )
-        lengths = tokens.group_by("node", "field").agg(flen=pl.col("tf").sum())
+        # Work on integer token columns: one join maps each token to its id in the sorted vocabulary,
+        # and every join below is then on integers.
+        rows = tokens.join(self.vocab.lookup, on="token").select("node", "field", "tf", "col")
+        lengths = rows.group_by("node", "field").agg(flen=pl.col("tf").sum())
         self._avg = lengths.group_by("field").agg(avg=pl.col("flen").sum() / max(n_nodes, 1))
-        self._df = tokens.select("node", "token").unique().group_by("token").agg(df=pl.len())
-        scored = self._values(tokens)
-        self.matrix = self._matrix(scored["node"], scored["token"], scored["value"].to_numpy())
-        names = tokens.filter(pl.col("field") == "name").select("node", "token").unique()
-        self.name_matrix = self._matrix(names["node"], names["token"], np.ones(names.height))
+        df = rows.group_by("col").agg(df=pl.col("node").n_unique()).sort("col")
+        self.df = np.zeros(len(self.vocab), dtype=np.int64)
+        self.df[df["col"].to_numpy()] = df["df"].to_numpy()
+        scored = self._values(rows)
+        self.matrix = self._matrix(scored["node"], scored["col"], scored["value"].to_numpy())
+        names = rows.filter(pl.col("field") == "name").select("node", "col").unique()
+        self.name_matrix = self._matrix(names["node"], names["col"], np.ones(names.height))
         self.name_len = np.bincount(names["node"].to_numpy().astype(np.int64), minlength=n_nodes)
 
-    def _values(self, tokens: pl.DataFrame) -> pl.DataFrame:
-        """(node, token, value) of BM25F for token rows, with this index's idf and average lengths."""
+    def _values(self, rows: pl.DataFrame) -> pl.DataFrame:
+        """(node, col, value) of BM25F for token rows, with this index's idf and average lengths."""
         k1, b = self.config.bm25_k1, self.config.bm25_b
-        lengths = tokens.group_by("node", "field").agg(flen=pl.col("tf").sum())
+        lengths = rows.group_by("node", "field").agg(flen=pl.col("tf").sum())
         tf_tilde = (
-            tokens.join(self._weights, on="field", how="inner")
+            rows.join(self._weights, on="field", how="inner")
             .join(lengths, on=["node", "field"])
             .join(self._avg, on="field")
             .with_columns(w=pl.col("fw") * pl.col("tf") / (1 - b + b * pl.col("flen") / pl.col("avg")))
-            .group_by("node", "token")
+            .group_by("node", "col")
             .agg(tf=pl.col("w").sum())
         )
-        return tf_tilde.join(self._df, on="token").with_columns(
-            value=(1 + (self.n - pl.col("df") + 0.5) / (pl.col("df") + 0.5)).log()
-            * pl.col("tf")
-            * (k1 + 1)
-            / (k1 + pl.col("tf"))
+        df = pl.Series(self.df).gather(tf_tilde["col"])
+        return tf_tilde.with_columns(
+            value=(1 + (self.n - df + 0.5) / (df + 0.5)).log() * pl.col("tf") * (k1 + 1) / (k1 + pl.col("tf"))
         )
 
-    def _matrix(self, nodes: pl.Series, tokens: pl.Series, values: np.ndarray) -> sp.csc_matrix:
+    def _matrix(self, nodes: pl.Series, cols: pl.Series, values: np.ndarray) -> sp.csc_matrix:
         rows = nodes.to_numpy().astype(np.int64)
-        cols = self.vocab.column(tokens)
-        return sp.csc_matrix((values, (rows, cols)), shape=(self.n, len(self.vocab)))
-
-    @cached_property
-    def _df_map(self) -> dict[str, int]:
-        return dict(self._df.iter_rows())
+        return sp.csc_matrix((values, (rows, cols.to_numpy())), shape=(self.n, len(self.vocab)))
 
     def idf(self, token: str) -> float:
         """The BM25 idf of a token in this version (a token no skill has gets the highest idf)."""
-        df = self._df_map.get(token, 0)
+        col = self.vocab.index.get(token)
+        df = int(self.df[col]) if col is not None else 0
         return float(np.log(1 + (self.n - df + 0.5) / (df + 0.5)))
 
     def row_patch(self, node_tokens: pl.DataFrame) -> dict[int, float]:
@@ -102,10 +100,16 @@ class LexicalIndex:
         those of the version (the exact index is rebuilt once the round's revisions are chosen). Tokens
         outside the vocabulary cannot match any query token of the index and are left out.
         """
-        values = self._values(node_tokens.with_columns(node=pl.lit(0, dtype=pl.UInt32)))
-        known = values.filter(pl.col("token").is_in(self.vocab.tokens.implode()))
-        cols = self.vocab.column(known["token"])
-        return dict(zip(cols.tolist(), known["value"].to_list(), strict=True))
+        index = self.vocab.index
+        known = node_tokens.filter(pl.col("token").is_in(self.vocab.tokens.implode()))
+        rows = known.select(
+            node=pl.lit(0, dtype=pl.UInt32),
+            field="field",
+            tf="tf",
+            col=pl.col("token").map_elements(index.__getitem__, return_dtype=pl.Int64),
+        )
+        values = self._values(rows)
+        return dict(zip(values["col"].to_list(), values["value"].to_list(), strict=True))
 
     def evidence(self, query: str, patch: dict[int, dict[int, float]] | None = None) -> Evidence:
         """Lexical evidence of every skill; `patch` replaces whole rows ({node: {column: value}})."""

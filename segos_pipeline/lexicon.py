@@ -102,13 +102,14 @@ class Vocabulary:
         found = {self.index[t] for t in tokens if t in self.index}
         return np.fromiter(sorted(found), dtype=np.int64, count=len(found))
 
+    @property
+    def lookup(self) -> pl.DataFrame:
+        """(token, col) for joins."""
+        return pl.DataFrame({"token": self.tokens, "col": np.arange(len(self.tokens), dtype=np.int64)})
+
     def column(self, tokens: pl.Series) -> np.ndarray:
-        lookup = pl.DataFrame({"token": self.tokens, "col": np.arange(len(self.tokens), dtype=np.int64)})
-        return (
-            pl.DataFrame({"token": tokens})
-            .join(lookup, on="token", how="left", maintain_order="left")["col"]
-            .to_numpy()
-        )
+        frame = pl.DataFrame({"token": tokens})
+        return frame.join(self.lookup, on="token", how="left", maintain_order="left")["col"].to_numpy()
 
 
 def signature_matrix(tokens: pl.DataFrame, n_nodes: int) -> tuple[sp.csr_matrix, Vocabulary]:
