@@ -3,10 +3,7 @@ add to them freely, never change what exists."""
 
 from __future__ import annotations
 
-import functools
 import json
-import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,66 +11,25 @@ import click
 
 from .adapters import FORMATS, iter_records, write_library
 from .build import build_cold_start
-from .config import EvolutionConfig, RetrievalConfig
+from .cli_common import (
+    _emit_json,
+    _fail,
+    _load_retriever,
+    _progress,
+    _store,
+    friendly_errors,
+    store_option,
+    version_option,
+)
+from .cli_eval import eval_cmd
+from .config import EvolutionConfig
 from .diff import diff_versions
 from .diff import to_markdown as diff_markdown
 from .diff import to_table as diff_table
 from .evolve import evolve as run_evolution
 from .ingest import TraceStore
-from .paths import DEFAULT_LIBRARY, default_store
+from .paths import DEFAULT_LIBRARY
 from .replay import load_queries, replay
-from .retrieval import Retriever
-from .snapshot import SnapshotError, SnapshotStore
-
-
-def _fail(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(2)
-
-
-def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn the library's expected failures into one actionable stderr line and a non-zero exit."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except SnapshotError as exc:
-            _fail(str(exc))
-        except FileNotFoundError as exc:
-            _fail(str(exc) if exc.filename is None else f"{exc.strerror or 'not found'}: {exc.filename}")
-        except (ValueError, KeyError) as exc:
-            _fail(str(exc))
-
-    return wrapper
-
-
-def _emit_json(obj: Any) -> None:
-    click.echo(json.dumps(obj, indent=2, default=str))
-
-
-def _progress(quiet: bool) -> Callable[[str], None] | None:
-    return None if quiet else (lambda msg: click.echo(f"[segos] {msg}", err=True))
-
-
-store_option = click.option(
-    "--store",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Snapshot store folder (default: $SEGOS_STORE or data/store).",
-)
-version_option = click.option(
-    "--version", "version", default=None, help="Version id, prefix or vN (default: latest)."
-)
-
-
-def _store(path: Path | None) -> SnapshotStore:
-    return SnapshotStore(path or default_store())
-
-
-def _load_retriever(store: Path | None, version: str | None, **overrides: Any) -> Retriever:
-    config = RetrievalConfig().with_overrides(**{k: v for k, v in overrides.items() if v is not None})
-    return Retriever(_store(store).load(version), config)
 
 
 @click.group()
@@ -419,6 +375,8 @@ def generate_library(source: Path, out_dir: Path, fmt: str, as_json: bool) -> No
     else:
         click.echo(json.dumps(summary, indent=2, default=str))
 
+
+main.add_command(eval_cmd)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

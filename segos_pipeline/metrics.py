@@ -65,3 +65,84 @@ def aggregate(per_query: Sequence[QueryMetrics]) -> dict[str, float | int | None
         "mean_best_rank": sum(best) / len(best) if best else None,
         "n_hit": len(best),
     }
+
+
+# ------------------------------------------------------------------------------ evaluation additions
+
+
+def pair_corecovery(
+    ranked: Sequence[str], pairs: Sequence[tuple[set[str], set[str]]], k: int
+) -> float | None:
+    """Share of gold dependency pairs (a, b) with both members in the top k; None without gold pairs.
+
+    Each member is a gold item (the set of ids its name resolves to), so a duplicated name is found by any
+    of its packages, as in `query_metrics`. A pair naming a skill the library lacks is never recovered.
+    """
+    if not pairs:
+        return None
+    top = set(ranked[:k])
+    return sum(bool(a & top) and bool(b & top) for a, b in pairs) / len(pairs)
+
+
+def rank_by_score(scores: np.ndarray, k: int | None = None) -> np.ndarray:
+    """Indices of the positive scores, best first, ties to the smaller index (the retriever's tie rule,
+    so a baseline never wins or loses a query on an arbitrary tie order)."""
+    scores = np.asarray(scores, dtype=float)
+    cand = np.flatnonzero(scores > 0)
+    order = cand[np.lexsort((cand, -scores[cand]))]
+    return order if k is None else order[:k]
+
+
+def bootstrap_indices(n: int, n_boot: int, seed: int) -> np.ndarray:
+    """(n_boot, n) resampled query indices; a fixed seed gives the same resamples to every comparison,
+    so all differences against one reference are bootstrapped over identical query sets."""
+    return np.random.default_rng(seed).integers(0, n, size=(n_boot, n)) if n else np.zeros((n_boot, 0), int)
+
+
+def paired_bootstrap(
+    values: Sequence[float],
+    reference: Sequence[float],
+    n_boot: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> dict[str, float | int | None]:
+    """Mean of the per-query difference values − reference, with a percentile bootstrap interval.
+
+    Paired: both lists score the same queries in the same order, and each resample draws whole queries
+    (a query's two scores stay together), which is what makes small differences on few queries testable.
+    """
+    a = np.asarray(values, dtype=float)
+    b = np.asarray(reference, dtype=float)
+    if a.shape != b.shape:
+        raise ValueError(f"paired bootstrap needs aligned scores, got {a.shape} and {b.shape}")
+    n = len(a)
+    if n == 0:
+        return {"diff": None, "lo": None, "hi": None, "n": 0}
+    d = a - b
+    means = d[bootstrap_indices(n, n_boot, seed)].mean(axis=1)
+    tail = (1 - level) / 2 * 100
+    return {
+        "diff": float(d.mean()),
+        "lo": float(np.percentile(means, tail)),
+        "hi": float(np.percentile(means, 100 - tail)),
+        "n": n,
+    }
+
+
+def overlap_fraction(query_tokens: set[str], gold_tokens: Sequence[set[str]]) -> float:
+    """Leakage measure: mean over gold skills of the share of the skill's signature tokens that the query
+    contains (a query written from a skill's text scores near 1). A skill with no tokens counts 0."""
+    if not gold_tokens:
+        return 0.0
+    return sum(len(g & query_tokens) / len(g) if g else 0.0 for g in gold_tokens) / len(gold_tokens)
+
+
+LEAKAGE_BUCKETS = ("low", "mid", "high")
+LEAKAGE_THRESHOLDS = (1 / 3, 2 / 3)  # fixed thirds of [0, 1], chosen before looking at any data
+
+
+def leakage_bucket(overlap: float, thresholds: tuple[float, float] = LEAKAGE_THRESHOLDS) -> str:
+    """low < 1/3 ≤ mid < 2/3 ≤ high."""
+    if overlap < thresholds[0]:
+        return "low"
+    return "mid" if overlap < thresholds[1] else "high"
