@@ -22,6 +22,7 @@ from .cli_common import (
     version_option,
 )
 from .cli_eval import eval_cmd
+from .cli_service import COMMANDS as SERVICE_COMMANDS
 from .config import EvolutionConfig
 from .diff import diff_versions
 from .diff import to_markdown as diff_markdown
@@ -377,6 +378,8 @@ def generate_library(source: Path, out_dir: Path, fmt: str, as_json: bool) -> No
 
 
 main.add_command(eval_cmd)
+for _cmd in SERVICE_COMMANDS:  # segos mcp | add | update | remove
+    main.add_command(_cmd)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,0 +1,184 @@
+"""The MCP server driven by the SDK's own client over stdio: every tool, its errors, the record_trace →
+ingest → evolve round trip, and a newly committed version picked up without a restart."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from segos_pipeline import SnapshotStore, build_cold_start
+from segos_pipeline.adapters import iter_records
+from segos_pipeline.evolve import evolve
+from segos_pipeline.ingest import TraceStore
+from segos_pipeline.paths import DEFAULT_LIBRARY, PROJECT_ROOT
+
+TOOLS = {
+    "search_skills",
+    "retrieve_skill_bundle",
+    "hydrate_skills",
+    "get_skill_detail",
+    "get_skill_neighbors",
+    "list_versions",
+    "get_status",
+    "record_trace",
+}
+QUERY = "load the sales csv, clean missing values and chart revenue by month"
+
+
+def server(store: Path, *extra: str) -> StdioServerParameters:
+    # the user-facing command, as an MCP client configuration would start it
+    args = ["-m", "segos_pipeline.cli", "mcp", "--store", str(store), *extra]
+    return StdioServerParameters(command=sys.executable, args=args, cwd=str(PROJECT_ROOT))
+
+
+async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
+    result = await client.call_tool(tool, arguments)
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+async def error(client: Client, tool: str, **arguments: Any) -> str:
+    result = await client.call_tool(tool, arguments)
+    assert result.is_error
+    return result.content[0].text  # type: ignore[union-attr]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    st = SnapshotStore(tmp_path / "store")
+    build_cold_start(DEFAULT_LIBRARY, st)
+    return st.root
+
+
+def test_every_tool_errors_and_the_trace_round_trip(store: Path, tmp_path: Path):
+    landing = tmp_path / "landing"
+
+    async def scenario() -> None:
+        async with Client(server(store, "--landing", str(landing))) as client:
+            tools = await client.list_tools()
+            assert {t.name for t in tools.tools} == TOOLS
+            status = await call(client, "get_status")
+            v1 = status["version"]
+            assert status["mode"] == "latest" and status["counts"]["skills"] > 0
+
+            overview = await call(client, "search_skills", query=QUERY, top_k=3)
+            assert len(overview["results"]) == 3
+            assert set(overview["results"][0]) == {"rank", "id", "name", "capability", "score", "seed"}
+
+            bundle = await call(client, "retrieve_skill_bundle", query=QUERY, max_chars=4000)
+            assert bundle["version"] == v1 and 0 < bundle["chars"] <= 4000
+            assert [s["id"] for s in bundle["skills"]] == bundle["order"]
+            assert [s["position"] for s in bundle["skills"]] == list(range(1, len(bundle["skills"]) + 1))
+            for s in bundle["skills"]:
+                assert s["why"] and s["reasons"] and s["text"]
+            members = set(bundle["order"])
+            assert all(e["src"] in members and e["dst"] in members for e in bundle["edges"])
+
+            first = bundle["order"][0]
+            hydrated = await call(client, "hydrate_skills", names=[first, "csv-loader"])
+            assert hydrated["skills"][0]["id"] == first
+            detail = await call(client, "get_skill_detail", name="csv-loader")
+            assert detail["skill"]["id"].endswith("csv-loader") and "body" in detail["skill"]
+            neighbours = await call(client, "get_skill_neighbors", name="csv-loader")
+            assert neighbours["out"] or neighbours["in"]
+            assert {e["relation"] for e in neighbours["out"] + neighbours["in"]} <= {
+                "semantic",
+                "workflow",
+                "dependency",
+                "alternative",
+                "avoid",
+            }
+            versions = await call(client, "list_versions")
+            assert [v["version"] for v in versions["versions"]] == [v1]
+
+            # errors are tool errors with the reason, and the server keeps serving
+            assert "unknown skill" in await error(client, "get_skill_detail", name="no-such-skill")
+            assert "unknown skill" in await error(client, "hydrate_skills", names=["no-such-skill"])
+            assert "no such version" in await error(client, "search_skills", query=QUERY, version="v9999")
+            assert "reward" in await error(
+                client, "record_trace", task_id="t", queries=["q"], used=["csv-loader"], reward=7
+            )
+            assert "used" in await error(
+                client, "record_trace", task_id="t", queries=["q"], used="csv-loader"
+            )
+            assert "query is empty" in await error(client, "retrieve_skill_bundle", query="  ")
+
+            # record_trace → ingest → evolve: the new version is served without a restart
+            used = bundle["order"][:3]
+            for i in range(3):
+                rec = await call(
+                    client,
+                    "record_trace",
+                    task_id=f"task-{i}",
+                    queries=[QUERY],
+                    used=used,
+                    reward=1.0,
+                    agent="test-agent",
+                )
+                assert rec["unknown_skills"] == [] and Path(rec["file"]).is_file()
+            ctrf = {"results": {"summary": {"tests": 4, "passed": 1}}}
+            rec = await call(
+                client, "record_trace", task_id="task-x", queries=[QUERY], used=used[:1], ctrf=ctrf
+            )
+            assert rec["reward"] == 0.25 and rec["reward_source"] == "ctrf"
+            window = rec["window"]
+
+            st = SnapshotStore(store)
+            report = TraceStore(st).ingest(iter_records(landing, "native"))
+            assert report.accepted == 4 and report.quarantined == 0
+            manifest = evolve(st, window)
+            v2 = manifest["version"]
+            assert manifest["parent"] == v1
+
+            status = await call(client, "get_status")
+            assert status["version"] == v2 and status["switches"] == 1
+            bundle2 = await call(client, "retrieve_skill_bundle", query=QUERY)
+            assert bundle2["version"] == v2
+            assert bundle2["ordering"]["precedence"]["traces"] == 3  # the three successful traces
+            old = await call(client, "search_skills", query=QUERY, top_k=2, version=v1)
+            assert old["version"] == v1
+
+    anyio.run(scenario)
+    lines = [json.loads(x) for f in landing.glob("*.jsonl") for x in f.read_text().splitlines()]
+    assert len(lines) == 4 and {x["task_id"] for x in lines} == {"task-0", "task-1", "task-2", "task-x"}
+
+
+def test_pinned_version_is_kept_and_an_unknown_one_refused(store: Path, tmp_path: Path):
+    st = SnapshotStore(store)
+    v1 = st.latest()
+    st.write(**_copy_of(st, v1))  # a newer version the pinned server must ignore
+
+    async def scenario() -> None:
+        async with Client(server(store, "--version", v1, "--landing", str(tmp_path))) as client:
+            status = await call(client, "get_status")
+            assert status["version"] == v1 and status["mode"] == "pinned" and status["latest"] != v1
+
+    anyio.run(scenario)
+    proc = subprocess.run(
+        [sys.executable, "-m", "segos_pipeline.cli", "mcp", "--store", str(store), "--version", "v0099"],
+        capture_output=True,
+        text=True,
+        cwd=PROJECT_ROOT,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "no such version" in proc.stderr
+
+
+def _copy_of(st: SnapshotStore, version: str) -> dict[str, Any]:
+    snap = st.load(version)
+    return {
+        "nodes": snap.nodes,
+        "tokens": snap.tokens,
+        "edges": snap.edges,
+        "transition": snap.transition,
+        "manifest": {"kind": "copy", "parent": version},
+    }
