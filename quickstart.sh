@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One command on a fresh machine: create .venv, install segos, build the cold-start graph version of the
-# embedded demo library (data/library) into data/store, answer a task query and replay the demo queries.
+# One command on a fresh machine: create .venv, install segos, then run the main job on the embedded demo
+# data with Dagster (cold start of data/library, then the evolution windows of data/traces: 2026-11-27 and
+# 2026-11-28), and show the result with the CLI: versions, what evolution changed, a bundle, replay.
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -10,11 +11,27 @@ fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -e ".[dev]"
 export SEGOS_STORE=${SEGOS_STORE:-data/store}
-echo "== build the cold-start version of data/library into $SEGOS_STORE"
-.venv/bin/segos build
+export DAGSTER_HOME=${DAGSTER_HOME:-$PWD/data/dagster_home}   # run history survives (git-ignored)
+mkdir -p "$DAGSTER_HOME"
+materialize() { .venv/bin/dagster asset materialize -m assets.definitions -d . "$@" >/dev/null 2>&1 \
+  || { echo "dagster run failed: dagster asset materialize $*" >&2; exit 1; }; }
+echo "== Dagster: cold start of data/library into $SEGOS_STORE"
+materialize --select 'group:cold_start'
+for window in 2026-11-27 2026-11-28; do
+  echo "== Dagster: evolution window $window"
+  materialize --select 'group:evolution' --partition "$window"
+done
 echo "== versions"
 .venv/bin/segos versions
-echo "== a bundle for one task"
-.venv/bin/segos retrieve "turn the recorded product demo video into an English subtitle file"
-echo "== replay of data/queries/demo.jsonl"
-.venv/bin/segos replay data/queries/demo.jsonl --k 5
+read -r COLD LATEST < <(.venv/bin/segos versions --json | .venv/bin/python -c '
+import json, sys
+v = json.load(sys.stdin)
+print([m["version"] for m in v if m["kind"] == "cold_start"][-1], v[-1]["version"])')
+echo "== what the two windows changed ($COLD -> $LATEST)"
+.venv/bin/segos diff "$COLD" "$LATEST" --limit 8
+echo "== a bundle for one task, cold start vs evolved"
+.venv/bin/segos retrieve "turn the recorded product demo video into an English subtitle file" --version "$COLD"
+.venv/bin/segos retrieve "turn the recorded product demo video into an English subtitle file" --version "$LATEST"
+echo "== replay of the held-out queries, cold start vs evolved"
+.venv/bin/segos replay data/queries/holdout.jsonl --k 5 --version "$COLD"
+.venv/bin/segos replay data/queries/holdout.jsonl --k 5 --version "$LATEST"
