@@ -7,15 +7,18 @@ as far as possible and recorded; it never aborts the build and is never dropped 
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import os
 import re
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 import yaml
 
 from .config import ParseConfig
@@ -429,8 +432,12 @@ def _opt_str(value: Any) -> str | None:
 # -------------------------------------------------------------------------------------------------- library
 
 
-def _parse_chunk(args: tuple[list[str], str, ParseConfig]) -> tuple[dict[str, list[Any]], list[Problem]]:
-    """Parse a chunk of packages into columns (a worker's unit of work; must stay picklable)."""
+def _parse_chunk(args: tuple[list[str], str, ParseConfig]) -> tuple[pl.DataFrame, list[Problem]]:
+    """Parse a chunk of packages into a node frame (a worker's unit of work; must stay picklable).
+
+    The frame is built in the worker: converting Python rows to columns is a large share of parsing, and
+    a frame crosses the process boundary as Arrow buffers rather than millions of Python objects.
+    """
     pkgs, root_str, config = args
     root = Path(root_str)
     columns: dict[str, list[Any]] = {name: [] for name in NODE_SCHEMA}
@@ -441,7 +448,40 @@ def _parse_chunk(args: tuple[list[str], str, ParseConfig]) -> tuple[dict[str, li
         if row is not None:
             for name in NODE_SCHEMA:
                 columns[name].append(row[name])
-    return columns, problems
+    return _frame(columns), problems
+
+
+def _frame(columns: dict[str, list[Any]]) -> pl.DataFrame:
+    """Python columns → node frame through Arrow, which converts list-of-string columns ~30x faster than
+    polars' Python-object path."""
+    arrays = {
+        name: pa.array(
+            columns[name],
+            type=pa.list_(pa.string())
+            if isinstance(dtype, pl.List)
+            else pa.int64()
+            if dtype == pl.Int64
+            else pa.string(),
+        )
+        for name, dtype in NODE_SCHEMA.items()
+    }
+    return pl.from_arrow(pa.table(arrays)).cast(NODE_SCHEMA)  # type: ignore[return-value]
+
+
+def _parse_in_pool(
+    chunks: list[tuple[list[str], str, ParseConfig]], workers: int
+) -> list[tuple[pl.DataFrame, list[Problem]]]:
+    """Parse chunks in spawned worker processes; [] when a pool cannot run here (the caller then parses
+    serially). Spawned, not forked: polars and Arrow keep thread pools, and a forked child can deadlock on
+    their locks. Spawning needs an importable __main__ (not a script piped on stdin), hence the fallback.
+    """
+    try:
+        with ProcessPoolExecutor(
+            max_workers=workers, mp_context=multiprocessing.get_context("spawn")
+        ) as pool:
+            return list(pool.map(_parse_chunk, chunks))
+    except (BrokenProcessPool, OSError):
+        return []
 
 
 # Below this many packages a worker pool costs more than it saves.
@@ -465,18 +505,18 @@ def parse_library(
     chunks = [(pkgs[i : i + _CHUNK], str(root), config) for i in range(0, len(pkgs), _CHUNK)]
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    parts: list[tuple[pl.DataFrame, list[Problem]]] = []
     if len(pkgs) >= _PARALLEL_MIN and workers > 1:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            parts = list(pool.map(_parse_chunk, chunks))
-    else:
-        parts = []
+        parts = _parse_in_pool(chunks, workers)
+    if not parts:
         for chunk in chunks:
             parts.append(_parse_chunk(chunk))
             if progress is not None:
                 progress(sum(len(c[0]) for c in chunks[: len(parts)]))
-    columns = {name: [v for part in parts for v in part[0][name]] for name in NODE_SCHEMA}
+    frames = [part[0] for part in parts]
     problems = [p for part in parts for p in part[1]]
-    nodes = pl.DataFrame(columns, schema=NODE_SCHEMA).sort("id")
+    nodes = pl.concat(frames) if frames else pl.DataFrame(schema=NODE_SCHEMA)
+    nodes = nodes.sort("id")
     problems.extend(_duplicate_names(nodes))
     report = pl.DataFrame(
         [(p.file, p.problem, p.action, p.severity) for p in problems], schema=REPORT_SCHEMA, orient="row"

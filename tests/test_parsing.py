@@ -213,3 +213,13 @@ def test_chunked_tokenisation_equals_one_pass(monkeypatch):
     monkeypatch.setattr(lexicon, "_TOKEN_CHUNK", 7)
     assert lexicon.token_table(nodes).equals(whole)
     assert whole["node"].max() == nodes.height - 1
+
+
+def test_pool_that_cannot_start_falls_back_to_serial(tmp_path, monkeypatch):
+    import segos_pipeline.parsing as parsing
+
+    for i in range(6):
+        write_skill(tmp_path, f"s{i}", f"name: s{i}\ndescription: skill {i}", "body")
+    monkeypatch.setattr(parsing, "_PARALLEL_MIN", 1)
+    monkeypatch.setattr(parsing, "_parse_in_pool", lambda chunks, workers: [])
+    assert parse_library(tmp_path, workers=2).nodes.height == 6
