@@ -32,7 +32,7 @@ from .config import AVOID, DEPENDENCY, RELATIONS, SEMANTIC, WORKFLOW, RetrievalC
 from .naming import SkillNames
 from .ordering import ExecutionOrder, Precedence, execution_order, lineage_precedence
 from .paths import DATA_DIR
-from .retrieval import Retriever, clip, render_skill
+from .retrieval import Retriever, hydrate_rows
 from .snapshot import Snapshot, SnapshotError, SnapshotStore
 from .traces import TraceError, parse_native, resolve_skills
 
@@ -306,15 +306,9 @@ class SegosService:
         ev, graph = ranking.evidence.evidence, ranking.graph
         # Hydrate in retrieval rank, so the budget goes to the best-supported skills first; then order.
         kept: list[dict[str, Any]] = []
-        over: list[str] = []
-        used = 0
-        for rank, (i, row) in enumerate(zip(chosen, rows, strict=True), start=1):
-            budget = min(cfg.per_skill_chars, total - used)
-            if budget <= 0:
-                over.append(row["id"])
-                continue
-            text = clip(render_skill(row), budget)
-            used += len(text)
+        hydrated, over = hydrate_rows(rows, cfg.per_skill_chars, total)
+        for rank, (pos, text) in enumerate(hydrated, start=1):
+            i, row = chosen[pos], rows[pos]
             kept.append(
                 {
                     "id": row["id"],
@@ -362,7 +356,7 @@ class SegosService:
             "edges": [{"src": s, "dst": d, "relation": rel, "weight": round(w, 6)} for s, d, rel, w in among],
             "ordering": _ordering_summary(order, lo.precedence),
             "seeds": seed_ids,
-            "chars": used,
+            "chars": sum(s["chars"] for s in kept),
             "budget": {"per_skill_chars": cfg.per_skill_chars, "max_chars": total, "top_n": top_n},
             "pruned": pruned,
             "over_budget": over,
@@ -391,16 +385,17 @@ class SegosService:
             raise UnknownSkill("; ".join(unknown))
         idx = list(dict.fromkeys(idx))
         rows = lo.snapshot.nodes[idx].to_dicts()
-        used, out, over = 0, [], []
-        for row in rows:
-            budget = min(cfg.per_skill_chars, total - used)
-            if budget <= 0:
-                over.append(row["id"])
-                continue
-            text = clip(render_skill(row), budget)
-            used += len(text)
-            out.append({"id": row["id"], "name": row["name"], "chars": len(text), "text": text})
-        return {"version": lo.version, "skills": out, "chars": used, "over_budget": over}
+        hydrated, over = hydrate_rows(rows, cfg.per_skill_chars, total)
+        out = [
+            {"id": rows[pos]["id"], "name": rows[pos]["name"], "chars": len(text), "text": text}
+            for pos, text in hydrated
+        ]
+        return {
+            "version": lo.version,
+            "skills": out,
+            "chars": sum(s["chars"] for s in out),
+            "over_budget": over,
+        }
 
     def skill_detail(self, name: str, version: str | None = None) -> dict[str, Any]:
         """Every parsed field of one skill (full body) and its edge counts by relation."""

@@ -342,6 +342,12 @@ def evaluate_orders(service: Any, tasks: Sequence[Mapping[str, Any]]) -> dict[st
             }
         )
 
+    return {**summarize_orders(rows), "rows": rows}
+
+
+def summarize_orders(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Mean Set-F1 and Kendall-τ of per-task order rows (see `evaluate_orders`)."""
+
     def agg(key: str) -> dict[str, Any]:
         vals = [r[key] for r in rows if r[key] is not None]
         return {"mean": _mean(vals), "n_tau": len(vals)}
@@ -359,7 +365,6 @@ def evaluate_orders(service: Any, tasks: Sequence[Mapping[str, Any]]) -> dict[st
                 "retrieval_score": agg("gold_tau_score"),
             },
         },
-        "rows": rows,
     }
 
 
@@ -404,26 +409,6 @@ def apibank_study(source: str | Path, work: str | Path) -> dict[str, Any]:
     fold_b = run("fold-b", odd, [t for t in tasks if t["task_id"] in even])
     transfer_rows = fold_a["rows"] + fold_b["rows"]
 
-    def pooled(rows: list[dict[str, Any]]) -> dict[str, Any]:
-        def agg(key: str) -> dict[str, Any]:
-            vals = [r[key] for r in rows if r[key] is not None]
-            return {"mean": _mean(vals), "n_tau": len(vals)}
-
-        return {
-            "tasks": len(rows),
-            "bundle": {
-                "set_f1": _mean([r["set_f1"] for r in rows]),
-                "kendall_tau": {"execution_order": agg("tau_exec"), "retrieval_score": agg("tau_score")},
-            },
-            "gold_set": {
-                "set_f1": 1.0,
-                "kendall_tau": {
-                    "execution_order": agg("gold_tau_exec"),
-                    "retrieval_score": agg("gold_tau_score"),
-                },
-            },
-        }
-
     strip = lambda r: {k: v for k, v in r.items() if k != "rows"}  # noqa: E731
     return {
         "source": str(source),
@@ -433,6 +418,6 @@ def apibank_study(source: str | Path, work: str | Path) -> dict[str, Any]:
         },
         "cold_start": strip(cold),
         "same_task": strip(same),
-        "transfer": {**pooled(transfer_rows), "folds": {"a": strip(fold_a), "b": strip(fold_b)}},
+        "transfer": {**summarize_orders(transfer_rows), "folds": {"a": strip(fold_a), "b": strip(fold_b)}},
         "rows": {"same_task": same["rows"], "transfer": transfer_rows},
     }

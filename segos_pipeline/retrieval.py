@@ -231,16 +231,13 @@ class Retriever:
         chosen, pruned = self.select(ranking, top_n or cfg.top_n)
         seeds = set(ranking.seeds.tolist())
         rows = self._nodes[chosen].to_dicts() if chosen else []
-        skills, total, over = [], 0, []
-        for rank, (i, row) in enumerate(zip(chosen, rows, strict=True), start=1):
-            text = ""
-            if hydrate:
-                budget = min(cfg.per_skill_chars, cfg.total_chars - total)
-                if budget <= 0:
-                    over.append(row["id"])
-                    continue
-                text = clip(render_skill(row), budget)
-                total += len(text)
+        if hydrate:
+            kept, over = hydrate_rows(rows, cfg.per_skill_chars, cfg.total_chars)
+        else:
+            kept, over = [(pos, "") for pos in range(len(rows))], []
+        skills = []
+        for rank, (pos, text) in enumerate(kept, start=1):
+            i, row = chosen[pos], rows[pos]
             skills.append(
                 BundleSkill(
                     id=row["id"],
@@ -256,6 +253,7 @@ class Retriever:
                     text=text,
                 )
             )
+        total = sum(s.chars for s in skills)
         return Bundle(self.snapshot.version, query, skills, total, pruned, over)
 
 
@@ -268,6 +266,25 @@ def render_skill(row: dict[str, Any]) -> str:
         if row.get(key):
             lines.append(f"{label}: {'; '.join(row[key])}")
     return "\n".join(lines) + "\n\n" + (row.get("body") or row.get("description") or "")
+
+
+def hydrate_rows(
+    rows: list[dict[str, Any]], per_skill_chars: int, total_chars: int
+) -> tuple[list[tuple[int, str]], list[str]]:
+    """Hydrated texts under the budgets, in the given order: ([(position in rows, text)], ids that no
+    longer fit the global budget). Earlier rows get the budget first."""
+    kept: list[tuple[int, str]] = []
+    over: list[str] = []
+    used = 0
+    for pos, row in enumerate(rows):
+        budget = min(per_skill_chars, total_chars - used)
+        if budget <= 0:
+            over.append(row["id"])
+            continue
+        text = clip(render_skill(row), budget)
+        used += len(text)
+        kept.append((pos, text))
+    return kept, over
 
 
 def clip(text: str, budget: int) -> str:
