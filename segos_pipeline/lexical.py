@@ -8,7 +8,14 @@ Everything is built once per (version, config); a query touches only its own tok
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import shutil
+import uuid
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -17,6 +24,11 @@ import scipy.sparse as sp
 from .config import RetrievalConfig
 from .lexicon import Vocabulary
 from .text import tokenize
+
+if TYPE_CHECKING:
+    from .snapshot import Snapshot
+
+_CACHE_FORMAT = 1
 
 
 @dataclass(frozen=True)
@@ -124,3 +136,76 @@ class LexicalIndex:
         evidence = score / top if top > 0 else np.zeros(self.n)
         evidence = evidence + self.config.name_bonus * name_match
         return Evidence(score=score, name_match=name_match, evidence=evidence, n_query_tokens=len(q_tokens))
+
+    # ------------------------------------------------------------------------------------- persistence
+
+    def save(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        sp.save_npz(folder / "matrix.npz", self.matrix.tocsc(), compressed=False)
+        sp.save_npz(folder / "names.npz", self.name_matrix.tocsc(), compressed=False)
+        np.save(folder / "df.npy", self.df)
+        np.save(folder / "name_len.npy", self.name_len)
+        pl.DataFrame({"token": self.vocab.tokens}).write_parquet(folder / "vocab.parquet")
+        self._avg.write_parquet(folder / "avg.parquet")
+
+    @classmethod
+    def load(cls, folder: Path, n_nodes: int, config: RetrievalConfig) -> LexicalIndex:
+        index = cls.__new__(cls)
+        index.n = n_nodes
+        index.config = config
+        index.vocab = Vocabulary(pl.read_parquet(folder / "vocab.parquet")["token"])
+        index._weights = pl.DataFrame(
+            {"field": list(config.field_weights), "fw": list(config.field_weights.values())},
+            schema={"field": pl.String, "fw": pl.Float64},
+        )
+        index._avg = pl.read_parquet(folder / "avg.parquet")
+        index.df = np.load(folder / "df.npy")
+        index.matrix = sp.load_npz(folder / "matrix.npz").tocsc()
+        index.name_matrix = sp.load_npz(folder / "names.npz").tocsc()
+        index.name_len = np.load(folder / "name_len.npy")
+        if index.matrix.shape != (n_nodes, len(index.vocab)) or len(index.df) != len(index.vocab):
+            raise ValueError("cached lexical index does not match the version")
+        return index
+
+
+def index_for(snapshot: Snapshot, config: RetrievalConfig) -> LexicalIndex:
+    """The lexical index of a version, from the store's cache when it holds one for this configuration.
+
+    The cache (`STORE/cache/lexical/<key>/`) is derived data outside the immutable version folders: its key
+    is the version's token-table hash plus the scoring settings, it is written atomically (staged folder,
+    then rename), a damaged or mismatching entry is rebuilt, and a store that cannot be written to simply
+    goes without. It saves rebuilding the index on every process start (seconds on 100k skills).
+    """
+    n = snapshot.nodes.height
+    tokens_meta = snapshot.manifest.get("files", {}).get("tokens.parquet")
+    if snapshot.path is None or tokens_meta is None:
+        return LexicalIndex(snapshot.tokens, n, config)
+    key_data = {
+        "format": _CACHE_FORMAT,
+        "tokens": tokens_meta["sha256"],
+        "weights": config.field_weights,
+        "k1": config.bm25_k1,
+        "b": config.bm25_b,
+    }
+    key = hashlib.sha256(json.dumps(key_data, sort_keys=True).encode()).hexdigest()[:20]
+    root = snapshot.path.parent.parent / "cache" / "lexical"
+    folder = root / key
+    if (folder / "complete").is_file():
+        try:
+            return LexicalIndex.load(folder, n, config)
+        except (OSError, ValueError, KeyError):
+            pass  # damaged or foreign: rebuild below and replace it
+    index = LexicalIndex(snapshot.tokens, n, config)
+    stage = root / f".{key}.{uuid.uuid4().hex}"
+    try:
+        index.save(stage)
+        (stage / "complete").write_text(json.dumps(key_data))
+        if folder.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+        os.rename(stage, folder)
+    except OSError:
+        pass  # a read-only or racing store: the index in memory is all this process needs
+    finally:
+        if stage.exists():
+            shutil.rmtree(stage, ignore_errors=True)
+    return index

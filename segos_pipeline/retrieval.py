@@ -21,7 +21,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 from .config import AVOID, RetrievalConfig, TransitionConfig
-from .lexical import Evidence, LexicalIndex
+from .lexical import Evidence, index_for
 from .naming import SkillNames
 from .snapshot import Snapshot
 from .transition import edge_indices, transition_matrix
@@ -123,7 +123,7 @@ class Retriever:
         self.ids = nodes["id"].to_numpy()
         self._nodes = nodes
         self.names = SkillNames(nodes)
-        self.lexical = LexicalIndex(snapshot.tokens, self.n, self.config)
+        self.lexical = index_for(snapshot, self.config)
         if self.config.reverse:
             operator = snapshot.transition
         else:

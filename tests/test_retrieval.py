@@ -177,3 +177,28 @@ def test_top_k_equals_a_full_sort_with_ties_to_the_smaller_index(values, k):
     cand = np.flatnonzero(v > 0)
     full = cand[np.lexsort((cand, -v[cand]))][:k]
     np.testing.assert_array_equal(top_k(v, cand, k), full)
+
+
+def test_lexical_index_cache_is_used_equal_and_self_healing(store):
+    from segos_pipeline.lexical import LexicalIndex, index_for
+
+    snap = store.load()
+    cfg = RetrievalConfig()
+    first = index_for(snap, cfg)  # builds and caches
+    cache = store.root / "cache" / "lexical"
+    [entry] = [p for p in cache.iterdir() if not p.name.startswith(".")]
+    assert (entry / "complete").is_file()
+    loaded = LexicalIndex.load(entry, snap.nodes.height, cfg)
+    fresh = LexicalIndex(snap.tokens, snap.nodes.height, cfg)
+    for q in ("load csv files into a dataframe", "plot charts", "transcribe speech audio"):
+        np.testing.assert_array_equal(loaded.evidence(q).evidence, fresh.evidence(q).evidence)
+        np.testing.assert_array_equal(first.evidence(q).evidence, fresh.evidence(q).evidence)
+    (entry / "matrix.npz").write_bytes(b"damaged")
+    healed = index_for(snap, cfg)
+    np.testing.assert_array_equal(
+        healed.evidence("plot charts").evidence, fresh.evidence("plot charts").evidence
+    )
+    assert LexicalIndex.load(entry, snap.nodes.height, cfg).matrix.nnz == fresh.matrix.nnz  # rewritten
+    other = index_for(snap, RetrievalConfig(bm25_k1=2.0))  # other settings: another entry
+    assert len([p for p in cache.iterdir() if not p.name.startswith(".")]) == 2
+    assert other.matrix.nnz == fresh.matrix.nnz
