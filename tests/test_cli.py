@@ -7,7 +7,9 @@ import sys
 import pytest
 from click.testing import CliRunner
 
+from segos_pipeline import SnapshotStore
 from segos_pipeline.cli import main
+from segos_pipeline.ingest import TraceStore
 from segos_pipeline.paths import DATA_DIR
 
 
@@ -147,3 +149,5 @@ def test_simulate_writes_labelled_traces_that_ingest(tmp_path):
     m = json.loads(run("evolve", "--store", store, "--window", "2026-12-02", "--json").output)
     assert m["counters"]["traces"]["simulated"] == m["counters"]["traces"]["selected"] > 0
     assert m["counters"]["traces"]["real"] == 0
+    table = TraceStore(SnapshotStore(store)).load("2026-12-02")
+    assert set(table["source_format"]) == {"simulated"} and table["simulated"].all()

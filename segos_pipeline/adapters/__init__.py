@@ -16,29 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..traces import TraceError, TraceRecord, parse_native
+from ..traces import TraceRecord, parse_native
 from . import apibank, skillsbench_trials, toolbench
-from .common import Rejected, files_under, json_lines, rejected
+from .common import Rejected, jsonl_records
 
 __all__ = ["FORMATS", "Rejected", "iter_records", "plans", "write_library"]
 
 FORMATS = ("native", "skillsbench-trials", "apibank", "toolbench")
 plans = apibank.plans
-
-
-def _native(path: Path) -> Iterator[TraceRecord | Rejected]:
-    for file in files_under(path, "*.jsonl"):
-        for source, line, obj in json_lines(file):
-            if isinstance(obj, Rejected):
-                yield obj
-                continue
-            try:
-                record = parse_native(obj, source=source)
-            except TraceError as exc:
-                yield rejected(source, str(exc), line)
-                continue
-            record.source_format = "native"
-            yield record
 
 
 def iter_records(path: Path, fmt: str, *, queries: Path | None = None) -> Iterator[TraceRecord | Rejected]:
@@ -51,7 +36,7 @@ def iter_records(path: Path, fmt: str, *, queries: Path | None = None) -> Iterat
     if not path.exists():
         raise FileNotFoundError(f"trace source not found: {path}")
     if fmt == "native":
-        return _native(path)
+        return jsonl_records(path, parse_native)
     if fmt == "skillsbench-trials":
         return skillsbench_trials.iter_records(path, Path(queries) if queries is not None else None)
     if fmt == "apibank":

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from ..traces import TraceError, TraceRecord
 
 RAW_LIMIT = 2000
 
@@ -50,6 +52,20 @@ def json_lines(path: Path) -> Iterator[tuple[str, str, Any | Rejected]]:
                     line,
                     rejected(source, f"line is not valid JSON ({exc.msg}); fix or drop it", line),
                 )
+
+
+def jsonl_records(path: Path, parse: Callable[[Any, str], TraceRecord]) -> Iterator[TraceRecord | Rejected]:
+    """Every JSONL line under `path` through `parse(obj, source)`; bad JSON and `TraceError`s become
+    Rejected with the reason, so one bad line never stops the rest."""
+    for file in files_under(path, "*.jsonl"):
+        for source, line, obj in json_lines(file):
+            if isinstance(obj, Rejected):
+                yield obj
+                continue
+            try:
+                yield parse(obj, source)
+            except TraceError as exc:
+                yield rejected(source, str(exc), line)
 
 
 _NON_SLUG = re.compile(r"[^a-z0-9]+")

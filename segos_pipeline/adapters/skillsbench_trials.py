@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..traces import QueryRecord, TraceError, TraceRecord, parse_timestamp
-from .common import Rejected, files_under, json_lines, rejected
+from .common import Rejected, files_under, json_lines, jsonl_records
 
 FORMAT = "skillsbench-trials"
 # Keys that become record fields; everything else of the line is kept in `extra`.
@@ -37,15 +37,7 @@ def load_instructions(queries: Path | None) -> dict[str, str]:
 
 def iter_records(path: Path, queries: Path | None = None) -> Iterator[TraceRecord | Rejected]:
     instructions = load_instructions(queries)
-    for file in files_under(path, "*.jsonl"):
-        for source, line, obj in json_lines(file):
-            if isinstance(obj, Rejected):
-                yield obj
-                continue
-            try:
-                yield trial_record(obj, source, instructions, queries)
-            except TraceError as exc:
-                yield rejected(source, str(exc), line)
+    return jsonl_records(path, lambda obj, source: trial_record(obj, source, instructions, queries))
 
 
 def _required_str(obj: dict[str, Any], key: str) -> str:
