@@ -70,40 +70,22 @@ def counts_by_relation(diff: dict[str, Any]) -> dict[str, dict[str, int]]:
     return out
 
 
+def _weights(kind: str, edge: dict[str, Any]) -> tuple[float, float]:
+    """(before, after) weight of a changed edge: an added edge changes from 0, a removed one to 0."""
+    if kind == "added":
+        return 0.0, edge["weight"]
+    if kind == "removed":
+        return edge["weight"], 0.0
+    return edge["weight_before"], edge["weight_after"]
+
+
 def largest_changes(diff: dict[str, Any], limit: int = 15) -> list[dict[str, Any]]:
-    """Edges ranked by absolute weight change (an added edge changes from 0, a removed one to 0)."""
+    """Edges ranked by absolute weight change."""
     rows = [
-        {
-            "change": "added",
-            "src": e["src"],
-            "dst": e["dst"],
-            "relation": e["relation"],
-            "before": 0.0,
-            "after": e["weight"],
-        }
-        for e in diff["edges"]["added"]
-    ]
-    rows += [
-        {
-            "change": "removed",
-            "src": e["src"],
-            "dst": e["dst"],
-            "relation": e["relation"],
-            "before": e["weight"],
-            "after": 0.0,
-        }
-        for e in diff["edges"]["removed"]
-    ]
-    rows += [
-        {
-            "change": "reweighted",
-            "src": e["src"],
-            "dst": e["dst"],
-            "relation": e["relation"],
-            "before": e["weight_before"],
-            "after": e["weight_after"],
-        }
-        for e in diff["edges"]["reweighted"]
+        {"change": kind, "src": e["src"], "dst": e["dst"], "relation": e["relation"], "before": b, "after": a}
+        for kind in ("added", "removed", "reweighted")
+        for e in diff["edges"][kind]
+        for b, a in [_weights(kind, e)]
     ]
     rows.sort(key=lambda r: (-abs(r["after"] - r["before"]), r["relation"], r["src"], r["dst"]))
     return rows[:limit]

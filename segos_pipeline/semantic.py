@@ -17,7 +17,7 @@ import scipy.sparse as sp
 from .config import SEMANTIC, GraphConfig
 from .edges import EDGE_SCHEMA
 
-# Upper bound of candidate pairs held at once; ~16 bytes each in the product and the top-k sort.
+# Upper bound of candidate pairs held at once (~16 bytes each in the block's product and its Jaccard).
 _PAIRS_PER_BLOCK = 8_000_000
 
 
