@@ -14,7 +14,7 @@ import scipy.sparse as sp
 
 from .config import BuildConfig, TransitionConfig
 from .edges import counts_by_relation
-from .lexicon import signature_matrix, token_table
+from .lexicon import Signature, signature_matrix, token_table
 from .parsing import ParsedLibrary, parse_library
 from .semantic import SemanticStats, semantic_edges
 from .snapshot import REPORT, Snapshot, SnapshotStore
@@ -32,13 +32,15 @@ class GraphTables:
     edges: pl.DataFrame
     transition: sp.csr_matrix
     semantic: SemanticStats
+    signature: Signature | None = None  # stored with the version; derived from the tokens when absent
 
 
 def library_fingerprint(nodes: pl.DataFrame) -> str:
-    digest = hashlib.sha256()
-    for skill_id, content in nodes.select("id", "content_hash").sort("id").iter_rows():
-        digest.update(f"{skill_id}\0{content}\n".encode())
-    return digest.hexdigest()
+    """sha256 over `id NUL content_hash LF` of every skill in id order (one string, hashed once)."""
+    if nodes.height == 0:
+        return hashlib.sha256().hexdigest()
+    lines = nodes.sort("id").select(pl.concat_str("id", pl.lit("\0"), "content_hash", pl.lit("\n")))
+    return hashlib.sha256(lines.to_series().str.join("").item().encode()).hexdigest()
 
 
 def graph_tables(nodes: pl.DataFrame, config: BuildConfig, progress: Progress | None = None) -> GraphTables:
@@ -55,7 +57,7 @@ def graph_tables(nodes: pl.DataFrame, config: BuildConfig, progress: Progress | 
     )
     say(f"semantic graph: {stats.directed_edges} edges, {stats.unordered_pairs} pairs, {len(vocab)} tokens")
     transition = transition_matrix(edges, nodes["id"], config.transition)
-    return GraphTables(nodes, tokens, edges, transition, stats)
+    return GraphTables(nodes, tokens, edges, transition, stats, Signature(signature, vocab.tokens))
 
 
 def cold_start_manifest(
@@ -100,6 +102,7 @@ def commit_cold_start(
         tokens=tables.tokens,
         edges=tables.edges,
         transition=tables.transition,
+        signature=tables.signature,
         manifest={**cold_start_manifest(parsed, tables, config, timings), **(extra or {})},
         extra_tables={REPORT: parsed.report},
     )
@@ -143,7 +146,8 @@ def commit_derived(
 ) -> dict[str, Any]:
     """Commit a child of `parent` with a new edge table (and optionally new nodes/tokens).
 
-    The operator is rebuilt here, once per version, with the parent's transition config.
+    The operator is rebuilt here, once per version, with the parent's transition config. Node and token
+    parts equal to the parent's are linked from it rather than written again.
     """
     nodes = parent.nodes if nodes is None else nodes
     tokens = parent.tokens if tokens is None else tokens
@@ -172,5 +176,6 @@ def commit_derived(
         edges=edges,
         transition=transition,
         manifest=manifest,
+        base=parent,
         extra_tables=extra_tables,
     )

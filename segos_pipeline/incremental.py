@@ -1,11 +1,13 @@
 """Incremental library updates: add, update or remove one skill without rebuilding the library.
 
 A full rebuild re-parses every package, re-tokenises every skill and re-runs the similarity join. One
-changed skill cannot change most of that, so an incremental version reuses the parent's tables and redoes
+changed skill cannot change most of that, so an incremental version reuses the parent's files and redoes
 only what the change can reach:
 
-* nodes / tokens: the changed package is parsed and tokenised alone and spliced into the parent's tables
-  (both are sorted by id, so the row indices after it shift by one; nothing else is touched);
+* nodes / tokens: the changed package is parsed and tokenised alone and spliced into the one stored part
+  that holds it (snapshot.py); every other part is hard-linked from the parent, unread;
+* the signature (the binary skill × token matrix the Jaccard graph is made of) is stored with each version:
+  its row for the skill is replaced, inserted or deleted, and tokens it never saw are appended;
 * semantic edges (top-k Jaccard, SPEC §4): the only skills whose top-k can change are those that can have
   the changed skill u as a join candidate, i.e. that share a join token with it. Among them,
   - a skill that had u in its top-k (a parent semantic edge v→u) loses or changes that entry and is
@@ -14,15 +16,16 @@ only what the change can reach:
     (u, J(v, u)): dropping a candidate that was not in the top-k cannot change the top-k;
   - the df cap (join tokens are those with df ≤ max(1,000, 1% of n)) can flip a token between joined and
     skipped when u adds or removes it or when n moves the cap; every skill holding a flipped token is then
-    recomputed exactly (a rare, slower path that the result reports);
+    recomputed exactly (found by comparing every column's df before and after, so nothing is missed);
 * the edge table: the recomputed skills' semantic rows are replaced (a row whose pair and Jaccard are
   unchanged is kept as it was, with any evolution state); trace-induced edges of existing skills are kept;
   every edge of a removed skill is dropped;
 * the operator: rows of the nodes incident to a changed edge are recomputed and spliced into the parent's
   operator after shifting its indices.
 
-A test checks the result equals a full rebuild of the changed library (nodes, tokens, semantic edges and
-operator), ties included.
+Of the parent it reads the key columns of the node parts, the changed part, the signature, the edge table
+and the operator, and verifies each against the manifest first. A test checks the result equals a full
+rebuild of the changed library (nodes, tokens, semantic edges and operator), ties included.
 """
 
 from __future__ import annotations
@@ -37,32 +40,38 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
+from . import snapshot as snapshot_mod
 from .build import library_fingerprint
 from .config import AVOID, SEMANTIC, TRAVERSABLE, GraphConfig, ParseConfig, TransitionConfig
 from .edges import EDGE_SCHEMA, counts_by_relation
-from .lexicon import SIGNATURE_FIELDS, token_table
+from .lexicon import SIGNATURE_FIELDS, TOKEN_SCHEMA, Signature, signature_matrix, token_table
 from .parsing import _SKIP_DIRS, NODE_SCHEMA, REPORT_SCHEMA, SKILL_FILE, _duplicate_names, parse_package
-from .semantic import _stats, df_cap
-from .snapshot import REPORT, Snapshot, SnapshotError, SnapshotStore
+from .semantic import SemanticStats, _row_topk, _stats, df_cap
+from .snapshot import (
+    EDGES,
+    REPORT,
+    SIGNATURE,
+    TRANSITION,
+    VOCAB,
+    NewPart,
+    SamePart,
+    SnapshotError,
+    SnapshotStore,
+    VersionFiles,
+    local_tokens,
+    split_rows,
+)
 from .transition import transition_matrix
 
 ACTIONS = ("add", "update", "remove")
+# The node columns an update reads of every skill (ids for indices, names for duplicate-name warnings,
+# content hashes for the library fingerprint); whole rows are read of the changed skill's part only.
+KEY_COLUMNS = ("id", "name", "folder", "source_path", "content_hash")
 Progress = Callable[[str], None]
 
 
 class IncrementalError(SnapshotError):
     """A change that cannot be applied as asked (the message says what to do instead)."""
-
-
-@dataclass
-class Patched:
-    """The tables of the child version and what the change touched."""
-
-    nodes: pl.DataFrame
-    tokens: pl.DataFrame
-    edges: pl.DataFrame
-    transition: sp.csr_matrix
-    counters: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -84,7 +93,7 @@ class IncrementalResult:
 # ----------------------------------------------------------------------------------------- the package
 
 
-def _library_root(parent: Snapshot, library: str | Path | None) -> Path:
+def _library_root(parent: VersionFiles, library: str | Path | None) -> Path:
     if library is not None:
         root = Path(library)
     else:
@@ -128,13 +137,13 @@ def skill_id_of(skill_dir: str | Path, root: Path) -> str:
     return rel.as_posix()
 
 
-def _resolve_existing(parent: Snapshot, skill_id: str, ref: str) -> str:
-    ids = parent.nodes["id"]
+def _resolve_existing(parent: VersionFiles, keys: pl.DataFrame, skill_id: str, ref: str) -> str:
+    ids = keys["id"]
     if (ids == skill_id).any():
         return skill_id
     from .naming import SkillNames  # only needed when the folder is not a known id
 
-    found = SkillNames(parent.nodes).resolve(ref)
+    found = SkillNames(keys).resolve(ref)
     if len(found) == 1:
         return str(ids[found[0]])
     raise IncrementalError(
@@ -142,81 +151,7 @@ def _resolve_existing(parent: Snapshot, skill_id: str, ref: str) -> str:
     )
 
 
-# ---------------------------------------------------------------------------------------- signatures
-
-
-class _Signatures:
-    """Signature (node, token) rows of a token table with the lookups the patch needs.
-
-    Rows are not de-duplicated up front (a token in several fields appears several times): that would cost
-    a pass over the whole table, while every lookup below touches a few thousand rows.
-    """
-
-    def __init__(self, tokens: pl.DataFrame):
-        self.rows = tokens.filter(pl.col("field").is_in(SIGNATURE_FIELDS)).select("node", "token")
-
-    def postings(self, tokens: list[str]) -> pl.DataFrame:
-        """Distinct (node, token) of the given tokens."""
-        return self.rows.filter(pl.col("token").is_in(tokens)).unique()
-
-    def sets(self, nodes: np.ndarray) -> pl.DataFrame:
-        """Distinct (node, token) of the given nodes."""
-        return self.rows.filter(pl.col("node").is_in(pl.Series(nodes, dtype=pl.UInt32).implode())).unique()
-
-    def sizes(self, nodes: np.ndarray) -> dict[int, int]:
-        s = self.sets(nodes).group_by("node").len()
-        return dict(zip(s["node"].to_list(), s["len"].to_list(), strict=True))
-
-    def df_all(self) -> pl.DataFrame:
-        return self.rows.unique().group_by("token").agg(df=pl.len())
-
-
-def _signature_of(tokens: pl.DataFrame) -> set[str]:
-    return set(tokens.filter(pl.col("field").is_in(SIGNATURE_FIELDS))["token"].to_list())
-
-
-def _topk_rows(pairs: pl.DataFrame, k: int) -> pl.DataFrame:
-    """Top-k of each `node` over (node, cand, jac), jac > 0, ties to the smaller candidate index."""
-    return (
-        pairs.filter((pl.col("jac") > 0) & (pl.col("node") != pl.col("cand")))
-        .sort(["node", "jac", "cand"], descending=[False, True, False])
-        .group_by("node", maintain_order=True)
-        .head(k)
-    )
-
-
-def _exact_topk(
-    sig: _Signatures, nodes: np.ndarray, keep: Callable[[pl.DataFrame], pl.DataFrame], k: int
-) -> pl.DataFrame:
-    """Exact top-k (node, cand, jac) of `nodes` over every candidate that shares a join token."""
-    if len(nodes) == 0:
-        return pl.DataFrame(schema={"node": pl.UInt32, "cand": pl.UInt32, "jac": pl.Float64})
-    own = sig.sets(nodes)
-    joined_tokens = keep(own.select("token").unique())["token"].to_list()
-    own_kept = own.filter(pl.col("token").is_in(joined_tokens))
-    post = sig.postings(joined_tokens).rename({"node": "cand"})
-    shared = own_kept.join(post, on="token").group_by("node", "cand").agg(shared=pl.len())
-    need = np.union1d(nodes, shared["cand"].unique().to_numpy())
-    size = sig.sets(need).group_by("node").agg(size=pl.len())
-    pairs = (
-        shared.join(size, on="node")
-        .join(size.rename({"node": "cand", "size": "size_c"}), on="cand")
-        .with_columns(
-            jac=pl.col("shared").cast(pl.Float64)
-            / (pl.col("size").cast(pl.Float64) + pl.col("size_c").cast(pl.Float64) - pl.col("shared"))
-        )
-        .select("node", "cand", "jac")
-    )
-    return _topk_rows(pairs, k)
-
-
-# -------------------------------------------------------------------------------------------- the patch
-
-
-def _splice(df: pl.DataFrame, idx: int, row: pl.DataFrame | None, replace: bool) -> pl.DataFrame:
-    tail_start = idx + 1 if replace else idx
-    parts = [df[:idx]] + ([row] if row is not None else []) + [df[tail_start:]]
-    return pl.concat(parts, how="vertical")
+# ------------------------------------------------------------------------------------------ the parts
 
 
 def _shift(old: np.ndarray, action: str, idx: int) -> np.ndarray:
@@ -230,25 +165,182 @@ def _shift(old: np.ndarray, action: str, idx: int) -> np.ndarray:
     return old.copy()
 
 
-def patch_tables(
-    parent: Snapshot,
+def _splice(df: pl.DataFrame, idx: int, row: pl.DataFrame | None, replace: bool) -> pl.DataFrame:
+    tail_start = idx + 1 if replace else idx
+    parts = [df[:idx]] + ([row] if row is not None else []) + [df[tail_start:]]
+    return pl.concat(parts, how="vertical")
+
+
+@dataclass
+class _PartChange:
+    """Where the changed skill lives among the parent's parts, and the parts of the child."""
+
+    index: int  # the parent's part that holds (or receives) the skill
+    old_row: dict[str, Any] | None  # the skill's node row in the parent (update / remove)
+    plan: list[NewPart | SamePart]
+
+
+def _change_part(
+    parent: VersionFiles, action: str, idx: int, present: bool, new_row: pl.DataFrame | None
+) -> _PartChange:
+    """Splice the skill into the one part that holds it; every other part is linked from the parent.
+
+    A part that grows past twice `PART_ROWS` is split again and one that empties is dropped, so part sizes
+    stay bounded under any sequence of updates.
+    """
+    rows = np.array([int(p["rows"]) for p in parent.parts], dtype=np.int64)
+    ends = np.cumsum(rows)
+    p = min(int(np.searchsorted(ends, idx, side="right")), max(len(rows) - 1, 0))
+    start = int(ends[p] - rows[p]) if len(rows) else 0
+    if len(rows):
+        part_nodes, part_tokens = parent.read_part(p)
+    else:  # a format-1 version of an empty library has no part at all
+        part_nodes, part_tokens = pl.DataFrame(schema=NODE_SCHEMA), pl.DataFrame(schema=TOKEN_SCHEMA)
+    local = idx - start
+    old_row = part_nodes[local].to_dicts()[0] if present else None
+    nodes = _splice(part_nodes, local, new_row, replace=present)
+    node_col = part_tokens["node"]
+    a = int(node_col.search_sorted(local, side="left"))
+    b = int(node_col.search_sorted(local, side="right")) if present else a
+    delta = (new_row is not None) - present
+    tail = part_tokens[b:]
+    if delta:
+        tail = tail.with_columns((pl.col("node").cast(pl.Int64) + delta).cast(pl.UInt32))
+    new_tokens = (
+        token_table(new_row).with_columns(node=pl.lit(local, dtype=pl.UInt32))
+        if new_row is not None
+        else None
+    )
+    pieces = [t for t in (part_tokens[:a], new_tokens, tail) if t is not None and t.height]
+    tokens = pl.concat(pieces, how="vertical") if pieces else part_tokens.clear()
+    if nodes.height > 2 * snapshot_mod.PART_ROWS:
+        middle = [NewPart(nodes[x:y], local_tokens(tokens, x, y)) for x, y in split_rows(nodes.height)]
+    elif nodes.height == 0 and len(rows) > 1:
+        middle = []
+    else:
+        middle = [NewPart(nodes, tokens)]
+    plan = [parent.same_part(i) for i in range(p)] + middle
+    plan += [parent.same_part(i) for i in range(p + 1, len(rows))]
+    return _PartChange(p, old_row, plan)
+
+
+# -------------------------------------------------------------------------------------- the signature
+
+
+def _patch_signature(
+    sig: Signature, action: str, idx: int, present: bool, new_row: pl.DataFrame | None
+) -> tuple[Signature, np.ndarray, np.ndarray]:
+    """The child's signature (row idx replaced, inserted or deleted; unseen tokens appended to the
+    vocabulary) and the skill's old and new token columns."""
+    m = sig.matrix
+    indptr, indices = m.indptr.astype(np.int64), m.indices.astype(np.int64)
+    lo = int(indptr[idx]) if present or idx < len(indptr) - 1 else int(indptr[-1])
+    hi = int(indptr[idx + 1]) if present else lo
+    old_cols = indices[lo:hi]
+    vocab = sig.vocab
+    new_cols = np.empty(0, dtype=np.int64)
+    if new_row is not None:
+        words = token_table(new_row).filter(pl.col("field").is_in(SIGNATURE_FIELDS))["token"].unique()
+        known = (
+            pl.DataFrame({"token": vocab})
+            .with_row_index("col")
+            .filter(pl.col("token").is_in(words.implode()))
+        )
+        unseen = words.filter(~words.is_in(known["token"].implode())).sort()
+        new_cols = np.sort(
+            np.concatenate(
+                [
+                    known["col"].to_numpy().astype(np.int64),
+                    len(vocab) + np.arange(len(unseen), dtype=np.int64),
+                ]
+            )
+        )
+        if len(unseen):
+            vocab = pl.concat([vocab, unseen.rename(vocab.name)])
+    lengths = np.diff(indptr)
+    head, tail = lengths[:idx], (lengths[idx + 1 :] if present else lengths[idx:])
+    mid = [len(new_cols)] if new_row is not None else []
+    new_lengths = np.concatenate([head, np.array(mid, dtype=np.int64), tail])
+    new_indptr = np.concatenate([[0], np.cumsum(new_lengths)]).astype(np.int64)
+    new_indices = np.concatenate([indices[:lo], new_cols, indices[hi:]])
+    shape = (len(new_lengths), len(vocab))
+    matrix = sp.csr_matrix(
+        (np.ones(len(new_indices), dtype=np.float32), new_indices, new_indptr), shape=shape
+    )
+    return Signature(matrix, vocab), old_cols, new_cols
+
+
+def _topk_of_rows(
+    join: sp.csr_matrix, sizes: np.ndarray, rows: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, sp.csr_matrix]:
+    """Exact top-k (node, neighbour, Jaccard) of `rows` over the joined tokens, ties to the smaller index
+    (the full build's rule, on the same integer arithmetic), and the rows' intersection counts.
+
+    X·X_Eᵀ is one pass over X (X_E has a handful of columns), where X_E·Xᵀ would transpose all of X first.
+    """
+    inter = (join @ join[rows].T).T.tocsr()
+    lengths = np.diff(inter.indptr)
+    local = np.repeat(np.arange(len(rows), dtype=np.int64), lengths)
+    node = rows[local]
+    cols = inter.indices.astype(np.int64)
+    shared = inter.data.astype(np.float64)
+    jac = shared / (sizes[node] + sizes[cols] - shared)
+    jac[cols == node] = 0.0
+    r, c, w = _row_topk(local, cols, jac, inter.indptr, k)
+    return rows[r], c, w, inter
+
+
+def _topk_rows(pairs: pl.DataFrame, k: int) -> pl.DataFrame:
+    """Top-k of each `node` over (node, cand, jac), jac > 0, ties to the smaller candidate index."""
+    return (
+        pairs.filter((pl.col("jac") > 0) & (pl.col("node") != pl.col("cand")))
+        .sort(["node", "jac", "cand"], descending=[False, True, False])
+        .group_by("node", maintain_order=True)
+        .head(k)
+    )
+
+
+# -------------------------------------------------------------------------------------------- the patch
+
+
+@dataclass
+class Patched:
+    """The child version of one change, ready to write, and what the change touched."""
+
+    parts: list[NewPart | SamePart]
+    keys: pl.DataFrame  # KEY_COLUMNS of every skill of the child, in node order
+    signature: Signature
+    edges: pl.DataFrame
+    transition: sp.csr_matrix
+    stats: SemanticStats
+    old_row: dict[str, Any] | None
+    counters: dict[str, Any] = field(default_factory=dict)
+
+
+def patch_version(
+    parent: VersionFiles,
     action: str,
     skill_id: str,
     row: dict[str, Any] | None,
     graph: GraphConfig | None = None,
     tconf: TransitionConfig | None = None,
     progress: Progress | None = None,
+    keys: pl.DataFrame | None = None,
 ) -> Patched:
-    """The child's tables after `action` on `skill_id` (`row` is the parsed node row for add/update)."""
+    """The child of `parent` after `action` on `skill_id` (`row` is the parsed node row for add/update).
+
+    Reads only the key columns of the node parts, the one part the skill lives in, the signature, the edge
+    table and the operator of the parent.
+    """
     if action not in ACTIONS:
         raise ValueError(f"unknown action {action!r}; expected one of {', '.join(ACTIONS)}")
     graph = graph or GraphConfig()
     tconf = tconf or TransitionConfig()
     say = progress or (lambda _m: None)
-    t0 = time.perf_counter()
     timings: dict[str, float] = {}
-    old_nodes, old_tokens = parent.nodes, parent.tokens
-    ids_old = old_nodes["id"]
+    t0 = time.perf_counter()
+    keys_old = parent.read_nodes(KEY_COLUMNS) if keys is None else keys
+    ids_old = keys_old["id"]
     idx = int(ids_old.search_sorted(skill_id, side="left"))
     present = idx < len(ids_old) and ids_old[idx] == skill_id
     if action == "add" and present:
@@ -257,72 +349,41 @@ def patch_tables(
         )
     if action != "add" and not present:
         raise IncrementalError(f"skill {skill_id!r} is not in version {parent.version}; use `segos add`")
-    n_old = old_nodes.height
-    n_new = n_old + (action == "add") - (action == "remove")
-
-    # ---- nodes and tokens: splice the one row and its token rows; shift the node index of the rest
+    n_old = keys_old.height
     new_row = pl.DataFrame([row], schema=NODE_SCHEMA) if row is not None else None
-    nodes = _splice(old_nodes, idx, new_row, replace=action != "add")
-    node_col = old_tokens["node"].to_numpy()
-    a = int(np.searchsorted(node_col, idx, side="left"))
-    b = int(np.searchsorted(node_col, idx, side="right")) if present else a
-    old_u_tokens = old_tokens[a:b]
-    new_u_tokens = (
-        token_table(new_row).with_columns(node=pl.lit(idx, dtype=pl.UInt32)) if new_row is not None else None
-    )
-    tail = old_tokens[b:]
-    delta = {"add": 1, "remove": -1, "update": 0}[action]
-    if delta:
-        tail = tail.with_columns((pl.col("node").cast(pl.Int64) + delta).cast(pl.UInt32))
-    tokens = pl.concat(
-        [p for p in (old_tokens[:a], new_u_tokens, tail) if p is not None and p.height], how="vertical"
-    )
-    if tokens.height == 0:
-        tokens = old_tokens.clear()
-    timings["nodes_tokens"] = time.perf_counter() - t0
+    change = _change_part(parent, action, idx, present, new_row)
+    new_keys = new_row.select(KEY_COLUMNS) if new_row is not None else None
+    keys = _splice(keys_old, idx, new_keys, replace=present)
+    n_new = keys.height
+    timings["parts"] = time.perf_counter() - t0
 
-    # ---- which skills' top-k can change
+    # ---- the signature, and which skills' top-k can change
     t1 = time.perf_counter()
-    sig = _Signatures(tokens)
-    sig_old_u = _signature_of(old_u_tokens) if present else set()
-    sig_new_u = _signature_of(new_u_tokens) if new_u_tokens is not None else set()
-    changed_tokens = sorted(sig_old_u | sig_new_u)
+    old_sig = (
+        parent.read_signature()
+        if parent.has_signature()
+        else _derived_signature(parent.read_tokens(), n_old)  # format 1: derive it once (slow path)
+    )
+    sig, old_cols, new_cols = _patch_signature(old_sig, action, idx, present, new_row)
+    vocab_size = sig.matrix.shape[1]
+    df_old = np.bincount(old_sig.matrix.indices, minlength=vocab_size)
+    df_new = df_old.copy()
+    np.subtract.at(df_new, old_cols, 1)
+    np.add.at(df_new, new_cols, 1)
     cap_old, cap_new = df_cap(n_old, graph), df_cap(n_new, graph)
-    post_changed = sig.postings(changed_tokens)
-    df_new = dict(post_changed.group_by("token").len().iter_rows())
-    flipped: set[str] = set()
-    now_capped: set[str] = set()
-    for t in changed_tokens:
-        dn = df_new.get(t, 0)
-        do = dn - (t in sig_new_u) + (t in sig_old_u)
-        if (do <= cap_old) != (dn <= cap_new):
-            flipped.add(t)
-            if dn > cap_new:
-                now_capped.add(t)
-    df_table: pl.DataFrame | None = None
-    if cap_old != cap_new:  # n moved the cap: any token near it may flip (rare: n ≥ 100k, every 100 skills)
-        df_table = sig.df_all()
-        lo, hi = min(cap_old, cap_new), max(cap_old, cap_new)
-        near = df_table.filter((pl.col("df") > lo - 1) & (pl.col("df") <= hi + 1))
-        for t, dn in near.iter_rows():
-            do = dn - (t in sig_new_u) + (t in sig_old_u)
-            if (do <= cap_old) != (dn <= cap_new):
-                flipped.add(t)
-                if dn > cap_new:
-                    now_capped.add(t)
-
-    def keep_new(tok: pl.DataFrame) -> pl.DataFrame:
-        """Tokens (a `token` column) that the join of the new library uses (df ≤ new cap)."""
-        toks = tok["token"].to_list()
-        df = sig.postings(toks).group_by("token").len()
-        return df.filter(pl.col("len") <= cap_new).select("token")
-
-    kept_new_u = [t for t in sig_new_u if df_new.get(t, 0) <= cap_new]
+    joined = df_new <= cap_new  # an empty column joins nothing, whatever its flag
+    flipped = np.flatnonzero((df_old <= cap_old) != joined)
+    m = sig.matrix
+    sizes = np.diff(m.indptr).astype(np.float64)
+    # copies: eliminate_zeros works in place, and the signature's arrays are written out as they are
+    join = sp.csr_matrix(
+        (joined[m.indices].astype(np.float32), m.indices.copy(), m.indptr.copy()), shape=m.shape
+    )
+    join.eliminate_zeros()
     new_u = idx if new_row is not None else None
-    ids_new = nodes["id"].to_numpy()
 
     # parent semantic edges with integer endpoints in the NEW numbering (-1: the removed skill)
-    e = parent.edges
+    e = parent.read_edges()
     index_old = pl.DataFrame({"id": ids_old, "i": pl.int_range(n_old, dtype=pl.Int64, eager=True)})
     sem = (
         e.filter(pl.col("relation") == SEMANTIC)
@@ -332,40 +393,38 @@ def patch_tables(
     su = _shift(sem["u"].to_numpy(), action, idx)
     sv = _shift(sem["v"].to_numpy(), action, idx)
     # exact recompute: u itself, skills that had (old) u in their top-k, holders of a flipped token
-    exact: set[int] = set()
-    if new_u is not None:
-        exact.add(new_u)
+    exact = [np.array([new_u] if new_u is not None else [], dtype=np.int64)]
     if present:
-        old_u_new_index = idx if action == "update" else -1
-        exact.update(int(x) for x in su[sv == old_u_new_index] if x >= 0)
-    if flipped:
-        exact.update(int(x) for x in sig.postings(sorted(flipped))["node"].unique().to_list())
-    # merge: skills that share a join token with the new u (u becomes one more candidate)
-    merge_nodes: np.ndarray = np.empty(0, dtype=np.int64)
-    if kept_new_u:
-        holders = post_changed.filter(pl.col("token").is_in(kept_new_u))
-        merge_nodes = np.setdiff1d(holders["node"].unique().to_numpy().astype(np.int64), list(exact) or [-1])
-        merge_nodes = merge_nodes[merge_nodes != (new_u if new_u is not None else -1)]
+        exact.append(su[(sv == (idx if action == "update" else -1)) & (su >= 0)])
+    if len(flipped):
+        exact.append(_holders(m, flipped))
+    exact_arr = np.unique(np.concatenate(exact)).astype(np.int64)
     timings["affected"] = time.perf_counter() - t1
-    say(f"{action} {skill_id}: {len(exact)} skill(s) recomputed exactly, {len(merge_nodes)} merged")
 
     # ---- new top-k rows of the affected skills
     t2 = time.perf_counter()
     k = graph.knn_k
-    exact_arr = np.array(sorted(exact), dtype=np.int64)
-    exact_rows = _exact_topk(sig, exact_arr, keep_new, k)
-    merged_rows = pl.DataFrame(schema={"node": pl.UInt32, "cand": pl.UInt32, "jac": pl.Float64})
-    if len(merge_nodes) and new_u is not None:
-        u_kept = set(kept_new_u)
-        sets_m = sig.sets(merge_nodes)
-        shared = sets_m.filter(pl.col("token").is_in(list(u_kept))).group_by("node").agg(shared=pl.len())
-        size_m = sets_m.group_by("node").agg(size=pl.len())
-        size_u = len(sig_new_u)
-        cand_u = shared.join(size_m, on="node").select(
-            "node",
-            cand=pl.lit(new_u, dtype=pl.UInt32),
-            jac=pl.col("shared").cast(pl.Float64)
-            / (pl.col("size").cast(pl.Float64) + float(size_u) - pl.col("shared").cast(pl.Float64)),
+    r, c, w, inter = _topk_of_rows(join, sizes, exact_arr, k)
+    exact_rows = pl.DataFrame(
+        {"node": r.astype(np.uint32), "cand": c.astype(np.uint32), "jac": w},
+        schema={"node": pl.UInt32, "cand": pl.UInt32, "jac": pl.Float64},
+    )
+    merge_nodes = np.empty(0, dtype=np.int64)
+    merged_rows = exact_rows.clear()
+    if new_u is not None:
+        # u is one more candidate of every skill sharing a joined token with it: J(v, u) = J(u, v)
+        u_row = inter[int(np.searchsorted(exact_arr, new_u))]
+        v = u_row.indices.astype(np.int64)
+        shared = u_row.data.astype(np.float64)
+        keep = ~np.isin(v, exact_arr)
+        v, shared = v[keep], shared[keep]
+        merge_nodes = v
+        cand_u = pl.DataFrame(
+            {
+                "node": v.astype(np.uint32),
+                "cand": np.full(len(v), new_u, dtype=np.uint32),
+                "jac": shared / (sizes[v] + sizes[new_u] - shared),
+            }
         )
         keep_old = np.isin(su, merge_nodes)
         old_lists = pl.DataFrame(
@@ -379,17 +438,79 @@ def patch_tables(
     recomputed = pl.concat([exact_rows, merged_rows], how="vertical")
     sources = np.union1d(exact_arr, merge_nodes).astype(np.int64)
     timings["topk"] = time.perf_counter() - t2
+    say(f"{action} {skill_id}: {len(exact_arr)} skill(s) recomputed exactly, {len(merge_nodes)} merged")
 
-    # ---- edge table: drop the removed skill's edges and the recomputed sources' semantic rows
+    # ---- edge table and operator
     t3 = time.perf_counter()
-    src_ids = set(ids_new[sources].tolist()) if len(sources) else set()
-    drop_ids = {skill_id} if action == "remove" else set()
+    ids_new = keys["id"].to_numpy()
+    edges, edge_counts = _patch_edges(e, recomputed, ids_new, sources, skill_id, action, parent_round(parent))
+    timings["edges"] = time.perf_counter() - t3
+    t4 = time.perf_counter()
+    transition, touched = _patch_operator_for(
+        e, edges, parent.read_transition(), action, idx, n_new, keys["id"], skill_id, new_u, tconf
+    )
+    timings["operator"] = time.perf_counter() - t4
+
+    capped = int((df_new > cap_new).sum())
+    sem_new = edges.filter(pl.col("relation") == SEMANTIC)
+    index_new = pl.DataFrame({"id": keys["id"], "i": pl.int_range(n_new, dtype=pl.Int64, eager=True)})
+    sem_i = sem_new.join(index_new.rename({"id": "src", "i": "u"}), on="src").join(
+        index_new.rename({"id": "dst", "i": "v"}), on="dst"
+    )
+    stats = _stats(n_new, sem_i["u"].to_numpy(), sem_i["v"].to_numpy(), cap_new, capped)
+    counters = {
+        "action": action,
+        "skill": skill_id,
+        "recomputed_exact": len(exact_arr),
+        "merged": len(merge_nodes),
+        "flipped_tokens": len(flipped),
+        "df_cap": {"before": cap_old, "after": cap_new},
+        **edge_counts,
+        "operator_rows_recomputed": touched,
+        "parts": {"total": len(change.plan), "written": sum(isinstance(x, NewPart) for x in change.plan)},
+        "timings_s": {k2: round(v2, 4) for k2, v2 in timings.items()},
+    }
+    return Patched(change.plan, keys, sig, edges, transition, stats, change.old_row, counters)
+
+
+def parent_round(parent: VersionFiles) -> int:
+    return int(parent.manifest.get("round", 0))
+
+
+def _derived_signature(tokens: pl.DataFrame, n: int) -> Signature:
+    matrix, vocab = signature_matrix(tokens, n)
+    return Signature(matrix, vocab.tokens)
+
+
+def _holders(m: sp.csr_matrix, cols: np.ndarray) -> np.ndarray:
+    """Rows of `m` with a non-zero in any of `cols`."""
+    hit = np.isin(m.indices, cols)
+    rows = np.repeat(np.arange(m.shape[0], dtype=np.int64), np.diff(m.indptr))
+    return np.unique(rows[hit])
+
+
+def _patch_edges(
+    e: pl.DataFrame,
+    recomputed: pl.DataFrame,
+    ids_new: np.ndarray,
+    sources: np.ndarray,
+    skill_id: str,
+    action: str,
+    round_: int,
+) -> tuple[pl.DataFrame, dict[str, int]]:
+    """The parent's edges without the removed skill's, with the recomputed sources' semantic rows replaced.
+
+    A row whose pair and Jaccard are unchanged is kept as it was (with any evolution state on it); trace-
+    induced edges of existing skills are kept; a pair with an avoid edge gets no navigation edge (SPEC §8).
+    """
+    src_ids = ids_new[sources].tolist() if len(sources) else []
     edges = e
-    if drop_ids:
-        edges = edges.filter(~pl.col("src").is_in(list(drop_ids)) & ~pl.col("dst").is_in(list(drop_ids)))
+    if action == "remove":
+        edges = edges.filter((pl.col("src") != skill_id) & (pl.col("dst") != skill_id))
     dropped_with_skill = e.height - edges.height
-    old_sem_of_sources = edges.filter((pl.col("relation") == SEMANTIC) & pl.col("src").is_in(list(src_ids)))
-    edges = edges.filter(~((pl.col("relation") == SEMANTIC) & pl.col("src").is_in(list(src_ids))))
+    is_sem_src = (pl.col("relation") == SEMANTIC) & pl.col("src").is_in(src_ids)
+    old_sem_of_sources = edges.filter(is_sem_src)
+    edges = edges.filter(~is_sem_src)
     fresh = pl.DataFrame(
         {
             "src": ids_new[recomputed["node"].to_numpy().astype(np.int64)] if recomputed.height else [],
@@ -398,7 +519,6 @@ def patch_tables(
         },
         schema={"src": pl.String, "dst": pl.String, "w0_new": pl.Float64},
     )
-    # keep the parent's row (and any evolution state on it) when the pair and its Jaccard are unchanged
     kept = old_sem_of_sources.join(fresh, on=["src", "dst"], how="inner").filter(
         pl.col("w0") == pl.col("w0_new")
     )
@@ -409,55 +529,46 @@ def patch_tables(
         weight="w0_new",
         w0="w0_new",
         n_e=pl.lit(0, dtype=pl.Int64),
-        round_created=pl.lit(parent.round, dtype=pl.Int64),
-        round_updated=pl.lit(parent.round, dtype=pl.Int64),
+        round_created=pl.lit(round_, dtype=pl.Int64),
+        round_updated=pl.lit(round_, dtype=pl.Int64),
         w_raw="w0_new",
     )
-    # a pair with an avoid edge never also gets a navigation edge (SPEC §8 non-contradiction)
     avoid = edges.filter(pl.col("relation") == AVOID).select(lo="src", hi="dst")
     pair = new_rows.with_columns(lo=pl.min_horizontal("src", "dst"), hi=pl.max_horizontal("src", "dst"))
     blocked = pair.join(avoid, on=["lo", "hi"], how="semi").height
     new_rows = pair.join(avoid, on=["lo", "hi"], how="anti").drop("lo", "hi")
     edges = pl.concat([edges, kept.select(list(EDGE_SCHEMA)), new_rows.cast(EDGE_SCHEMA)], how="vertical")
-    edges = edges.sort("src", "dst", "relation")
-    timings["edges"] = time.perf_counter() - t3
-
-    # ---- operator: shift the parent's indices, recompute the rows of nodes incident to a changed edge
-    t4 = time.perf_counter()
-    before = e.filter(pl.col("relation").is_in(TRAVERSABLE)).select("src", "dst", "relation", "weight")
-    after = edges.filter(pl.col("relation").is_in(TRAVERSABLE)).select("src", "dst", "relation", "weight")
-    changed = pl.concat(
-        [
-            before.join(after, on=list(before.columns), how="anti"),
-            after.join(before, on=list(after.columns), how="anti"),
-        ]
-    )
-    touched_ids = set(changed["src"].to_list()) | set(changed["dst"].to_list())
-    touched_ids.discard(skill_id if action == "remove" else "")
-    if new_u is not None:
-        touched_ids.add(skill_id)
-    transition = _patch_operator(
-        parent.transition, action, idx, n_new, edges, nodes["id"], touched_ids, tconf
-    )
-    timings["operator"] = time.perf_counter() - t4
-
-    counters = {
-        "action": action,
-        "skill": skill_id,
-        "recomputed_exact": len(exact),
-        "merged": len(merge_nodes),
-        "flipped_tokens": len(flipped),
-        # tokens newly skipped by the join minus tokens newly joined (keeps the capped-token count exact)
-        "capped_tokens_delta": sum(1 if t in now_capped else -1 for t in flipped),
-        "df_cap": {"before": cap_old, "after": cap_new},
+    counts = {
         "semantic_rows_replaced": int(old_sem_of_sources.height - kept.height),
         "semantic_rows_added": int(new_rows.height),
         "semantic_blocked_by_avoid": int(blocked),
         "edges_dropped_with_skill": int(dropped_with_skill),
-        "operator_rows_recomputed": len(touched_ids),
-        "timings_s": {k2: round(v, 4) for k2, v in timings.items()},
     }
-    return Patched(nodes=nodes, tokens=tokens, edges=edges, transition=transition, counters=counters)
+    return edges.sort("src", "dst", "relation"), counts
+
+
+def _patch_operator_for(
+    before_edges: pl.DataFrame,
+    edges: pl.DataFrame,
+    old: sp.csr_matrix,
+    action: str,
+    idx: int,
+    n_new: int,
+    node_ids: pl.Series,
+    skill_id: str,
+    new_u: int | None,
+    tconf: TransitionConfig,
+) -> tuple[sp.csr_matrix, int]:
+    """The operator after the edge change: rows of every endpoint of a changed traversable edge rebuilt."""
+    cols = ["src", "dst", "relation", "weight"]
+    before = before_edges.filter(pl.col("relation").is_in(TRAVERSABLE)).select(cols)
+    after = edges.filter(pl.col("relation").is_in(TRAVERSABLE)).select(cols)
+    changed = pl.concat([before.join(after, on=cols, how="anti"), after.join(before, on=cols, how="anti")])
+    touched_ids = set(changed["src"].to_list()) | set(changed["dst"].to_list())
+    touched_ids.discard(skill_id if action == "remove" else "")
+    if new_u is not None:
+        touched_ids.add(skill_id)
+    return _patch_operator(old, action, idx, n_new, edges, node_ids, touched_ids, tconf), len(touched_ids)
 
 
 def _patch_operator(
@@ -503,22 +614,33 @@ def _patch_operator(
 # ------------------------------------------------------------------------------------------ committing
 
 
-def _report(parent: Snapshot, nodes: pl.DataFrame, source: str, problems: list[Any]) -> pl.DataFrame:
+def _report(parent: VersionFiles, keys: pl.DataFrame, source: str, problems: list[Any]) -> pl.DataFrame:
     """The parent's build report with the changed package's rows replaced and duplicate names redone."""
-    try:
-        old = parent.read_extra(REPORT)
-    except SnapshotError:
-        old = pl.DataFrame(schema=REPORT_SCHEMA)
+    old = (
+        pl.read_parquet(parent.path / REPORT)
+        if REPORT in parent.manifest.get("files", {})
+        else pl.DataFrame(schema=REPORT_SCHEMA)
+    )
     is_dup = pl.col("problem").str.contains(r"^name '.*' is also used by ")
     rest = old.filter((pl.col("file") != source) & ~is_dup)
     own = pl.DataFrame(
         [(p.file, p.problem, p.action, p.severity) for p in problems], schema=REPORT_SCHEMA, orient="row"
     )
-    dups = _duplicate_names(nodes)
+    dups = _duplicate_names(keys)
     dup_rows = pl.DataFrame(
         [(p.file, p.problem, p.action, p.severity) for p in dups], schema=REPORT_SCHEMA, orient="row"
     )
     return pl.concat([rest, own, dup_rows], how="vertical")
+
+
+def _read_files(parent: VersionFiles, action: str) -> list[str]:
+    """The parent's files an update reads, verified before use (linked parts keep their recorded hashes,
+    so damage to them stays detectable in the child without hashing them here)."""
+    names = [*parent.node_files(), EDGES, TRANSITION]
+    names += [SIGNATURE, VOCAB] if parent.has_signature() else [p["tokens"] for p in parent.parts]
+    return [n for n in names if n in parent.manifest.get("files", {})] + (
+        [REPORT] if REPORT in parent.manifest.get("files", {}) else []
+    )
 
 
 def apply_change(
@@ -539,8 +661,9 @@ def apply_change(
     if action not in ACTIONS:
         raise ValueError(f"unknown action {action!r}; expected one of {', '.join(ACTIONS)}")
     timings: dict[str, float] = {}
-    parent = store.load(from_version)
-    timings["load_parent"] = time.perf_counter() - t0
+    parent = store.files(from_version)
+    parent.check(_read_files(parent, action))
+    timings["verify_parent"] = time.perf_counter() - t0
     root = _library_root(parent, library)
     skill_id = skill_id_of(skill_dir, root)
     config = parent.manifest.get("config", {})
@@ -548,11 +671,12 @@ def apply_change(
     gconf = GraphConfig(**config.get("graph", {}))
     tconf = TransitionConfig(**config.get("transition", {}))
     t = time.perf_counter()
+    keys = parent.read_nodes(KEY_COLUMNS)
     row: dict[str, Any] | None = None
     problems: list[Any] = []
     source = f"{skill_id}/{SKILL_FILE}"
     if action == "remove":
-        skill_id = _resolve_existing(parent, skill_id, Path(skill_dir).name)
+        skill_id = _resolve_existing(parent, keys, skill_id, Path(skill_dir).name)
         source = f"{skill_id}/{SKILL_FILE}"
         if (root / source).is_file():
             # the library folder is the source of truth: a version without a skill that is still on disk
@@ -569,68 +693,52 @@ def apply_change(
             reasons = "; ".join(p.problem for p in problems) or "unreadable"
             raise IncrementalError(f"cannot read {pkg / SKILL_FILE}: {reasons}")
     timings["parse"] = time.perf_counter() - t
-    if action == "update":
-        old = parent.nodes.filter(pl.col("id") == skill_id)
-        if old.height and old.to_dicts()[0] == row:
-            return IncrementalResult(
-                action,
-                skill_id,
-                False,
-                parent.version,
-                parent.version,
-                None,
-                {"note": "the package is unchanged; no version was made"},
-                {k: round(v, 4) for k, v in timings.items()},
-                [],
-            )
+    if action == "update" and _stored_row(parent, keys, skill_id) == row:
+        return IncrementalResult(
+            action,
+            skill_id,
+            False,
+            parent.version,
+            parent.version,
+            None,
+            {"note": "the package is unchanged; no version was made"},
+            {k: round(v, 4) for k, v in timings.items()},
+            [],
+        )
     t = time.perf_counter()
-    patched = patch_tables(parent, action, skill_id, row, gconf, tconf, say)
+    patched = patch_version(parent, action, skill_id, row, gconf, tconf, say, keys=keys)
     timings["patch"] = time.perf_counter() - t
     t = time.perf_counter()
-    report = _report(parent, patched.nodes, source, problems)
-    node_index = pl.DataFrame(
-        {"id": patched.nodes["id"], "i": pl.int_range(patched.nodes.height, eager=True)}
-    )
-    sem = patched.edges.filter(pl.col("relation") == SEMANTIC)
-    sem_i = sem.join(node_index.rename({"id": "src", "i": "u"}), on="src").join(
-        node_index.rename({"id": "dst", "i": "v"}), on="dst"
-    )
-    stats = _stats(
-        patched.nodes.height,
-        sem_i["u"].to_numpy().astype(np.int64),
-        sem_i["v"].to_numpy().astype(np.int64),
-        df_cap(patched.nodes.height, gconf),
-        int(parent.manifest.get("counts", {}).get("semantic", {}).get("capped_tokens", 0))
-        + int(patched.counters["capped_tokens_delta"]),
-    )
-    timings["report_stats"] = time.perf_counter() - t
+    report = _report(parent, patched.keys, source, problems)
+    n = patched.keys.height
+    timings["report"] = time.perf_counter() - t
     manifest = {
         "kind": "incremental",
         "parent": parent.version,
-        "round": parent.round,
+        "round": parent_round(parent),
         "window": None,
         "library": {
             "root": str(root.resolve()),
-            "fingerprint": library_fingerprint(patched.nodes),
-            "skills": patched.nodes.height,
+            "fingerprint": library_fingerprint(patched.keys),
+            "skills": n,
         },
         "config": config,
         "change": {"action": action, "skill": skill_id, "source": source},
         "counters": patched.counters,
         "counts": {
-            "skills": patched.nodes.height,
+            "skills": n,
             "edges": patched.edges.height,
             "edges_by_relation": counts_by_relation(patched.edges),
-            "semantic": stats.as_dict(),
+            "semantic": patched.stats.as_dict(),
             "transition_nnz": int(patched.transition.nnz),
             "problems": report.height,
         },
+        "timings_s": {k: round(v, 4) for k, v in timings.items()},
     }
     t = time.perf_counter()
-    manifest["timings_s"] = {k: round(v, 4) for k, v in timings.items()}
-    written = store.write(
-        nodes=patched.nodes,
-        tokens=patched.tokens,
+    written = store.write_parts(
+        parts=patched.parts,
+        signature=patched.signature,
         edges=patched.edges,
         transition=patched.transition,
         manifest=manifest,
@@ -650,6 +758,19 @@ def apply_change(
         timings_s={k: round(v, 4) for k, v in timings.items()},
         problems=[{"file": p.file, "problem": p.problem, "action": p.action} for p in problems],
     )
+
+
+def _stored_row(parent: VersionFiles, keys: pl.DataFrame, skill_id: str) -> dict[str, Any] | None:
+    """The parent's node row of `skill_id` (read from the one part that holds it)."""
+    idx = int(keys["id"].search_sorted(skill_id, side="left"))
+    if idx >= keys.height or keys["id"][idx] != skill_id:
+        return None
+    start = 0
+    for i, part in enumerate(parent.parts):
+        if idx < start + int(part["rows"]):
+            return parent.read_part(i)[0][idx - start].to_dicts()[0]
+        start += int(part["rows"])
+    return None
 
 
 def add_skill(store: SnapshotStore | str | Path, skill_dir: str | Path, **kw: Any) -> IncrementalResult:

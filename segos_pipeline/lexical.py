@@ -177,12 +177,12 @@ def index_for(snapshot: Snapshot, config: RetrievalConfig) -> LexicalIndex:
     goes without. It saves rebuilding the index on every process start (seconds on 100k skills).
     """
     n = snapshot.nodes.height
-    tokens_meta = snapshot.manifest.get("files", {}).get("tokens.parquet")
-    if snapshot.path is None or tokens_meta is None:
+    tokens_key = snapshot.content_key("tokens")
+    if snapshot.path is None or tokens_key is None:
         return LexicalIndex(snapshot.tokens, n, config)
     key_data = {
         "format": _CACHE_FORMAT,
-        "tokens": tokens_meta["sha256"],
+        "tokens": tokens_key,
         "weights": config.field_weights,
         "k1": config.bm25_k1,
         "b": config.bm25_b,

@@ -7,6 +7,8 @@ library is tokenised exactly once and never per query.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import polars as pl
 import scipy.sparse as sp
@@ -110,6 +112,18 @@ class Vocabulary:
     def column(self, tokens: pl.Series) -> np.ndarray:
         frame = pl.DataFrame({"token": tokens})
         return frame.join(self.lookup, on="token", how="left", maintain_order="left")["col"].to_numpy()
+
+
+@dataclass(frozen=True)
+class Signature:
+    """The binary skill × token signature matrix and its vocabulary (column j is token `vocab[j]`).
+
+    Stored with each version; an incremental update appends new tokens to the vocabulary, so it may hold
+    tokens no skill has any more (an empty column), which changes no Jaccard score.
+    """
+
+    matrix: sp.csr_matrix
+    vocab: pl.Series
 
 
 def signature_matrix(tokens: pl.DataFrame, n_nodes: int) -> tuple[sp.csr_matrix, Vocabulary]:

@@ -22,7 +22,7 @@ import pyarrow as pa
 import yaml
 
 from .config import ParseConfig
-from .text import normalize_name
+from .text import normalize_names
 
 try:  # libyaml's loader is ~10x faster; both are safe loaders (no arbitrary object construction)
     _SafeLoader: type = yaml.CSafeLoader
@@ -527,7 +527,7 @@ def parse_library(
 def _duplicate_names(nodes: pl.DataFrame) -> list[Problem]:
     if nodes.is_empty():
         return []
-    keyed = nodes.select("id", "source_path", key=pl.col("name").map_elements(normalize_name, pl.String))
+    keyed = nodes.select("id", "source_path", key=normalize_names(nodes["name"]))
     dup = keyed.filter(pl.col("key").is_duplicated()).sort("id")
     out = []
     for key, group in dup.group_by("key", maintain_order=True):

@@ -90,6 +90,19 @@ def normalize_name(name: str) -> str:
     return _NON_ALNUM.sub("", name.casefold())
 
 
+def normalize_names(names: pl.Series) -> pl.Series:
+    """`normalize_name` of every name, vectorised: on ASCII text lowercasing is casefolding and `[\\W_]` is
+    `[^a-z0-9]` after it, so only the rare non-ASCII names take the Python path (exactly the same rule)."""
+    names = names.fill_null("")
+    ascii_only = names.str.contains(r"^[\x00-\x7f]*$")
+    fast = names.str.to_lowercase().str.replace_all(r"[^a-z0-9]+", "")
+    if bool(ascii_only.all()):
+        return fast
+    rows = (~ascii_only).arg_true()
+    slow = [normalize_name(x) for x in names.gather(rows).to_list()]
+    return fast.scatter(rows, slow)
+
+
 def tokenize_column(texts: pl.Expr) -> pl.Expr:
     """Raw word lists of a text column, the vectorised half of `tokenize` (stemming is applied after
     `explode` on the unique words only, see `stem_frame`)."""

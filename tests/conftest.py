@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
 import pytest
+import scipy.sparse as sp
 
 from segos_pipeline.paths import DATA_DIR, DEFAULT_LIBRARY
+from segos_pipeline.snapshot import MANIFEST, Snapshot, SnapshotStore, sha256_file
 
 SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 
@@ -56,3 +59,21 @@ def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def demo_queries() -> Path:
     return DATA_DIR / "queries" / "demo.jsonl"
+
+
+def write_format1(store: SnapshotStore, snap: Snapshot) -> str:
+    """A version in the first storage format (whole-table files, no parts, no signature)."""
+    folder = store.versions_dir / "v0900-00000001"
+    folder.mkdir(parents=True)
+    snap.nodes.write_parquet(folder / "nodes.parquet")
+    snap.tokens.write_parquet(folder / "tokens.parquet")
+    snap.edges.write_parquet(folder / "edges.parquet")
+    snap.read_extra("report.parquet").write_parquet(folder / "report.parquet")
+    sp.save_npz(folder / "transition.npz", snap.transition, compressed=True)
+    files = {f.name: {"sha256": sha256_file(f), "bytes": f.stat().st_size} for f in folder.iterdir()}
+    manifest = {
+        k: v for k, v in snap.manifest.items() if k not in ("parts", "files", "format", "version", "seq")
+    }
+    manifest.update(format=1, version=folder.name, seq=900, files=files)
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+    return folder.name

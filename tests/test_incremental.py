@@ -10,13 +10,14 @@ import pytest
 from click.testing import CliRunner
 
 from segos_pipeline import SnapshotStore, build_cold_start
+from segos_pipeline import snapshot as snapshot_mod
 from segos_pipeline.build import commit_derived
 from segos_pipeline.cli import main as service_cli
 from segos_pipeline.config import BuildConfig, GraphConfig
 from segos_pipeline.incremental import IncrementalError, apply_change
-from segos_pipeline.snapshot import Snapshot
+from segos_pipeline.snapshot import DamagedSnapshot, Snapshot
 
-from .conftest import write_skill
+from .conftest import write_format1, write_skill
 
 # Words repeat across skills on purpose: equal Jaccard scores (ties) and, with a small df cap, tokens that
 # cross the cap when one skill is added or removed.
@@ -51,6 +52,15 @@ def assert_same_graph(inc: Snapshot, full: Snapshot) -> None:
     assert inc.transition.shape == full.transition.shape
     assert np.allclose(inc.transition.toarray(), full.transition.toarray(), rtol=0, atol=1e-12)
     assert inc.manifest["counts"]["semantic"] == full.manifest["counts"]["semantic"]
+    # the stored signature holds the same (skill, token) pairs (its vocabulary order may differ)
+    pairs = []
+    for s in (inc, full):
+        sig = s.signature()
+        coo = sig.matrix.tocoo()
+        pairs.append(
+            pl.DataFrame({"node": coo.row, "token": sig.vocab.gather(coo.col)}).sort("node", "token")
+        )
+    assert pairs[0].equals(pairs[1])
 
 
 def _full(lib: Path, tmp: Path, config: BuildConfig) -> Snapshot:
@@ -59,12 +69,15 @@ def _full(lib: Path, tmp: Path, config: BuildConfig) -> Snapshot:
     return st.load()
 
 
+@pytest.mark.parametrize("part_rows", [4096, 1], ids=["one-part", "one-skill-parts"])
 @pytest.mark.parametrize(
     "graph",
     [GraphConfig(), GraphConfig(knn_k=3, df_cap_min=3, df_cap_fraction=0.0)],
     ids=["defaults", "k3-small-df-cap"],
 )
-def test_add_update_remove_equal_a_full_rebuild(tmp_path: Path, graph: GraphConfig):
+def test_add_update_remove_equal_a_full_rebuild(tmp_path: Path, graph: GraphConfig, part_rows, monkeypatch):
+    # with one skill per part, adding twice into one part splits it and a removal drops a part
+    monkeypatch.setattr(snapshot_mod, "PART_ROWS", part_rows)
     config = BuildConfig(graph=graph)
     lib = _library(tmp_path / "lib")
     store = SnapshotStore(tmp_path / "store")
@@ -98,6 +111,18 @@ def test_add_update_remove_equal_a_full_rebuild(tmp_path: Path, graph: GraphConf
     assert_same_graph(store.load(), _full(lib, tmp_path, config))
     if graph.df_cap_min == 3:
         assert flips > 0, "the small df cap should make some join token cross it"
+
+    if part_rows == 1:
+        # both additions landed in an existing part; the removal emptied its part, which is dropped
+        assert [p["rows"] for p in store.manifest()["parts"]] == [2, 1, 1, 1, 1, 2, 1]
+        assert store.manifest()["counters"]["parts"] == {"total": 7, "written": 0}
+        # a third skill in a two-skill part splits it (parts stay at most twice PART_ROWS)
+        fm = "name: csv-printer\ndescription: Print csv tables."
+        pkg = write_skill(lib, "alpha/csv-printer", fm, "x\n")
+        apply_change(store, "add", pkg)
+        assert [p["rows"] for p in store.manifest()["parts"]] == [1, 1, 1, 1, 1, 1, 1, 2, 1]
+        assert store.manifest()["counters"]["parts"] == {"total": 9, "written": 3}
+        assert_same_graph(store.load(), _full(lib, tmp_path, config))
 
     # an unchanged package makes no version
     before = store.latest()
@@ -169,3 +194,31 @@ def test_cli_add_prints_the_new_version(tmp_path: Path):
     assert result.output.strip().splitlines()[-1] == store.latest()
     again = CliRunner().invoke(service_cli, ["add", str(lib / "delta/new-skill"), "--store", str(store.root)])
     assert again.exit_code == 2 and "segos update" in again.output
+
+
+def test_a_format_1_parent_is_updated_into_parts(tmp_path: Path):
+    lib = _library(tmp_path / "lib")
+    store = SnapshotStore(tmp_path / "store")
+    build_cold_start(lib, store)
+    old = write_format1(store, store.load())  # the whole-table layout of earlier versions
+    (lib / "beta/pdf-writer/SKILL.md").write_text(
+        "---\nname: pdf-writer\ndescription: Write csv reports as pdf documents.\n---\nx\n"
+    )
+    result = apply_change(store, "update", lib / "beta/pdf-writer", from_version=old)
+    assert result.parent == old and result.manifest["format"] == 2 and len(result.manifest["parts"]) == 1
+    assert_same_graph(store.load(), _full(lib, tmp_path, BuildConfig()))
+
+
+def test_a_damaged_parent_is_refused(tmp_path: Path):
+    lib = _library(tmp_path / "lib")
+    store = SnapshotStore(tmp_path / "store")
+    build_cold_start(lib, store)
+    signature = store.versions_dir / store.latest() / "signature.npz"
+    signature.chmod(0o644)
+    with signature.open("r+b") as fh:
+        fh.seek(40)
+        fh.write(b"\xff\xff")
+    write_skill(lib, "delta/new-skill", "name: new-skill\ndescription: Plot pdf charts.", "")
+    with pytest.raises(DamagedSnapshot, match=r"signature\.npz"):
+        apply_change(store, "add", lib / "delta/new-skill")
+    assert len(store.list_versions()) == 1

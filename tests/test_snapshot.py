@@ -2,12 +2,16 @@ import json
 import os
 import stat
 
+import polars as pl
 import pytest
 
 from segos_pipeline import build_cold_start
+from segos_pipeline import snapshot as snapshot_mod
+from segos_pipeline.build import commit_derived
+from segos_pipeline.lexicon import signature_matrix, token_table
 from segos_pipeline.snapshot import MANIFEST, DamagedSnapshot, SnapshotStore, UnknownVersion
 
-from .conftest import simple_library
+from .conftest import simple_library, write_format1
 
 SKILLS = {
     "csv-loader": "Load CSV files into a dataframe.",
@@ -31,8 +35,10 @@ def test_versions_listed_in_order_with_manifest(store):
     m = versions[0]
     assert m["kind"] == "cold_start" and m["parent"] is None and m["round"] == 0
     assert set(m["files"]) >= {
-        "nodes.parquet",
-        "tokens.parquet",
+        "nodes-00000.parquet",
+        "tokens-00000.parquet",
+        "signature.npz",
+        "vocab.parquet",
         "edges.parquet",
         "transition.npz",
         "report.parquet",
@@ -86,3 +92,92 @@ def test_manifest_is_written_last_and_ids_never_reused(store, tmp_path):
     on_disk = json.loads((store.versions_dir / m["version"] / MANIFEST).read_text())
     assert on_disk == m
     assert not any(store.staging_dir.iterdir())  # staging cleaned after commit
+
+
+# ------------------------------------------------------------------------------------------ parts (format 2)
+
+
+def _inode(store: SnapshotStore, version: str, name: str) -> int:
+    return os.stat(store.versions_dir / version / name).st_ino
+
+
+@pytest.fixture
+def parted(tmp_path, monkeypatch):
+    """A 7-skill cold start stored in parts of at most 2 skills."""
+    monkeypatch.setattr(snapshot_mod, "PART_ROWS", 2)
+    skills = {f"skill-{i}": f"Skill {i} loads csv tables of kind {i % 3}." for i in range(7)}
+    st = SnapshotStore(tmp_path / "store")
+    manifest = build_cold_start(simple_library(tmp_path / "lib", skills), st)
+    return st, manifest
+
+
+def test_parts_load_back_as_whole_tables(parted):
+    st, m = parted
+    assert m["format"] == 2 and len(m["parts"]) == 4
+    assert [p["rows"] for p in m["parts"]] and max(p["rows"] for p in m["parts"]) <= 2
+    assert sum(p["rows"] for p in m["parts"]) == 7
+    snap = st.load()
+    assert snap.nodes["id"].is_sorted() and m["parts"][0]["first"] == snap.nodes["id"][0]
+    assert snap.tokens.equals(token_table(snap.nodes))  # node indices are global again after loading
+    matrix, vocab = signature_matrix(snap.tokens, snap.nodes.height)
+    stored = snap.signature()
+    assert stored.vocab.equals(vocab.tokens) and (stored.matrix != matrix).nnz == 0
+
+
+def test_unchanged_parts_are_linked_with_the_parents_hashes(parted):
+    st, m1 = parted
+    parent = st.load()
+    m2 = commit_derived(st, parent, parent.edges, kind="evolved")
+    shared = [p[table] for p in m1["parts"] for table in ("nodes", "tokens")]
+    for name in [*shared, "signature.npz", "vocab.parquet"]:
+        assert _inode(st, m1["version"], name) == _inode(st, m2["version"], name)
+        assert m2["files"][name] == m1["files"][name]
+
+    # one skill's description changes: only its part (and the signature) is written again
+    target = parent.nodes["id"][3]
+    nodes = parent.nodes.with_columns(
+        description=pl.when(pl.col("id") == target)
+        .then(pl.lit("Skill 3 renders pdf reports."))
+        .otherwise(pl.col("description"))
+    )
+    m3 = commit_derived(st, parent, parent.edges, kind="evolved", nodes=nodes, tokens=token_table(nodes))
+    rewritten = [
+        name
+        for name in m3["files"]
+        if name.startswith(("nodes-", "tokens-"))
+        and _inode(st, m3["version"], name) != _inode(st, m1["version"], name)
+    ]
+    assert rewritten == ["nodes-00001.parquet", "tokens-00001.parquet"]
+    assert _inode(st, m3["version"], "signature.npz") != _inode(st, m1["version"], "signature.npz")
+    child = st.load(m3["version"])
+    assert child.nodes.equals(nodes) and child.tokens.equals(token_table(nodes))
+    assert "pdf" in child.signature().vocab.to_list()
+
+
+def test_damage_to_a_shared_part_fails_every_version_that_links_it(parted):
+    st, m1 = parted
+    parent = st.load()
+    m2 = commit_derived(st, parent, parent.edges, kind="evolved")
+    path = st.versions_dir / m1["version"] / "nodes-00000.parquet"
+    path.chmod(0o644)
+    with path.open("r+b") as fh:
+        fh.seek(10)
+        fh.write(b"\x00\x01")
+    for vid in (m1["version"], m2["version"]):
+        assert st.verify(vid) == ["nodes-00000.parquet"]
+        with pytest.raises(DamagedSnapshot):
+            st.load(vid)
+
+
+def test_format_1_versions_still_load(parted):
+    st, _m = parted
+    snap = st.load()
+    vid = write_format1(st, snap)
+    old = st.load(vid)
+    assert old.nodes.equals(snap.nodes) and old.tokens.equals(snap.tokens) and old.edges.equals(snap.edges)
+    assert (old.signature().matrix != snap.signature().matrix).nnz == 0  # derived from the tokens
+    assert old.content_key("tokens") == old.manifest["files"]["tokens.parquet"]["sha256"]
+    # a child of a format-1 version is written in parts
+    m = commit_derived(st, old, old.edges, kind="evolved")
+    assert m["format"] == 2 and len(m["parts"]) == 4
+    assert st.load(m["version"]).tokens.equals(snap.tokens)

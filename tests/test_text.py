@@ -2,7 +2,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from segos_pipeline.text import normalize_name, stem, stem_frame, tokenize, tokenize_column
+from segos_pipeline.text import normalize_name, normalize_names, stem, stem_frame, tokenize, tokenize_column
 
 
 def test_stemmer_folds_plurals_without_mangling():
@@ -54,3 +54,16 @@ def test_polars_tokenisation_equals_python(texts):
     joined = words.with_row_index("pos").join(stems, on="word", how="inner").sort("pos")
     for i, text in enumerate(texts):
         assert joined.filter(pl.col("row") == i)["token"].to_list() == tokenize(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.text(alphabet=st.characters(max_codepoint=127), max_size=30), st.text(max_size=30)),
+        min_size=1,
+        max_size=10,
+    )
+)
+def test_vectorised_name_normalisation_equals_python(names):
+    """Duplicate-name checks over a whole library use the vectorised form; it must be the same rule."""
+    assert normalize_names(pl.Series("name", names)).to_list() == [normalize_name(n) for n in names]
