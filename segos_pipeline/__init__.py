@@ -1,11 +1,41 @@
 """segos: a self-evolving Graph-of-Skills retrieval layer (the domain library; never imports Dagster)."""
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-from .build import build_cold_start
-from .config import BuildConfig, GraphConfig, ParseConfig, RetrievalConfig, TransitionConfig
-from .retrieval import Bundle, Retriever
-from .snapshot import Snapshot, SnapshotError, SnapshotStore
+# The public names load on first use (PEP 562), so a command or tool that needs one module does not import
+# them all: `segos update` on a large library is bounded by start-up time.
+_EXPORTS = {
+    "build_cold_start": "build",
+    "BuildConfig": "config",
+    "GraphConfig": "config",
+    "ParseConfig": "config",
+    "RetrievalConfig": "config",
+    "TransitionConfig": "config",
+    "Bundle": "retrieval",
+    "Retriever": "retrieval",
+    "Snapshot": "snapshot",
+    "SnapshotError": "snapshot",
+    "SnapshotStore": "snapshot",
+}
+
+if TYPE_CHECKING:
+    from .build import build_cold_start
+    from .config import BuildConfig, GraphConfig, ParseConfig, RetrievalConfig, TransitionConfig
+    from .retrieval import Bundle, Retriever
+    from .snapshot import Snapshot, SnapshotError, SnapshotStore
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'segos_pipeline' has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module}", __name__), name)
+
 
 __all__ = [
     "BuildConfig",

@@ -10,7 +10,6 @@ from typing import Any
 import click
 
 from .adapters import FORMATS, iter_records, write_library
-from .build import build_cold_start
 from .cli_common import (
     _emit_json,
     _fail,
@@ -24,13 +23,10 @@ from .cli_common import (
 from .cli_eval import eval_cmd
 from .cli_service import COMMANDS as SERVICE_COMMANDS
 from .config import EvolutionConfig
-from .diff import diff_versions
-from .diff import to_markdown as diff_markdown
-from .diff import to_table as diff_table
-from .evolve import evolve as run_evolution
-from .ingest import TraceStore
 from .paths import DEFAULT_LIBRARY
-from .replay import load_queries, replay
+
+# The library modules a command needs are imported in the command, so that every `segos ...` pays only for
+# what it runs (an incremental `segos update` on a big library is bounded by start-up time otherwise).
 
 
 @click.group()
@@ -47,6 +43,8 @@ def main() -> None:
 @friendly_errors
 def build(library: Path | None, store: Path | None, as_json: bool, quiet: bool) -> None:
     """Build the cold-start graph version of LIBRARY (default: the demo library in data/)."""
+    from .build import build_cold_start
+
     library = library or DEFAULT_LIBRARY
     if not library.is_dir():
         _fail(f"skill library folder not found: {library} (give a folder that contains SKILL.md packages)")
@@ -174,6 +172,8 @@ def replay_cmd(
     """Replay QUERIES (JSONL with `query`/`instruction` and `gold`) against a version."""
     if k < 1:
         _fail("--k must be at least 1")
+    from .replay import load_queries, replay
+
     retriever = _load_retriever(store, version)
     qf = load_queries(queries)
     if not qf.queries:
@@ -239,6 +239,8 @@ def ingest(
     """Validate TRACES (a file or folder) into the store's per-window trace tables."""
     if not traces.exists():
         _fail(f"trace source not found: {traces}")
+    from .ingest import TraceStore
+
     report = TraceStore(_store(store)).ingest(
         iter_records(traces, fmt, queries=queries), window=window, version=version
     )
@@ -289,6 +291,8 @@ def evolve(
         l2_weights=config.l2_weights and not no_l2,
         l3_descriptions=config.l3_descriptions and not no_l3,
     )
+    from .evolve import evolve as run_evolution
+
     manifest = run_evolution(
         _store(store), window, from_version, config, progress=_progress(quiet or as_json)
     )
@@ -311,6 +315,10 @@ def evolve(
 @friendly_errors
 def diff(v1: str, v2: str, store: Path | None, as_json: bool, markdown: bool, limit: int) -> None:
     """What changed from version V1 to version V2."""
+    from .diff import diff_versions
+    from .diff import to_markdown as diff_markdown
+    from .diff import to_table as diff_table
+
     st = _store(store)
     result = diff_versions(st.load(v1), st.load(v2))
     if as_json:
@@ -348,6 +356,7 @@ def simulate(
 ) -> None:
     """Write SIMULATED traces (labelled `simulated: true`) for TASKS against a version."""
     from .paths import DEFAULT_QUERIES
+    from .replay import load_queries
     from .simulate import SimulationConfig, to_native
     from .simulate import simulate as run_simulation
 

@@ -7,14 +7,16 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .config import RetrievalConfig
 from .paths import default_store
-from .retrieval import Retriever
 from .snapshot import SnapshotError, SnapshotStore
+
+if TYPE_CHECKING:
+    from .retrieval import Retriever
 
 
 def _fail(message: str) -> None:
@@ -63,5 +65,7 @@ def _store(path: Path | None) -> SnapshotStore:
 
 
 def _load_retriever(store: Path | None, version: str | None, **overrides: Any) -> Retriever:
+    from .retrieval import Retriever  # scipy's graph routines load only for commands that retrieve
+
     config = RetrievalConfig().with_overrides(**{k: v for k, v in overrides.items() if v is not None})
     return Retriever(_store(store).load(version), config)

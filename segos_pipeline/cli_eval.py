@@ -21,9 +21,6 @@ import click
 
 from .cli_common import _emit_json, _store, friendly_errors, store_option
 from .config import EvolutionConfig, RetrievalConfig
-from .evaluation import StudyConfig, load_traces, resolve_base, run_study
-from .replay import load_queries
-from .report import write_report
 
 
 def _say(quiet: bool) -> Any:
@@ -102,6 +99,11 @@ def eval_cmd(
         raise ValueError("--simulate and --rounds must be >= 0 and --bootstrap >= 1")
     say = _say(quiet)
     st = _store(store)
+    # the study's modules (matplotlib among them) load only when the command runs: `segos` starts fast
+    from .evaluation import StudyConfig, load_traces, resolve_base, run_study
+    from .replay import load_queries
+    from .report import write_report
+
     qf = load_queries(queries_path)
     for s in qf.skipped:
         click.echo(f"warning: {queries_path}:{s['line']}: skipped, {s['reason']}", err=True)
