@@ -187,7 +187,7 @@ def bench_incremental(size: int) -> dict[str, Any]:
 
     lib = _library(size)
     cli = ["-m", "segos_pipeline.cli"]
-    svc = ["-m", "segos_pipeline.cli_service"]
+    svc = cli  # `segos add|update|remove`
     # the parent version: a cold start of the library as it is now
     store = OUT / "stores" / f"service-inc-{size}"
     if store.exists():
