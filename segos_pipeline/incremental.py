@@ -171,18 +171,9 @@ def _splice(df: pl.DataFrame, idx: int, row: pl.DataFrame | None, replace: bool)
     return pl.concat(parts, how="vertical")
 
 
-@dataclass
-class _PartChange:
-    """Where the changed skill lives among the parent's parts, and the parts of the child."""
-
-    index: int  # the parent's part that holds (or receives) the skill
-    old_row: dict[str, Any] | None  # the skill's node row in the parent (update / remove)
-    plan: list[NewPart | SamePart]
-
-
 def _change_part(
-    parent: VersionFiles, action: str, idx: int, present: bool, new_row: pl.DataFrame | None
-) -> _PartChange:
+    parent: VersionFiles, idx: int, present: bool, new_row: pl.DataFrame | None
+) -> list[NewPart | SamePart]:
     """Splice the skill into the one part that holds it; every other part is linked from the parent.
 
     A part that grows past twice `PART_ROWS` is split again and one that empties is dropped, so part sizes
@@ -197,7 +188,6 @@ def _change_part(
     else:  # a format-1 version of an empty library has no part at all
         part_nodes, part_tokens = pl.DataFrame(schema=NODE_SCHEMA), pl.DataFrame(schema=TOKEN_SCHEMA)
     local = idx - start
-    old_row = part_nodes[local].to_dicts()[0] if present else None
     nodes = _splice(part_nodes, local, new_row, replace=present)
     node_col = part_tokens["node"]
     a = int(node_col.search_sorted(local, side="left"))
@@ -220,21 +210,20 @@ def _change_part(
     else:
         middle = [NewPart(nodes, tokens)]
     plan = [parent.same_part(i) for i in range(p)] + middle
-    plan += [parent.same_part(i) for i in range(p + 1, len(rows))]
-    return _PartChange(p, old_row, plan)
+    return plan + [parent.same_part(i) for i in range(p + 1, len(rows))]
 
 
 # -------------------------------------------------------------------------------------- the signature
 
 
 def _patch_signature(
-    sig: Signature, action: str, idx: int, present: bool, new_row: pl.DataFrame | None
+    sig: Signature, idx: int, present: bool, new_row: pl.DataFrame | None
 ) -> tuple[Signature, np.ndarray, np.ndarray]:
     """The child's signature (row idx replaced, inserted or deleted; unseen tokens appended to the
     vocabulary) and the skill's old and new token columns."""
     m = sig.matrix
     indptr, indices = m.indptr.astype(np.int64), m.indices.astype(np.int64)
-    lo = int(indptr[idx]) if present or idx < len(indptr) - 1 else int(indptr[-1])
+    lo = int(indptr[idx])  # idx == n (appending) is indptr's last entry
     hi = int(indptr[idx + 1]) if present else lo
     old_cols = indices[lo:hi]
     vocab = sig.vocab
@@ -313,7 +302,6 @@ class Patched:
     edges: pl.DataFrame
     transition: sp.csr_matrix
     stats: SemanticStats
-    old_row: dict[str, Any] | None
     counters: dict[str, Any] = field(default_factory=dict)
 
 
@@ -351,7 +339,7 @@ def patch_version(
         raise IncrementalError(f"skill {skill_id!r} is not in version {parent.version}; use `segos add`")
     n_old = keys_old.height
     new_row = pl.DataFrame([row], schema=NODE_SCHEMA) if row is not None else None
-    change = _change_part(parent, action, idx, present, new_row)
+    plan = _change_part(parent, idx, present, new_row)
     new_keys = new_row.select(KEY_COLUMNS) if new_row is not None else None
     keys = _splice(keys_old, idx, new_keys, replace=present)
     n_new = keys.height
@@ -364,7 +352,7 @@ def patch_version(
         if parent.has_signature()
         else _derived_signature(parent.read_tokens(), n_old)  # format 1: derive it once (slow path)
     )
-    sig, old_cols, new_cols = _patch_signature(old_sig, action, idx, present, new_row)
+    sig, old_cols, new_cols = _patch_signature(old_sig, idx, present, new_row)
     vocab_size = sig.matrix.shape[1]
     df_old = np.bincount(old_sig.matrix.indices, minlength=vocab_size)
     df_new = df_old.copy()
@@ -467,10 +455,10 @@ def patch_version(
         "df_cap": {"before": cap_old, "after": cap_new},
         **edge_counts,
         "operator_rows_recomputed": touched,
-        "parts": {"total": len(change.plan), "written": sum(isinstance(x, NewPart) for x in change.plan)},
+        "parts": {"total": len(plan), "written": sum(isinstance(x, NewPart) for x in plan)},
         "timings_s": {k2: round(v2, 4) for k2, v2 in timings.items()},
     }
-    return Patched(change.plan, keys, sig, edges, transition, stats, change.old_row, counters)
+    return Patched(plan, keys, sig, edges, transition, stats, counters)
 
 
 def parent_round(parent: VersionFiles) -> int:
