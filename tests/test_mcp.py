@@ -3,7 +3,9 @@ ingest → evolve round trip, and a newly committed version picked up without a 
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +20,7 @@ from segos_pipeline import SnapshotStore, build_cold_start
 from segos_pipeline.adapters import iter_records
 from segos_pipeline.evolve import evolve
 from segos_pipeline.ingest import TraceStore
+from segos_pipeline.mcp_server import _WireIn, _WireOut
 from segos_pipeline.paths import DEFAULT_LIBRARY, PROJECT_ROOT
 
 TOOLS = {
@@ -182,3 +185,75 @@ def _copy_of(st: SnapshotStore, version: str) -> dict[str, Any]:
         "transition": snap.transition,
         "manifest": {"kind": "copy", "parent": version},
     }
+
+
+def test_a_malformed_line_is_dropped_and_the_server_goes_on(store: Path):
+    # raw JSON-RPC over the pipes: garbage, then a (legacy) handshake that must still be answered
+    init = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"},
+        },
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "segos_pipeline.cli", "mcp", "--store", str(store)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=PROJECT_ROOT,
+    )
+    try:
+        out, _ = proc.communicate(b"not json at all\n" + json.dumps(init).encode() + b"\n", timeout=60)
+    finally:
+        proc.kill()
+    answers = [json.loads(line) for line in out.splitlines()]
+    assert [a["id"] for a in answers] == [7] and answers[0]["result"]["serverInfo"]["name"] == "segos"
+    assert proc.returncode == 0  # stdin closed: a clean exit
+
+
+def test_wire_reader_parses_lines_and_hands_on_bad_ones():
+    async def scenario() -> list[Any]:
+        reader = asyncio.StreamReader(limit=64)
+        ping = b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n'
+        reader.feed_data(b"{oops\n" + b"x" * 100 + b"\n" + ping)
+        reader.feed_eof()
+        return [item async for item in _WireIn(reader)]
+
+    bad, too_long, ok = anyio.run(scenario)
+    assert isinstance(bad, Exception) and isinstance(too_long, ValueError)  # handed on, not raised
+    assert ok.message.id == 1 and ok.message.method == "ping"
+
+
+def test_wire_writer_writes_one_line_per_message_and_reports_a_lost_pipe():
+    from mcp.shared.message import SessionMessage
+    from mcp.types import JSONRPCResponse
+
+    async def scenario() -> bytes:
+        loop = asyncio.get_running_loop()
+        r, w = os.pipe()
+        transport, protocol = await loop.connect_write_pipe(
+            asyncio.streams.FlowControlMixin, os.fdopen(w, "wb", 0)
+        )
+        out = _WireOut(asyncio.StreamWriter(transport, protocol, None, loop))
+        for i in (1, 2):
+            await out.send(SessionMessage(JSONRPCResponse(jsonrpc="2.0", id=i, result={"n": "é" * i})))
+        written = os.read(r, 1 << 16)
+        os.close(r)
+        with pytest.raises(anyio.BrokenResourceError):  # the reader is gone
+            for _ in range(3):
+                await out.send(SessionMessage(JSONRPCResponse(jsonrpc="2.0", id=3, result={})))
+        await out.aclose()
+        with pytest.raises(anyio.ClosedResourceError):
+            await out.send(SessionMessage(JSONRPCResponse(jsonrpc="2.0", id=4, result={})))
+        transport.close()
+        return written
+
+    lines = anyio.run(scenario).decode().splitlines()
+    assert [json.loads(x) for x in lines] == [
+        {"jsonrpc": "2.0", "id": 1, "result": {"n": "é"}},
+        {"jsonrpc": "2.0", "id": 2, "result": {"n": "éé"}},
+    ]
