@@ -137,6 +137,8 @@ def plan_parts(
     nothing changed and every part is linked without comparing rows.
     """
     same_tables = base_tables is not None and base_tables[0] is nodes and base_tables[1] is tokens
+    if not tokens["node"].is_sorted():  # parts are row ranges: each skill's token rows must be contiguous
+        tokens = tokens.sort("node", maintain_order=True)
     if base is not None and "parts" in base.manifest and base.node_rows == nodes.height:
         ranges, offset = [], 0
         for rec in base.parts:
@@ -210,7 +212,9 @@ class VersionFiles:
     def read_nodes(self, columns: Sequence[str] | None = None) -> pl.DataFrame:
         cols = list(columns) if columns is not None else None
         frames = [pl.read_parquet(self.path / p["nodes"], columns=cols) for p in self.parts]
-        return pl.concat(frames, how="vertical") if frames else pl.DataFrame()
+        # one chunk per column: row gathers (hydrating a bundle) on a many-chunk frame are several times
+        # slower, and every query pays that while the copy is paid once
+        return pl.concat(frames, how="vertical", rechunk=True) if frames else pl.DataFrame()
 
     def read_tokens(self) -> pl.DataFrame:
         frames, offset = [], 0
@@ -218,7 +222,9 @@ class VersionFiles:
             frame = pl.read_parquet(self.path / p["tokens"])
             frames.append(frame.with_columns((pl.col("node") + offset).cast(pl.UInt32)) if offset else frame)
             offset += int(p["rows"])
-        return pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=TOKEN_SCHEMA)
+        return (
+            pl.concat(frames, how="vertical", rechunk=True) if frames else pl.DataFrame(schema=TOKEN_SCHEMA)
+        )
 
     def read_part(self, i: int) -> tuple[pl.DataFrame, pl.DataFrame]:
         """Node rows and token rows (`node` local) of part i (kept: an update reads its part twice)."""
