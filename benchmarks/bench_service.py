@@ -293,7 +293,13 @@ def _write_only(st: Any) -> float:
 
 
 def markdown(res: dict[str, Any]) -> str:
-    lines = [f"# Service benchmark ({res['date']})", ""]
+    lines = [
+        f"# Service benchmark ({res['date']})",
+        "",
+        f"Machine speed at the start (a fixed Python loop, best of 3; lower is faster; see bench_speed.py): "
+        f"{res.get('machine_speed_s', '?')} s.",
+        "",
+    ]
     if "mcp" in res:
         m = res["mcp"]
         lat = m["latency_ms"]
@@ -365,7 +371,13 @@ def main() -> None:
     # a partial run (--only, --sizes) updates its own sections and keeps the others' last results
     previous = RESULTS / "service.json"
     res: dict[str, Any] = json.loads(previous.read_text()) if previous.is_file() else {}
-    res.update(date=datetime.now(UTC).isoformat(timespec="seconds"), cpus=os.cpu_count())
+    from bench_speed import machine_speed_s
+
+    res.update(
+        date=datetime.now(UTC).isoformat(timespec="seconds"),
+        cpus=os.cpu_count(),
+        machine_speed_s=machine_speed_s(),
+    )
     RESULTS.mkdir(parents=True, exist_ok=True)
     (OUT / "stores").mkdir(parents=True, exist_ok=True)
     if "ordering" in parts:

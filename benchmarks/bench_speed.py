@@ -617,6 +617,17 @@ def _fmt(v: float | None) -> str:
     return f"{v:.3f}" if v < 10 else f"{v:.1f}"
 
 
+def machine_speed_s() -> float:
+    """Seconds for a fixed pure-Python loop (best of 3): the same code measures up to 2x apart on a shared
+    VM from one hour to the next, so every run records how fast the machine was when it ran."""
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        sum(i * i for i in range(10**7))
+        best = min(best, time.perf_counter() - t)
+    return round(best, 3)
+
+
 def markdown(cases: list[dict[str, Any]], rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [
         "# Speed benchmark",
@@ -626,6 +637,8 @@ def markdown(cases: list[dict[str, Any]], rows: list[dict[str, Any]], meta: dict
         + (f" with uncommitted {', '.join(meta['code']['dirty'])}." if meta["code"].get("dirty") else "."),
         "Builds use all cores (default threading); queries run pinned to CPU 0 with OMP/OpenBLAS/Polars "
         "threads = 1. Bars are upper bounds.",
+        "Machine speed (a fixed Python loop, best of 3; lower is faster): "
+        f"{meta.get('machine_speed_s', '?')} s before and {meta.get('machine_speed_after_s', '?')} s after.",
         "",
         "| case | metric | measured | bar | status |",
         "|---|---|---:|---:|:---:|",
@@ -709,6 +722,7 @@ def main(argv: list[str] | None = None) -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
     cases: list[dict[str, Any]] = []
+    speed_before = machine_speed_s()
     t0 = time.perf_counter()
     for token in [s.strip() for s in args.sizes.split(",") if s.strip()]:
         if token in ("real", "344"):
@@ -734,6 +748,8 @@ def main(argv: list[str] | None = None) -> int:
         "processor": _cpu_model(),
         "code": _code_state(),
         "seconds": round(time.perf_counter() - t0, 1),
+        "machine_speed_s": speed_before,
+        "machine_speed_after_s": machine_speed_s(),
     }
     (args.out / "speed.json").write_text(json.dumps({"meta": meta, "bars": rows, "cases": cases}, indent=2))
     (args.out / "speed.md").write_text(markdown(cases, rows, meta))
