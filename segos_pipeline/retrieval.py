@@ -118,6 +118,20 @@ class Ranking:
         return c[np.lexsort((c, -self.rho[c]))]
 
 
+def closed_submatrix(m: sp.csr_matrix, sub: np.ndarray) -> sp.csr_matrix:
+    """`m[sub][:, sub]` for a sorted `sub` that no row of it leaves (a union of weakly connected
+    components): the selected rows already hold only columns in `sub`, which are renumbered by binary
+    search. Entries keep their order within each row, so products over it round exactly like the fancy
+    index (test); it skips two general fancy-index passes per query."""
+    starts, ends = m.indptr[sub].astype(np.int64), m.indptr[sub + 1].astype(np.int64)
+    lengths = ends - starts
+    indptr = np.zeros(len(sub) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    take = np.repeat(starts - indptr[:-1], lengths) + np.arange(indptr[-1], dtype=np.int64)
+    indices = np.searchsorted(sub, m.indices[take]).astype(m.indices.dtype)
+    return sp.csr_matrix((m.data[take], indices, indptr.astype(m.indices.dtype)), shape=(len(sub), len(sub)))
+
+
 def power_iteration(
     tt: sp.csr_matrix, p: np.ndarray, dangling: np.ndarray, alpha: float, tol: float, max_iter: int
 ) -> np.ndarray:
@@ -198,7 +212,7 @@ class Retriever:
             sub = np.arange(self.n)
             tt, dangling = self.operator_t, self.dangling
         else:
-            tt = self.operator_t[sub][:, sub]
+            tt = closed_submatrix(self.operator_t, sub)
             dangling = self.dangling[sub]
         p = np.zeros(len(sub))
         p[np.searchsorted(sub, seeds)] = weights / weights.sum()

@@ -231,3 +231,20 @@ def test_power_iteration_is_the_textbook_loop_bit_for_bit(kernel, monkeypatch):
                 break
         got = retrieval_mod.power_iteration(tt, p, np.flatnonzero(dangling), 0.2, 1e-6, 50)
         assert np.array_equal(got, s)
+
+
+def test_closed_submatrix_equals_the_fancy_index():
+    from segos_pipeline.retrieval import closed_submatrix
+
+    rng = np.random.default_rng(3)
+    # three components (blocks) of a random sparse matrix; any union of whole blocks is closed
+    blocks = [sp.random(k, k, density=0.3, random_state=rng, format="csr") for k in (4, 7, 5)]
+    m = sp.block_diag(blocks, format="csr")
+    m.sort_indices()
+    bounds = np.cumsum([0, 4, 7, 5])
+    for chosen in ([0], [1], [0, 2], [1, 2], [0, 1, 2]):
+        sub = np.concatenate([np.arange(bounds[b], bounds[b + 1]) for b in chosen])
+        got, want = closed_submatrix(m, sub), m[sub][:, sub]
+        assert got.shape == want.shape
+        assert np.array_equal(got.indptr, want.indptr) and np.array_equal(got.indices, want.indices)
+        assert np.array_equal(got.data, want.data)
