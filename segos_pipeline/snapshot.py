@@ -129,7 +129,10 @@ def local_tokens(tokens: pl.DataFrame, start: int, end: int) -> pl.DataFrame:
 
 
 def plan_parts(
-    nodes: pl.DataFrame, tokens: pl.DataFrame, base: VersionFiles | None = None, base_tables: Any = None
+    nodes: pl.DataFrame,
+    tokens: pl.DataFrame,
+    base: VersionFiles | None = None,
+    base_tables: tuple[pl.DataFrame, pl.DataFrame] | None = None,
 ) -> list[NewPart | SamePart]:
     """Parts of a whole node/token table; a part equal to the same range of `base` is linked from it.
 
