@@ -181,3 +181,18 @@ def test_format_1_versions_still_load(parted):
     m = commit_derived(st, old, old.edges, kind="evolved")
     assert m["format"] == 2 and len(m["parts"]) == 4
     assert st.load(m["version"]).tokens.equals(snap.tokens)
+
+
+def test_a_filesystem_without_hard_links_gets_copies(parted, monkeypatch):
+    st, m1 = parted
+    parent = st.load()
+
+    def no_links(*_args, **_kwargs):
+        raise OSError("hard links not supported here")
+
+    monkeypatch.setattr(snapshot_mod.os, "link", no_links)
+    m2 = commit_derived(st, parent, parent.edges, kind="evolved")
+    name = m1["parts"][0]["nodes"]
+    assert _inode(st, m1["version"], name) != _inode(st, m2["version"], name)  # a copy, not a link
+    assert m2["files"][name] == m1["files"][name] and st.verify(m2["version"]) == []
+    assert st.load(m2["version"]).nodes.equals(parent.nodes)
