@@ -86,4 +86,3 @@ remove_command = _change_command(
     "remove", "Drop the skill SKILL_DIR (delete its folder first) in a new version; prints its id last."
 )
 COMMANDS = (mcp_command, add_command, update_command, remove_command)
-

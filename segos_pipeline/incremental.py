@@ -431,7 +431,7 @@ def patch_version(
     # ---- edge table and operator
     t3 = time.perf_counter()
     ids_new = keys["id"].to_numpy()
-    edges, edge_counts = _patch_edges(e, recomputed, ids_new, sources, skill_id, action, parent_round(parent))
+    edges, edge_counts = _patch_edges(e, recomputed, ids_new, sources, skill_id, action, _round_of(parent))
     timings["edges"] = time.perf_counter() - t3
     t4 = time.perf_counter()
     transition, touched = _patch_operator_for(
@@ -461,7 +461,7 @@ def patch_version(
     return Patched(plan, keys, sig, edges, transition, stats, counters)
 
 
-def parent_round(parent: VersionFiles) -> int:
+def _round_of(parent: VersionFiles) -> int:
     return int(parent.manifest.get("round", 0))
 
 
@@ -621,14 +621,13 @@ def _report(parent: VersionFiles, keys: pl.DataFrame, source: str, problems: lis
     return pl.concat([rest, own, dup_rows], how="vertical")
 
 
-def _read_files(parent: VersionFiles, action: str) -> list[str]:
-    """The parent's files an update reads, verified before use (linked parts keep their recorded hashes,
-    so damage to them stays detectable in the child without hashing them here)."""
-    names = [*parent.node_files(), EDGES, TRANSITION]
+def _read_files(parent: VersionFiles) -> list[str]:
+    """The parent's files an update reads whole, verified before use (the changed part is verified when it
+    is read, see `VersionFiles.read_part`). Parts linked unread keep their recorded hashes, so damage to
+    them stays detectable in the child without hashing them here."""
+    names = [*parent.node_files(), EDGES, TRANSITION, REPORT]
     names += [SIGNATURE, VOCAB] if parent.has_signature() else [p["tokens"] for p in parent.parts]
-    return [n for n in names if n in parent.manifest.get("files", {})] + (
-        [REPORT] if REPORT in parent.manifest.get("files", {}) else []
-    )
+    return [n for n in names if n in parent.manifest.get("files", {})]
 
 
 def apply_change(
@@ -650,7 +649,7 @@ def apply_change(
         raise ValueError(f"unknown action {action!r}; expected one of {', '.join(ACTIONS)}")
     timings: dict[str, float] = {}
     parent = store.files(from_version)
-    parent.check(_read_files(parent, action))
+    parent.check(_read_files(parent))
     timings["verify_parent"] = time.perf_counter() - t0
     root = _library_root(parent, library)
     skill_id = skill_id_of(skill_dir, root)
@@ -703,7 +702,7 @@ def apply_change(
     manifest = {
         "kind": "incremental",
         "parent": parent.version,
-        "round": parent_round(parent),
+        "round": _round_of(parent),
         "window": None,
         "library": {
             "root": str(root.resolve()),

@@ -230,9 +230,12 @@ class VersionFiles:
         )
 
     def read_part(self, i: int) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """Node rows and token rows (`node` local) of part i (kept: an update reads its part twice)."""
+        """Node rows and token rows (`node` local) of part i, checked against the manifest first (what is
+        read of a part may be written into a new one: damage must not carry over under a fresh hash).
+        Kept once read: an update reads its part twice."""
         if i not in self._parts_read:
             p = self.parts[i]
+            self.check([p["nodes"], p["tokens"]])
             self._parts_read[i] = (
                 pl.read_parquet(self.path / p["nodes"]),
                 pl.read_parquet(self.path / p["tokens"]),

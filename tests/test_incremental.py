@@ -222,3 +222,18 @@ def test_a_damaged_parent_is_refused(tmp_path: Path):
     with pytest.raises(DamagedSnapshot, match=r"signature\.npz"):
         apply_change(store, "add", lib / "delta/new-skill")
     assert len(store.list_versions()) == 1
+
+
+def test_a_damaged_token_part_is_refused_not_copied_into_the_child(tmp_path: Path):
+    lib = _library(tmp_path / "lib")
+    store = SnapshotStore(tmp_path / "store")
+    build_cold_start(lib, store)
+    tokens = store.versions_dir / store.latest() / "tokens-00000.parquet"
+    tokens.chmod(0o644)
+    with tokens.open("r+b") as fh:
+        fh.seek(60)
+        fh.write(b"\xff\xff")
+    (lib / "gamma/zipper/SKILL.md").write_text("---\nname: zipper\ndescription: Zip archives.\n---\nz\n")
+    with pytest.raises(DamagedSnapshot, match=r"tokens-00000\.parquet"):
+        apply_change(store, "update", lib / "gamma/zipper")
+    assert len(store.list_versions()) == 1
