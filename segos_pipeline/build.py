@@ -14,7 +14,7 @@ import scipy.sparse as sp
 
 from .config import BuildConfig, TransitionConfig
 from .edges import counts_by_relation
-from .lexicon import Signature, signature_matrix, token_table
+from .lexicon import Signature, token_table
 from .parsing import ParsedLibrary, parse_library
 from .semantic import SemanticStats, semantic_edges
 from .snapshot import REPORT, Snapshot, SnapshotStore
@@ -48,16 +48,19 @@ def graph_tables(nodes: pl.DataFrame, config: BuildConfig, progress: Progress | 
     say = progress or (lambda _msg: None)
     tokens = token_table(nodes)
     say(f"tokenised {nodes.height} skills into {tokens.height} (skill, field, token) rows")
-    signature, vocab = signature_matrix(tokens, nodes.height)
+    signature = Signature.of(tokens, nodes.height)
     edges, stats = semantic_edges(
         nodes["id"],
-        signature,
+        signature.matrix,
         config.graph,
         progress=lambda i, n: say(f"similarity join block {i}/{n}") if n > 1 else None,
     )
-    say(f"semantic graph: {stats.directed_edges} edges, {stats.unordered_pairs} pairs, {len(vocab)} tokens")
+    say(
+        f"semantic graph: {stats.directed_edges} edges, {stats.unordered_pairs} pairs, "
+        f"{len(signature.vocab)} tokens"
+    )
     transition = transition_matrix(edges, nodes["id"], config.transition)
-    return GraphTables(nodes, tokens, edges, transition, stats, Signature(signature, vocab.tokens))
+    return GraphTables(nodes, tokens, edges, transition, stats, signature)
 
 
 def cold_start_manifest(

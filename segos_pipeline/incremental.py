@@ -44,7 +44,7 @@ from . import snapshot as snapshot_mod
 from .build import library_fingerprint
 from .config import AVOID, SEMANTIC, TRAVERSABLE, GraphConfig, ParseConfig, TransitionConfig
 from .edges import EDGE_SCHEMA, counts_by_relation
-from .lexicon import SIGNATURE_FIELDS, TOKEN_SCHEMA, Signature, signature_matrix, token_table
+from .lexicon import SIGNATURE_FIELDS, TOKEN_SCHEMA, Signature, token_table
 from .parsing import _SKIP_DIRS, NODE_SCHEMA, REPORT_SCHEMA, SKILL_FILE, _duplicate_names, parse_package
 from .semantic import SemanticStats, _row_topk, _stats, df_cap
 from .snapshot import (
@@ -350,7 +350,7 @@ def patch_version(
     old_sig = (
         parent.read_signature()
         if parent.has_signature()
-        else _derived_signature(parent.read_tokens(), n_old)  # format 1: derive it once (slow path)
+        else Signature.of(parent.read_tokens(), n_old)  # format 1: derive it once (slow path)
     )
     sig, old_cols, new_cols = _patch_signature(old_sig, idx, present, new_row)
     vocab_size = sig.matrix.shape[1]
@@ -463,11 +463,6 @@ def patch_version(
 
 def _round_of(parent: VersionFiles) -> int:
     return int(parent.manifest.get("round", 0))
-
-
-def _derived_signature(tokens: pl.DataFrame, n: int) -> Signature:
-    matrix, vocab = signature_matrix(tokens, n)
-    return Signature(matrix, vocab.tokens)
 
 
 def _holders(m: sp.csr_matrix, cols: np.ndarray) -> np.ndarray:

@@ -125,6 +125,12 @@ class Signature:
     matrix: sp.csr_matrix
     vocab: pl.Series
 
+    @classmethod
+    def of(cls, tokens: pl.DataFrame, n_nodes: int) -> Signature:
+        """The signature of a token table (what a version stores, derived when it stores none)."""
+        matrix, vocab = signature_matrix(tokens, n_nodes)
+        return cls(matrix, vocab.tokens)
+
 
 def signature_matrix(tokens: pl.DataFrame, n_nodes: int) -> tuple[sp.csr_matrix, Vocabulary]:
     """Binary node × token matrix of signature tokens (the sets whose Jaccard overlap makes the graph)."""

@@ -43,7 +43,7 @@ import polars as pl
 import scipy.sparse as sp
 
 from . import __version__
-from .lexicon import TOKEN_SCHEMA, Signature, signature_matrix
+from .lexicon import TOKEN_SCHEMA, Signature
 
 FORMAT = 2
 MANIFEST = "manifest.json"
@@ -295,8 +295,7 @@ class Snapshot:
             if files is not None and files.has_signature():
                 self._cache["signature"] = files.read_signature()
             else:
-                matrix, vocab = signature_matrix(self.tokens, self.nodes.height)
-                self._cache["signature"] = Signature(matrix, vocab.tokens)
+                self._cache["signature"] = Signature.of(self.tokens, self.nodes.height)
         return self._cache["signature"]
 
     def content_key(self, table: str) -> str | None:
@@ -505,8 +504,7 @@ class SnapshotStore:
             ):
                 sig: Signature | VersionFiles = base_files
             else:
-                matrix, vocab = signature_matrix(tokens, nodes.height)
-                sig = Signature(matrix, vocab.tokens)
+                sig = Signature.of(tokens, nodes.height)
         else:
             sig = signature
         return self.write_parts(

@@ -24,7 +24,7 @@ from .config import BuildConfig, RetrievalConfig
 
 # The round's stages live with the round itself; re-exported here for orchestrators.
 from .evolve import RoundState, commit_round, l1_stage, l2_stage, l3_stage, prepare_round
-from .lexicon import signature_matrix
+from .lexicon import Signature
 from .parsing import ParsedLibrary
 from .replay import load_queries, replay
 from .retrieval import Retriever
@@ -39,8 +39,7 @@ def semantic_stage(
     nodes: pl.DataFrame, tokens: pl.DataFrame, config: BuildConfig
 ) -> tuple[pl.DataFrame, SemanticStats]:
     """Semantic kNN edges of a tokenised node table (the middle of `build.graph_tables`)."""
-    signature, _vocab = signature_matrix(tokens, nodes.height)
-    return semantic_edges(nodes["id"], signature, config.graph)
+    return semantic_edges(nodes["id"], Signature.of(tokens, nodes.height).matrix, config.graph)
 
 
 def stats_frame(stats: SemanticStats) -> pl.DataFrame:
