@@ -61,7 +61,7 @@ from .snapshot import (
     local_tokens,
     split_rows,
 )
-from .transition import transition_matrix
+from .transition import edge_indices, transition_matrix
 
 ACTIONS = ("add", "update", "remove")
 # The node columns an update reads of every skill (ids for indices, names for duplicate-name warnings,
@@ -172,18 +172,20 @@ def _splice(df: pl.DataFrame, idx: int, row: pl.DataFrame | None, replace: bool)
 
 
 def _change_part(
-    parent: VersionFiles, idx: int, present: bool, new_row: pl.DataFrame | None
+    parent: VersionFiles,
+    idx: int,
+    present: bool,
+    new_row: pl.DataFrame | None,
+    new_tokens: pl.DataFrame | None,
 ) -> list[NewPart | SamePart]:
     """Splice the skill into the one part that holds it; every other part is linked from the parent.
 
     A part that grows past twice `PART_ROWS` is split again and one that empties is dropped, so part sizes
     stay bounded under any sequence of updates.
     """
-    rows = np.array([int(p["rows"]) for p in parent.parts], dtype=np.int64)
-    ends = np.cumsum(rows)
-    p = min(int(np.searchsorted(ends, idx, side="right")), max(len(rows) - 1, 0))
-    start = int(ends[p] - rows[p]) if len(rows) else 0
-    if len(rows):
+    n_parts = len(parent.parts)
+    p, start = parent.part_at(idx)
+    if n_parts:
         part_nodes, part_tokens = parent.read_part(p)
     else:  # a format-1 version of an empty library has no part at all
         part_nodes, part_tokens = pl.DataFrame(schema=NODE_SCHEMA), pl.DataFrame(schema=TOKEN_SCHEMA)
@@ -196,28 +198,25 @@ def _change_part(
     tail = part_tokens[b:]
     if delta:
         tail = tail.with_columns((pl.col("node").cast(pl.Int64) + delta).cast(pl.UInt32))
-    new_tokens = (
-        token_table(new_row).with_columns(node=pl.lit(local, dtype=pl.UInt32))
-        if new_row is not None
-        else None
-    )
+    if new_tokens is not None:
+        new_tokens = new_tokens.with_columns(node=pl.lit(local, dtype=pl.UInt32))
     pieces = [t for t in (part_tokens[:a], new_tokens, tail) if t is not None and t.height]
     tokens = pl.concat(pieces, how="vertical") if pieces else part_tokens.clear()
     if nodes.height > 2 * snapshot_mod.PART_ROWS:
         middle = [NewPart(nodes[x:y], local_tokens(tokens, x, y)) for x, y in split_rows(nodes.height)]
-    elif nodes.height == 0 and len(rows) > 1:
+    elif nodes.height == 0 and n_parts > 1:
         middle = []
     else:
         middle = [NewPart(nodes, tokens)]
     plan = [parent.same_part(i) for i in range(p)] + middle
-    return plan + [parent.same_part(i) for i in range(p + 1, len(rows))]
+    return plan + [parent.same_part(i) for i in range(p + 1, n_parts)]
 
 
 # -------------------------------------------------------------------------------------- the signature
 
 
 def _patch_signature(
-    sig: Signature, idx: int, present: bool, new_row: pl.DataFrame | None
+    sig: Signature, idx: int, present: bool, new_tokens: pl.DataFrame | None
 ) -> tuple[Signature, np.ndarray, np.ndarray]:
     """The child's signature (row idx replaced, inserted or deleted; unseen tokens appended to the
     vocabulary) and the skill's old and new token columns."""
@@ -228,8 +227,8 @@ def _patch_signature(
     old_cols = indices[lo:hi]
     vocab = sig.vocab
     new_cols = np.empty(0, dtype=np.int64)
-    if new_row is not None:
-        words = token_table(new_row).filter(pl.col("field").is_in(SIGNATURE_FIELDS))["token"].unique()
+    if new_tokens is not None:
+        words = new_tokens.filter(pl.col("field").is_in(SIGNATURE_FIELDS))["token"].unique()
         known = (
             pl.DataFrame({"token": vocab})
             .with_row_index("col")
@@ -248,7 +247,7 @@ def _patch_signature(
             vocab = pl.concat([vocab, unseen.rename(vocab.name)])
     lengths = np.diff(indptr)
     head, tail = lengths[:idx], (lengths[idx + 1 :] if present else lengths[idx:])
-    mid = [len(new_cols)] if new_row is not None else []
+    mid = [len(new_cols)] if new_tokens is not None else []
     new_lengths = np.concatenate([head, np.array(mid, dtype=np.int64), tail])
     new_indptr = np.concatenate([[0], np.cumsum(new_lengths)]).astype(np.int64)
     new_indices = np.concatenate([indices[:lo], new_cols, indices[hi:]])
@@ -339,7 +338,8 @@ def patch_version(
         raise IncrementalError(f"skill {skill_id!r} is not in version {parent.version}; use `segos add`")
     n_old = keys_old.height
     new_row = pl.DataFrame([row], schema=NODE_SCHEMA) if row is not None else None
-    plan = _change_part(parent, idx, present, new_row)
+    new_tokens = token_table(new_row) if new_row is not None else None  # the one skill tokenised
+    plan = _change_part(parent, idx, present, new_row, new_tokens)
     new_keys = new_row.select(KEY_COLUMNS) if new_row is not None else None
     keys = _splice(keys_old, idx, new_keys, replace=present)
     n_new = keys.height
@@ -352,7 +352,7 @@ def patch_version(
         if parent.has_signature()
         else Signature.of(parent.read_tokens(), n_old)  # format 1: derive it once (slow path)
     )
-    sig, old_cols, new_cols = _patch_signature(old_sig, idx, present, new_row)
+    sig, old_cols, new_cols = _patch_signature(old_sig, idx, present, new_tokens)
     vocab_size = sig.matrix.shape[1]
     df_old = np.bincount(old_sig.matrix.indices, minlength=vocab_size)
     df_new = df_old.copy()
@@ -372,12 +372,7 @@ def patch_version(
 
     # parent semantic edges with integer endpoints in the NEW numbering (-1: the removed skill)
     e = parent.read_edges()
-    index_old = pl.DataFrame({"id": ids_old, "i": pl.int_range(n_old, dtype=pl.Int64, eager=True)})
-    sem = (
-        e.filter(pl.col("relation") == SEMANTIC)
-        .join(index_old.rename({"id": "src", "i": "u"}), on="src")
-        .join(index_old.rename({"id": "dst", "i": "v"}), on="dst")
-    )
+    sem = edge_indices(e.filter(pl.col("relation") == SEMANTIC), ids_old)
     su = _shift(sem["u"].to_numpy(), action, idx)
     sv = _shift(sem["v"].to_numpy(), action, idx)
     # exact recompute: u itself, skills that had (old) u in their top-k, holders of a flipped token
@@ -440,11 +435,7 @@ def patch_version(
     timings["operator"] = time.perf_counter() - t4
 
     capped = int((df_new > cap_new).sum())
-    sem_new = edges.filter(pl.col("relation") == SEMANTIC)
-    index_new = pl.DataFrame({"id": keys["id"], "i": pl.int_range(n_new, dtype=pl.Int64, eager=True)})
-    sem_i = sem_new.join(index_new.rename({"id": "src", "i": "u"}), on="src").join(
-        index_new.rename({"id": "dst", "i": "v"}), on="dst"
-    )
+    sem_i = edge_indices(edges.filter(pl.col("relation") == SEMANTIC), keys["id"])
     stats = _stats(n_new, sem_i["u"].to_numpy(), sem_i["v"].to_numpy(), cap_new, capped)
     counters = {
         "action": action,
@@ -747,12 +738,8 @@ def _stored_row(parent: VersionFiles, keys: pl.DataFrame, skill_id: str) -> dict
     idx = int(keys["id"].search_sorted(skill_id, side="left"))
     if idx >= keys.height or keys["id"][idx] != skill_id:
         return None
-    start = 0
-    for i, part in enumerate(parent.parts):
-        if idx < start + int(part["rows"]):
-            return parent.read_part(i)[0][idx - start].to_dicts()[0]
-        start += int(part["rows"])
-    return None
+    part, start = parent.part_at(idx)
+    return parent.read_part(part)[0][idx - start].to_dicts()[0]
 
 
 def add_skill(store: SnapshotStore | str | Path, skill_dir: str | Path, **kw: Any) -> IncrementalResult:

@@ -242,6 +242,13 @@ class VersionFiles:
             )
         return self._parts_read[i]
 
+    def part_at(self, idx: int) -> tuple[int, int]:
+        """(part, its first node index) of the part that holds node `idx`, or receives it: a node inserted
+        at a part boundary joins the later part, one appended at the end joins the last."""
+        starts = np.cumsum([0] + [int(p["rows"]) for p in self.parts])
+        i = min(int(np.searchsorted(starts, idx, side="right")) - 1, max(len(self.parts) - 1, 0))
+        return i, int(starts[i])
+
     def same_part(self, i: int) -> SamePart:
         return SamePart(self.path, self.parts[i], self.manifest["files"])
 
