@@ -188,16 +188,23 @@ class VersionFiles:
             self.parts = [{"nodes": NODES, "tokens": TOKENS, "rows": rows}] if NODES in files else []
         self.node_rows = sum(int(p["rows"]) for p in self.parts)
         self._parts_read: dict[int, tuple[pl.DataFrame, pl.DataFrame]] = {}
+        self._verified: set[str] = set()
 
     def verify(self, names: Sequence[str] | None = None) -> list[str]:
-        """Names (of `names`, default every file) whose size or sha256 differ from the manifest."""
+        """Names (of `names`, default every file) whose size or sha256 differ from the manifest. A file
+        found intact is not hashed again by this object (an update checks a part up front and again when
+        it reads it)."""
         files = self.manifest["files"]
         bad = []
         for name in names if names is not None else list(files):
+            if name in self._verified:
+                continue
             meta = files.get(name)
             f = self.path / name
             intact = meta is not None and f.is_file() and f.stat().st_size == meta["bytes"]
-            if not (intact and sha256_file(f) == meta["sha256"]):
+            if intact and sha256_file(f) == meta["sha256"]:
+                self._verified.add(name)
+            else:
                 bad.append(name)
         return bad
 
