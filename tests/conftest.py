@@ -77,3 +77,11 @@ def write_format1(store: SnapshotStore, snap: Snapshot) -> str:
     manifest.update(format=1, version=folder.name, seq=900, files=files)
     (folder / MANIFEST).write_text(json.dumps(manifest))
     return folder.name
+
+
+def damage(path: Path, offset: int, data: bytes) -> None:
+    """Overwrite bytes of a (read-only) snapshot file in place, as disk damage or a stray edit would."""
+    path.chmod(0o644)
+    with path.open("r+b") as fh:
+        fh.seek(offset)
+        fh.write(data)

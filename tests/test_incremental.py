@@ -17,7 +17,7 @@ from segos_pipeline.config import BuildConfig, GraphConfig
 from segos_pipeline.incremental import IncrementalError, apply_change
 from segos_pipeline.snapshot import DamagedSnapshot, Snapshot
 
-from .conftest import write_format1, write_skill
+from .conftest import damage, write_format1, write_skill
 
 # Words repeat across skills on purpose: equal Jaccard scores (ties) and, with a small df cap, tokens that
 # cross the cap when one skill is added or removed.
@@ -213,11 +213,7 @@ def test_a_damaged_parent_is_refused(tmp_path: Path):
     lib = _library(tmp_path / "lib")
     store = SnapshotStore(tmp_path / "store")
     build_cold_start(lib, store)
-    signature = store.versions_dir / store.latest() / "signature.npz"
-    signature.chmod(0o644)
-    with signature.open("r+b") as fh:
-        fh.seek(40)
-        fh.write(b"\xff\xff")
+    damage(store.versions_dir / store.latest() / "signature.npz", 40, b"\xff\xff")
     write_skill(lib, "delta/new-skill", "name: new-skill\ndescription: Plot pdf charts.", "")
     with pytest.raises(DamagedSnapshot, match=r"signature\.npz"):
         apply_change(store, "add", lib / "delta/new-skill")
@@ -228,11 +224,7 @@ def test_a_damaged_token_part_is_refused_not_copied_into_the_child(tmp_path: Pat
     lib = _library(tmp_path / "lib")
     store = SnapshotStore(tmp_path / "store")
     build_cold_start(lib, store)
-    tokens = store.versions_dir / store.latest() / "tokens-00000.parquet"
-    tokens.chmod(0o644)
-    with tokens.open("r+b") as fh:
-        fh.seek(60)
-        fh.write(b"\xff\xff")
+    damage(store.versions_dir / store.latest() / "tokens-00000.parquet", 60, b"\xff\xff")
     (lib / "gamma/zipper/SKILL.md").write_text("---\nname: zipper\ndescription: Zip archives.\n---\nz\n")
     with pytest.raises(DamagedSnapshot, match=r"tokens-00000\.parquet"):
         apply_change(store, "update", lib / "gamma/zipper")

@@ -11,7 +11,7 @@ from segos_pipeline.build import commit_derived
 from segos_pipeline.lexicon import signature_matrix, token_table
 from segos_pipeline.snapshot import MANIFEST, DamagedSnapshot, SnapshotStore, UnknownVersion
 
-from .conftest import simple_library, write_format1
+from .conftest import damage, simple_library, write_format1
 
 SKILLS = {
     "csv-loader": "Load CSV files into a dataframe.",
@@ -65,10 +65,7 @@ def test_files_are_read_only_and_damage_is_detected(store):
     vid = store.latest()
     path = store.versions_dir / vid / "edges.parquet"
     assert not os.stat(path).st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
-    path.chmod(0o644)
-    with path.open("r+b") as fh:
-        fh.seek(10)
-        fh.write(b"\x00\x01")
+    damage(path, 10, b"\x00\x01")
     assert store.verify(vid) == ["edges.parquet"]
     with pytest.raises(DamagedSnapshot, match=r"damaged.*edges\.parquet"):
         store.load(vid)
@@ -159,10 +156,7 @@ def test_damage_to_a_shared_part_fails_every_version_that_links_it(parted):
     parent = st.load()
     m2 = commit_derived(st, parent, parent.edges, kind="evolved")
     path = st.versions_dir / m1["version"] / "nodes-00000.parquet"
-    path.chmod(0o644)
-    with path.open("r+b") as fh:
-        fh.seek(10)
-        fh.write(b"\x00\x01")
+    damage(path, 10, b"\x00\x01")
     for vid in (m1["version"], m2["version"]):
         assert st.verify(vid) == ["nodes-00000.parquet"]
         with pytest.raises(DamagedSnapshot):
