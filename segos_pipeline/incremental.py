@@ -590,11 +590,10 @@ def _patch_operator(
 
 def _report(parent: VersionFiles, keys: pl.DataFrame, source: str, problems: list[Any]) -> pl.DataFrame:
     """The parent's build report with the changed package's rows replaced and duplicate names redone."""
-    old = (
-        pl.read_parquet(parent.path / REPORT)
-        if REPORT in parent.manifest.get("files", {})
-        else pl.DataFrame(schema=REPORT_SCHEMA)
-    )
+    try:
+        old = parent.read_extra(REPORT)
+    except SnapshotError:
+        old = pl.DataFrame(schema=REPORT_SCHEMA)
     is_dup = pl.col("problem").str.contains(r"^name '.*' is also used by ")
     rest = old.filter((pl.col("file") != source) & ~is_dup)
     own = pl.DataFrame(

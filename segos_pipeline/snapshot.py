@@ -269,6 +269,12 @@ class VersionFiles:
         matrix = sp.csr_matrix((data, indices, indptr), shape=shape)
         return Signature(matrix, pl.read_parquet(self.path / VOCAB)["token"])
 
+    def read_extra(self, name: str) -> pl.DataFrame:
+        """Another Parquet table of this version (e.g. the build report), as listed in its manifest."""
+        if name not in self.manifest.get("files", {}):
+            raise SnapshotError(f"version {self.version} has no file {name!r}")
+        return pl.read_parquet(self.path / name)
+
     def read_edges(self) -> pl.DataFrame:
         return pl.read_parquet(self.path / EDGES)
 
@@ -314,10 +320,11 @@ class Snapshot:
 
     def content_key(self, table: str) -> str | None:
         """A hash that changes exactly when the stored `table` (`nodes` or `tokens`) changes."""
-        if self.path is None:
+        stored = self.files
+        if stored is None:
             return None
         files = self.manifest.get("files", {})
-        names = [p[table] for p in VersionFiles(self.path, self.manifest).parts]
+        names = [p[table] for p in stored.parts]
         if not names or any(n not in files for n in names):
             return None
         if len(names) == 1 and names[0] in (NODES, TOKENS):
@@ -326,9 +333,10 @@ class Snapshot:
 
     def read_extra(self, name: str) -> pl.DataFrame:
         """Another Parquet table of this version (e.g. the build report), as listed in its manifest."""
-        if self.path is None or name not in self.manifest.get("files", {}):
+        files = self.files
+        if files is None:
             raise SnapshotError(f"version {self.version} has no file {name!r}")
-        return pl.read_parquet(self.path / name)
+        return files.read_extra(name)
 
 
 # ============================================================================================ writing
