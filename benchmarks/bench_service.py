@@ -4,8 +4,10 @@
     .venv/bin/python benchmarks/bench_service.py [--only mcp,incremental,ordering] [--sizes 344,100000]
 
 * `mcp`: p50 of `retrieve_skill_bundle` through the MCP SDK's stdio client (server in a subprocess) against
-  in-process retrieval on the real 344-skill library (SkillsBench dev instructions as queries). Bar: the
-  MCP call adds ≤ 2 ms p50 over in-process retrieval.
+  the same bundle in process, on the real 344-skill library (SkillsBench dev instructions as queries),
+  timed in alternating pairs over several server processes. Bar: the MCP call adds ≤ 2 ms p50 over
+  in-process retrieval. Also measured: the same server through a minimal line-per-request client, which
+  separates the server's and the pipes' share from the Python SDK client's.
 * `incremental`: `segos update|add|remove` of one skill against `segos build` of the changed library, each
   timed from command start (a fresh `python -m ...` process) to the committed version; plus the in-process
   stage timings and the time to write a snapshot of that size on its own. Sizes: 344 (the real library,
@@ -70,6 +72,48 @@ def _queries(limit: int = 200) -> list[str]:
     return out[:limit]
 
 
+class _LineClient:
+    """The least an MCP client can do over stdio: one JSON-RPC request per line, one `json.loads` per reply.
+
+    Measured next to the SDK client so the report separates what the server and the pipes add from what
+    the Python SDK client adds on its side (an agent's own client, e.g. Node or Rust, pays its own).
+    """
+
+    def __init__(self, args: list[str]):
+        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=str(ROOT))
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self._in, self._out = self.proc.stdin, self.proc.stdout
+        self._id = 0
+        self.request(
+            "initialize",
+            {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "bench-line-client", "version": "0"},
+            },
+        )
+        self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def _send(self, msg: dict[str, Any]) -> None:
+        self._in.write((json.dumps(msg) + "\n").encode())
+        self._in.flush()
+
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self._id += 1
+        self._send({"jsonrpc": "2.0", "id": self._id, "method": method, "params": params})
+        reply = json.loads(self._out.readline())
+        if "result" not in reply or reply["result"].get("isError"):
+            raise RuntimeError(f"{method} failed: {str(reply)[:300]}")
+        return reply["result"]
+
+    def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return self.request("tools/call", {"name": name, "arguments": arguments})
+
+    def close(self) -> None:
+        self._in.close()
+        self.proc.wait(timeout=30)
+
+
 def bench_mcp(rounds: int, sessions: int) -> dict[str, Any]:
     import anyio
     from mcp import Client
@@ -86,12 +130,12 @@ def bench_mcp(rounds: int, sessions: int) -> dict[str, Any]:
     service = SegosService(store, landing=OUT / "service-landing")
     retriever = service._request().retriever
 
-    params = StdioServerParameters(
-        command=PY, args=["-m", "segos_pipeline.mcp_server", "--store", str(store.root)], cwd=str(ROOT)
-    )
+    server_args = ["-m", "segos_pipeline.mcp_server", "--store", str(store.root)]
+    params = StdioServerParameters(command=PY, args=server_args, cwd=str(ROOT))
     t_retriever: list[float] = []
     t_service: list[float] = []
     t_mcp: list[float] = []
+    t_line: list[float] = []
     sizes: list[int] = []
     # the service re-lists the store while its versions/ folder is younger than 2 s (see api.refresh)
     time.sleep(2.5)
@@ -102,39 +146,76 @@ def bench_mcp(rounds: int, sessions: int) -> dict[str, Any]:
         into.append((time.perf_counter() - t) * 1000)
 
     per_session: list[float] = []
+    t_service_line: list[float] = []
 
-    async def run() -> None:
+    def in_process_first(i: int, r: int) -> bool:
+        # Alternate which side of a pair runs first, so neither always follows the other's run of the query.
+        return (i + r) % 2 == 0
+
+    async def sdk_pass() -> None:
         async with Client(params) as client:
+
+            async def over_mcp(q: str) -> None:
+                t = time.perf_counter()
+                res = await client.call_tool("retrieve_skill_bundle", {"query": q})
+                t_mcp.append((time.perf_counter() - t) * 1000)
+                assert not res.is_error
+                sizes.append(len(res.content[0].text))  # type: ignore[union-attr]
+
             for q in queries[:10]:  # warm-up of both sides
                 await client.call_tool("retrieve_skill_bundle", {"query": q})
                 service.retrieve_bundle(q)
-                retriever.retrieve(q)
             start = len(t_mcp)
-            # interleaved per query, so load from other processes hits all three paths alike
-            for _ in range(rounds):
-                for q in queries:
-                    clock(retriever.retrieve, q, t_retriever)
-                    clock(service.retrieve_bundle, q, t_service)
-                    t = time.perf_counter()
-                    r = await client.call_tool("retrieve_skill_bundle", {"query": q})
-                    t_mcp.append((time.perf_counter() - t) * 1000)
-                    assert not r.is_error
-                    sizes.append(len(r.content[0].text))  # type: ignore[union-attr]
+            for r in range(rounds):
+                for i, q in enumerate(queries):
+                    if in_process_first(i, r):
+                        clock(service.retrieve_bundle, q, t_service)
+                        await over_mcp(q)
+                    else:
+                        await over_mcp(q)
+                        clock(service.retrieve_bundle, q, t_service)
             per_session.append(round(p50(t_mcp[start:]) - p50(t_service[start:]), 3))
 
+    def line_pass() -> None:
+        line = _LineClient([PY, *server_args])
+        try:
+            for q in queries[:10]:
+                line.call_tool("retrieve_skill_bundle", {"query": q})
+            for r in range(rounds):
+                for i, q in enumerate(queries):
+                    pair = [
+                        lambda q: clock(service.retrieve_bundle, q, t_service_line),
+                        lambda q: clock(
+                            lambda q: line.call_tool("retrieve_skill_bundle", {"query": q}), q, t_line
+                        ),
+                    ]
+                    for step in pair if in_process_first(i, r) else pair[::-1]:
+                        step(q)
+        finally:
+            line.close()
+
+    # Each pair times the in-process bundle and the MCP call of one query back to back, so both sides last
+    # ran one call earlier: a server that idles longer between its calls wakes slower (cold caches, a
+    # halted vCPU), and a client that ran the query just before gets it warm; neither favours one side.
     # Several server processes, one after the other: one process's placement on the 2 cores moves its p50
     # by a few tenths of a ms, so a single session is a sample of one. The verdict uses all calls pooled.
     for _ in range(sessions):
-        anyio.run(run)
+        anyio.run(sdk_pass)
+        line_pass()
+    for _ in range(rounds):  # the retriever alone, for reference: ranking and selection without the bundle
+        for q in queries:
+            clock(retriever.retrieve, q, t_retriever)
     stats = {
         name: {"p50": round(p50(v), 3), "p95": round(pct(v, 0.95), 3), "n": len(v)}
         for name, v in (
             ("retriever_retrieve", t_retriever),
             ("service_bundle", t_service),
             ("mcp_bundle", t_mcp),
+            ("mcp_bundle_line_client", t_line),
         )
     }
     over_service = stats["mcp_bundle"]["p50"] - stats["service_bundle"]["p50"]
+    over_line = stats["mcp_bundle_line_client"]["p50"] - p50(t_service_line)
     over_retriever = stats["mcp_bundle"]["p50"] - stats["retriever_retrieve"]["p50"]
     return {
         "library": str(REAL_LIBRARY),
@@ -147,6 +228,7 @@ def bench_mcp(rounds: int, sessions: int) -> dict[str, Any]:
         "overhead_ms_p50": {
             "mcp_vs_in_process_bundle": round(over_service, 3),
             "mcp_vs_retriever_retrieve": round(over_retriever, 3),
+            "line_client_vs_in_process_bundle": round(over_line, 3),
         },
         "response_chars_p50": p50(sizes),
         "bar_ms": MCP_OVERHEAD_BAR_MS,
@@ -343,6 +425,15 @@ def markdown(res: dict[str, Any]) -> str:
             f"{', '.join(str(x) for x in m.get('overhead_ms_p50_per_session', []))} ms.",
             "",
         ]
+        if "line_client_vs_in_process_bundle" in m["overhead_ms_p50"]:
+            lines += [
+                "The verdict uses the MCP SDK's own Python client. The same server called by a minimal "
+                "line-per-request client (`mcp_bundle_line_client`: write the request, read one line, "
+                "`json.loads`) adds "
+                f"{m['overhead_ms_p50']['line_client_vs_in_process_bundle']} ms: the server and the pipes; "
+                "the rest is the Python SDK client's own work.",
+                "",
+            ]
     for inc in res.get("incremental", {}).values():
         lines += [
             f"## Incremental update, {inc['skills']} skills",

@@ -52,9 +52,15 @@ Version = Annotated[
 def _tool_errors(fn: Callable[..., Awaitable[dict[str, Any]]]) -> Callable[..., Awaitable[CallToolResult]]:
     """Expected failures → ToolError with the library's actionable message; results → `CallToolResult`.
 
-    The result carries the dict as `structured_content` and, for clients that read only text, the same
-    JSON (compact) as one text block. Building it here skips the SDK's generic conversion (an indented
-    dump plus a validation pass over the whole bundle), which is most of the per-call server cost.
+    A result is one text block holding the JSON object (compact), and no `structured_content`. Clients
+    that receive both show the model only one of them (Claude Code and VS Code pass on the structured
+    copy, text-only clients the text), so a second copy of a bundle is never read, yet it doubled the
+    response (about 31k → 16k characters) and cost both ends a validation and serialization pass over it:
+    0.7 ms of a 3.0 ms MCP overhead per `retrieve_skill_bundle` (benchmarks/results/service.md). The text
+    form reaches every client. Programs parse it with `json.loads`, or call `api.SegosService` directly.
+
+    `model_construct` skips validating what was just built here; the SDK validates the wire shape of every
+    result anyway before sending it.
     """
 
     @functools.wraps(fn)
@@ -64,7 +70,7 @@ def _tool_errors(fn: Callable[..., Awaitable[dict[str, Any]]]) -> Callable[..., 
         except (SnapshotError, ValueError, KeyError, FileNotFoundError) as exc:
             raise ToolError(str(exc)) from None
         text = pydantic_core.to_json(obj, fallback=str).decode()
-        return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=obj)
+        return CallToolResult.model_construct(content=[TextContent.model_construct(type="text", text=text)])
 
     return wrapper
 

@@ -45,8 +45,9 @@ def server(store: Path, *extra: str) -> StdioServerParameters:
 async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
     result = await client.call_tool(tool, arguments)
     assert not result.is_error, result.content
-    assert result.structured_content is not None
-    return result.structured_content
+    # one JSON text block, no second (structured) copy: see mcp_server._tool_errors
+    assert result.structured_content is None and len(result.content) == 1
+    return json.loads(result.content[0].text)  # type: ignore[union-attr]
 
 
 async def error(client: Client, tool: str, **arguments: Any) -> str:
