@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -258,3 +260,61 @@ def test_wire_writer_writes_one_line_per_message_and_reports_a_lost_pipe():
         {"jsonrpc": "2.0", "id": 1, "result": {"n": "é"}},
         {"jsonrpc": "2.0", "id": 2, "result": {"n": "éé"}},
     ]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_streamable_http_serves_the_same_tools_on_loopback(store: Path, tmp_path: Path):
+    port = _free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "segos_pipeline.cli",
+            "mcp",
+            "--store",
+            str(store),
+            "--http",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=PROJECT_ROOT,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # wait until it listens (or fails to start)
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "segos mcp --http did not listen within 60 s"
+                time.sleep(0.2)
+
+        async def scenario() -> None:
+            async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                tools = await client.list_tools()
+                assert {t.name for t in tools.tools} == TOOLS
+                bundle = await call(client, "retrieve_skill_bundle", query=QUERY, max_chars=4000)
+                assert bundle["skills"] and bundle["chars"] <= 4000
+                assert [s["id"] for s in bundle["skills"]] == bundle["order"]
+                assert "unknown skill" in await error(client, "get_skill_detail", name="no-such-skill")
+
+        anyio.run(scenario)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_http_refuses_a_non_loopback_host(store: Path):
+    from segos_pipeline.api import SegosService
+    from segos_pipeline.mcp_server import serve
+
+    with pytest.raises(ValueError, match="loopback"):
+        serve(SegosService(store), http=True, host="0.0.0.0")
