@@ -31,7 +31,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "out"
@@ -75,32 +75,30 @@ def _queries(limit: int = 200) -> list[str]:
 class _LineClient:
     """The least an MCP client can do over stdio: one JSON-RPC request per line, one `json.loads` per reply.
 
-    Measured next to the SDK client so the report separates what the server and the pipes add from what
-    the Python SDK client adds on its side (an agent's own client, e.g. Node or Rust, pays its own).
+    It speaks what the SDK client negotiates (protocol 2026-07-28: `server/discover`, then the client's
+    identity in every request's `_meta`), so the server does the same work for both. Measured next to the
+    SDK client, it separates what the server and the pipes add from what the Python SDK client adds on its
+    side (an agent's own client, e.g. Node or Rust, pays its own).
     """
+
+    META: ClassVar[dict[str, Any]] = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "bench-line-client", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
 
     def __init__(self, args: list[str]):
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=str(ROOT))
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._in, self._out = self.proc.stdin, self.proc.stdout
         self._id = 0
-        self.request(
-            "initialize",
-            {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "bench-line-client", "version": "0"},
-            },
-        )
-        self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-
-    def _send(self, msg: dict[str, Any]) -> None:
-        self._in.write((json.dumps(msg) + "\n").encode())
-        self._in.flush()
+        self.request("server/discover", {})
 
     def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         self._id += 1
-        self._send({"jsonrpc": "2.0", "id": self._id, "method": method, "params": params})
+        msg = {"jsonrpc": "2.0", "id": self._id, "method": method, "params": {**params, "_meta": self.META}}
+        self._in.write((json.dumps(msg) + "\n").encode())
+        self._in.flush()
         reply = json.loads(self._out.readline())
         if "result" not in reply or reply["result"].get("isError"):
             raise RuntimeError(f"{method} failed: {str(reply)[:300]}")
