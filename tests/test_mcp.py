@@ -145,8 +145,12 @@ def test_every_tool_errors_and_the_trace_round_trip(store: Path, tmp_path: Path)
             v2 = manifest["version"]
             assert manifest["parent"] == v1
 
-            status = await call(client, "get_status")
-            assert status["version"] == v2 and status["switches"] == 1
+            # loaded in the background while requests are answered from v1, then swapped in between requests
+            deadline = time.monotonic() + 60
+            while (status := await call(client, "get_status"))["version"] != v2:
+                assert status["version"] == v1 and time.monotonic() < deadline, status
+                await anyio.sleep(0.05)
+            assert status["switches"] == 1 and status["loading"] is None
             bundle2 = await call(client, "retrieve_skill_bundle", query=QUERY)
             assert bundle2["version"] == v2
             assert bundle2["ordering"]["precedence"]["traces"] == 3  # the three successful traces

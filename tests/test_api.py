@@ -1,0 +1,101 @@
+"""`SegosService` switching versions: a new version is loaded in the background while requests go on being
+answered from the old one, swapped in between requests once ready; a damaged one is never switched to."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from segos_pipeline import SnapshotStore, build_cold_start
+from segos_pipeline.api import SegosService, ServiceError
+from segos_pipeline.paths import DEFAULT_LIBRARY
+
+from .conftest import damage
+
+QUERY = "load the sales csv, clean missing values and chart revenue by month"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SnapshotStore:
+    st = SnapshotStore(tmp_path / "store")
+    build_cold_start(DEFAULT_LIBRARY, st)
+    return st
+
+
+def _commit_copy(st: SnapshotStore) -> str:
+    """A new committed version (same content) on top of the newest one."""
+    parent = st.latest()
+    snap = st.load(parent)
+    manifest: dict[str, Any] = {"kind": "copy", "parent": parent}
+    return st.write(
+        nodes=snap.nodes, tokens=snap.tokens, edges=snap.edges, transition=snap.transition, manifest=manifest
+    )["version"]
+
+
+def _until_idle(svc: SegosService, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while svc.loading is not None:
+        assert time.monotonic() < deadline, f"the background load of {svc.loading} did not end"
+        time.sleep(0.02)
+
+
+def test_requests_are_answered_from_the_old_version_while_the_new_one_loads(store: SnapshotStore, tmp_path):
+    svc = SegosService(store, landing=tmp_path)
+    v1 = svc.version
+    gate = threading.Event()
+    load = svc._load
+
+    def slow_load(vid: str):  # holds the new version's load until the test opens the gate
+        if vid != v1:
+            assert gate.wait(60)
+        return load(vid)
+
+    svc._load = slow_load  # type: ignore[method-assign]
+    v2 = _commit_copy(store)
+
+    started = time.monotonic()
+    status = svc.status()  # notices v2 and starts loading it, without waiting for it
+    bundle = svc.retrieve_bundle(QUERY)
+    assert time.monotonic() - started < 30  # answered while the load is held
+    assert status["version"] == v1 and status["loading"] == v2 and bundle["version"] == v1
+    assert svc.switches == 0
+
+    gate.set()
+    _until_idle(svc)
+    assert svc.retrieve_bundle(QUERY)["version"] == v2  # swapped in at the start of this request
+    status = svc.status()
+    assert status["version"] == v2 and status["loading"] is None and status["switches"] == 1
+
+
+def test_sync_reload_switches_inside_the_request(store: SnapshotStore, tmp_path):
+    svc = SegosService(store, landing=tmp_path, reload="sync")
+    v2 = _commit_copy(store)
+    assert svc.status()["version"] == v2 and svc.switches == 1
+    # refresh(wait=True) does the same for a background service
+    bg = SegosService(store, landing=tmp_path)
+    v3 = _commit_copy(store)
+    assert bg.refresh(wait=True) and bg.version == v3
+
+
+def test_a_damaged_new_version_is_not_switched_to_nor_retried(store: SnapshotStore, tmp_path):
+    svc = SegosService(store, landing=tmp_path)
+    v1 = svc.version
+    v2 = _commit_copy(store)
+    part = next(p for p in (store.root / "versions" / v2).glob("nodes*.parquet"))
+    damage(part, 100, b"\x00" * 16)
+
+    assert svc.status()["version"] == v1
+    _until_idle(svc)
+    status = svc.status()
+    assert status["version"] == v1 and status["switches"] == 0
+    assert v2 in (status["last_reload_error"] or "")
+    assert svc.loading is None and svc._loader is None  # not retried
+
+
+def test_reload_mode_is_checked(store: SnapshotStore):
+    with pytest.raises(ServiceError, match="reload"):
+        SegosService(store, reload="sometimes")
