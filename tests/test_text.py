@@ -2,6 +2,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from segos_pipeline.naming import SkillNames
 from segos_pipeline.text import normalize_name, normalize_names, stem, stem_frame, tokenize, tokenize_column
 
 
@@ -67,3 +68,21 @@ def test_polars_tokenisation_equals_python(texts):
 def test_vectorised_name_normalisation_equals_python(names):
     """Duplicate-name checks over a whole library use the vectorised form; it must be the same rule."""
     assert normalize_names(pl.Series("name", names)).to_list() == [normalize_name(n) for n in names]
+
+
+def test_skill_names_resolve_most_specific_first():
+    nodes = pl.DataFrame(
+        {
+            "id": ["lib/csv-tools", "lib/Chart_Maker", "other/plot", "x/Ünïcode-Skill"],
+            "folder": ["csv-tools", "Chart_Maker", "plot", "Ünïcode-Skill"],
+            "name": ["chart-maker", "chart maker", "csv tools", "!!!"],
+        }
+    )
+    names = SkillNames(nodes)
+    assert names.resolve("lib/csv-tools") == [0]  # exact id
+    assert names.resolve("CSV Tools") == [0, 2]  # folder of 0 before the borrowed name of 2
+    assert names.resolve("chart-maker") == [1, 0]  # folder (and name) of 1 before the name of 0
+    assert names.resolve("ünïcode skill") == [3]  # non-ASCII names follow the same rule
+    assert (
+        names.resolve("!!!") == [] and names.resolve("nothing") == []
+    )  # a name of only punctuation is no key
