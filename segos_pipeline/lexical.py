@@ -28,7 +28,7 @@ from .text import tokenize
 if TYPE_CHECKING:
     from .snapshot import Snapshot
 
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 2  # 2: the matrix is built with bincounts and sparse sums (last-bit differences)
 
 
 @dataclass(frozen=True)
@@ -57,26 +57,59 @@ def _column_sum(m: sp.csc_matrix, cols: np.ndarray, n: int) -> np.ndarray:
 class LexicalIndex:
     def __init__(self, tokens: pl.DataFrame, n_nodes: int, config: RetrievalConfig | None = None):
         config = config or RetrievalConfig()
-        self.n = n_nodes
+        self.n = n = n_nodes
         self.config = config
         self.vocab = Vocabulary(tokens["token"])
         self._weights = pl.DataFrame(
             {"field": list(config.field_weights), "fw": list(config.field_weights.values())},
             schema={"field": pl.String, "fw": pl.Float64},
         )
-        # Work on integer token columns: one join maps each token to its id in the sorted vocabulary,
-        # and every join below is then on integers.
+        # Whole-table arithmetic on integer arrays: one join maps each token to its column in the sorted
+        # vocabulary, fields become small codes, and every per-(skill, field) or per-(skill, token) sum is
+        # a bincount or a sparse matrix (which sums duplicate entries), not a group-by.
         rows = tokens.join(self.vocab.lookup, on="token").select("node", "field", "tf", "col")
-        lengths = rows.group_by("node", "field").agg(flen=pl.col("tf").sum())
-        self._avg = lengths.group_by("field").agg(avg=pl.col("flen").sum() / max(n_nodes, 1))
-        df = rows.group_by("col").agg(df=pl.col("node").n_unique()).sort("col")
-        self.df = np.zeros(len(self.vocab), dtype=np.int64)
-        self.df[df["col"].to_numpy()] = df["df"].to_numpy()
-        scored = self._values(rows)
-        self.matrix = self._matrix(scored["node"], scored["col"], scored["value"].to_numpy())
-        names = rows.filter(pl.col("field") == "name").select("node", "col").unique()
-        self.name_matrix = self._matrix(names["node"], names["col"], np.ones(names.height))
-        self.name_len = np.bincount(names["node"].to_numpy().astype(np.int64), minlength=n_nodes)
+        node = rows["node"].to_numpy().astype(np.int64)
+        col = rows["col"].to_numpy()
+        tf = rows["tf"].to_numpy().astype(np.float64)
+        fields = rows["field"].unique().sort()
+        code = rows["field"].cast(pl.Enum(fields)).to_physical().to_numpy().astype(np.int64)
+        names = fields.to_list()
+        lengths = np.bincount(node * len(names) + code, weights=tf, minlength=n * len(names))
+        lengths = lengths.reshape(n, len(names))
+        avg = lengths.sum(axis=0) / max(n, 1)  # per skill, counting skills without the field as 0
+        self._avg = pl.DataFrame(
+            {"field": fields, "avg": avg}, schema={"field": pl.String, "avg": pl.Float64}
+        )
+        # df: skills holding the token in any field (each (skill, token) pair counted once)
+        self.df = np.diff(self._matrix(node, col, np.ones(len(node))).indptr).astype(np.int64)
+        self.matrix = self._bm25f(node, col, tf, code, names, lengths[node, code], avg)
+        is_name = code == (names.index("name") if "name" in names else -1)
+        name_matrix = self._matrix(node[is_name], col[is_name], np.ones(int(is_name.sum())))
+        name_matrix.data[:] = 1.0
+        self.name_matrix = name_matrix
+        self.name_len = np.bincount(node[is_name], minlength=n)
+
+    def _bm25f(
+        self,
+        node: np.ndarray,
+        col: np.ndarray,
+        tf: np.ndarray,
+        code: np.ndarray,
+        fields: list[str],
+        flen: np.ndarray,
+        avg: np.ndarray,
+    ) -> sp.csc_matrix:
+        """The BM25F matrix of token rows (SPEC §6): rows of fields without a weight are left out."""
+        k1, b = self.config.bm25_k1, self.config.bm25_b
+        weights = self.config.field_weights
+        fw = np.array([weights.get(f, 0.0) for f in fields])
+        keep = np.isin(code, [i for i, f in enumerate(fields) if f in weights])
+        c = code[keep]
+        w = fw[c] * tf[keep] / (1 - b + b * flen[keep] / avg[c])
+        m = self._matrix(node[keep], col[keep], w)  # tf̃ per (skill, token): the field terms summed
+        df = np.repeat(self.df, np.diff(m.indptr))
+        m.data = np.log(1 + (self.n - df + 0.5) / (df + 0.5)) * m.data * (k1 + 1) / (k1 + m.data)
+        return m
 
     def _values(self, rows: pl.DataFrame) -> pl.DataFrame:
         """(node, col, value) of BM25F for token rows, with this index's idf and average lengths."""
@@ -95,9 +128,11 @@ class LexicalIndex:
             value=(1 + (self.n - df + 0.5) / (df + 0.5)).log() * pl.col("tf") * (k1 + 1) / (k1 + pl.col("tf"))
         )
 
-    def _matrix(self, nodes: pl.Series, cols: pl.Series, values: np.ndarray) -> sp.csc_matrix:
-        rows = nodes.to_numpy().astype(np.int64)
-        return sp.csc_matrix((values, (rows, cols.to_numpy())), shape=(self.n, len(self.vocab)))
+    def _matrix(self, rows: np.ndarray, cols: np.ndarray, values: np.ndarray) -> sp.csc_matrix:
+        """(skill, column) entries as a CSC matrix, duplicate entries summed."""
+        m = sp.csc_matrix((values, (rows, cols)), shape=(self.n, len(self.vocab)))
+        m.sum_duplicates()
+        return m
 
     def idf(self, token: str) -> float:
         """The BM25 idf of a token in this version (a token no skill has gets the highest idf)."""

@@ -1,3 +1,5 @@
+import math
+
 import numpy as np
 import polars as pl
 import pytest
@@ -248,3 +250,46 @@ def test_closed_submatrix_equals_the_fancy_index():
         assert got.shape == want.shape
         assert np.array_equal(got.indptr, want.indptr) and np.array_equal(got.indices, want.indices)
         assert np.array_equal(got.data, want.data)
+
+
+def test_bm25f_matrix_equals_the_formula_row_by_row():
+    """The vectorised index against SPEC §6 written out per (skill, token), including a field without a
+    weight (it counts for lengths and df but adds no term) and a skill that lacks a field."""
+    from segos_pipeline.lexical import LexicalIndex
+
+    rows = [  # node, field, token, tf
+        (0, "name", "csv", 1),
+        (0, "description", "csv", 2),
+        (0, "body", "chart", 3),
+        (0, "unweighted", "csv", 5),
+        (1, "description", "chart", 1),
+        (1, "body", "csv", 1),
+        (1, "body", "plot", 4),
+        (2, "unweighted", "plot", 2),
+        (2, "name", "plot", 1),
+    ]
+    tokens = pl.DataFrame(rows, schema=["node", "field", "token", "tf"], orient="row").with_columns(
+        pl.col("node").cast(pl.UInt32), pl.col("tf").cast(pl.UInt32)
+    )
+    cfg = RetrievalConfig(field_weights={"name": 3.0, "description": 2.0, "body": 1.0})
+    n, k1, b = 3, cfg.bm25_k1, cfg.bm25_b
+    index = LexicalIndex(tokens, n, cfg)
+
+    flen: dict[tuple[int, str], int] = {}
+    for node, field, _, tf in rows:
+        flen[node, field] = flen.get((node, field), 0) + tf
+    fields = {f for _, f, _, _ in rows}
+    avg = {f: sum(v for (_, g), v in flen.items() if g == f) / n for f in fields}
+    df = {t: len({node for node, _, tok, _ in rows if tok == t}) for t in {r[2] for r in rows}}
+    expected: dict[tuple[int, str], float] = {}
+    for node, field, tok, tf in rows:
+        if field in cfg.field_weights:
+            term = cfg.field_weights[field] * tf / (1 - b + b * flen[node, field] / avg[field])
+            expected[node, tok] = expected.get((node, tok), 0.0) + term
+    matrix = index.matrix.toarray()
+    for (node, tok), t in expected.items():
+        idf = math.log(1 + (n - df[tok] + 0.5) / (df[tok] + 0.5))
+        assert matrix[node, index.vocab.index[tok]] == pytest.approx(idf * t * (k1 + 1) / (k1 + t), rel=1e-12)
+    assert np.count_nonzero(matrix) == len(expected)  # (2, plot) only in an unweighted field: no entry
+    assert [int(index.df[index.vocab.index[t]]) for t in ("chart", "csv", "plot")] == [2, 2, 2]
+    assert index.name_len.tolist() == [1, 0, 1]
