@@ -485,7 +485,7 @@ def main() -> None:
     ap.add_argument("--only", default="mcp,incremental,ordering")
     ap.add_argument("--sizes", default="344,100000")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--sessions", type=int, default=3, help="MCP server processes measured one after another")
+    ap.add_argument("--sessions", type=int, default=6, help="MCP server processes measured one after another")
     args = ap.parse_args()
     parts = set(args.only.split(","))
     # a partial run (--only, --sizes) updates its own sections and keeps the others' last results
