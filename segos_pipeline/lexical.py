@@ -73,17 +73,17 @@ class LexicalIndex:
         tf = rows["tf"].to_numpy().astype(np.float64)
         fields = rows["field"].unique().sort()
         code = rows["field"].cast(pl.Enum(fields)).to_physical().to_numpy().astype(np.int64)
-        names = fields.to_list()
-        lengths = np.bincount(node * len(names) + code, weights=tf, minlength=n * len(names))
-        lengths = lengths.reshape(n, len(names))
+        field_names = fields.to_list()
+        lengths = np.bincount(node * len(fields) + code, weights=tf, minlength=n * len(fields))
+        lengths = lengths.reshape(n, len(fields))
         avg = lengths.sum(axis=0) / max(n, 1)  # per skill, counting skills without the field as 0
         self._avg = pl.DataFrame(
             {"field": fields, "avg": avg}, schema={"field": pl.String, "avg": pl.Float64}
         )
         # df: skills holding the token in any field (each (skill, token) pair counted once)
         self.df = np.diff(self._matrix(node, col, np.ones(len(node))).indptr).astype(np.int64)
-        self.matrix = self._bm25f(node, col, tf, code, names, lengths[node, code], avg)
-        is_name = code == (names.index("name") if "name" in names else -1)
+        self.matrix = self._bm25f(node, col, tf, code, field_names, lengths[node, code], avg)
+        is_name = code == (field_names.index("name") if "name" in field_names else -1)
         name_matrix = self._matrix(node[is_name], col[is_name], np.ones(int(is_name.sum())))
         name_matrix.data[:] = 1.0
         self.name_matrix = name_matrix

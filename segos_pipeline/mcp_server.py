@@ -56,8 +56,9 @@ def _tool_errors(fn: Callable[..., Awaitable[dict[str, Any]]]) -> Callable[..., 
     that receive both show the model only one of them (Claude Code and VS Code pass on the structured
     copy, text-only clients the text), so a second copy of a bundle is never read, yet it doubled the
     response (about 31k → 16k characters) and cost both ends a validation and serialization pass over it:
-    0.7 ms of a 3.0 ms MCP overhead per `retrieve_skill_bundle` (benchmarks/results/service.md). The text
-    form reaches every client. Programs parse it with `json.loads`, or call `api.SegosService` directly.
+    0.3-0.7 ms of a 1.7-3.0 ms MCP overhead per `retrieve_skill_bundle`, in A/B runs against a server that
+    sent both. The text form reaches every client. Programs parse it with `json.loads`, or call
+    `api.SegosService` directly.
 
     `model_construct` skips validating what was just built here; the SDK validates the wire shape of every
     result anyway before sending it.

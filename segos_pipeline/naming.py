@@ -35,7 +35,8 @@ class SkillNames:
 
 
 def _tier(names: pl.Series) -> dict[str, list[int]]:
-    """Normalised name → the rows carrying it, in row order (built vectorised: 100k skills in ~0.2 s)."""
+    """Normalised name → the rows carrying it, in row order (vectorised: SkillNames of 100k skills is built
+    in about 0.7 s, 1.8 s row by row)."""
     rows = pl.DataFrame({"key": normalize_names(names), "row": pl.int_range(names.len(), eager=True)})
     groups = rows.filter(pl.col("key") != "").group_by("key", maintain_order=True).agg("row")
     return dict(zip(groups["key"].to_list(), groups["row"].to_list(), strict=True))
