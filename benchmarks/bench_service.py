@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Benchmark of the agent-facing service: MCP overhead, incremental updates, execution order.
 
-    .venv/bin/python benchmarks/bench_service.py [--only mcp,incremental,ordering] [--sizes 344,100000]
+    .venv/bin/python benchmarks/bench_service.py [--only mcp,incremental,switch,ordering] [--sizes 344,100000]
 
 * `mcp`: p50 of `retrieve_skill_bundle` through the MCP SDK's stdio client (server in a subprocess) against
   the same bundle in process, on the real 344-skill library (SkillsBench dev instructions as queries),
@@ -13,6 +13,10 @@
   stage timings and the time to write a snapshot of that size on its own. Sizes: 344 (the real library,
   copied) and 100000 (a generated library of this benchmark's own under benchmarks/out/, so other
   benchmarks' libraries are never modified). Bar: one-skill update of the 100k library ≥ 20× faster.
+* `switch`: `segos mcp` on the store the `incremental` section left, answering a request every 20 ms while
+  `segos update` commits a new version and the server loads it in the background: its start-up, how long
+  until it answers from the new version, and the request latencies meanwhile (no bar; issue 6 asks that a
+  new version is served without a restart, and no request should wait for the load).
 * `ordering`: Kendall-τ and Set-F1 on API-Bank level-3 for execution order vs retrieval-score order,
   same-task and transfer protocols (see `segos_pipeline.ordering.apibank_study`).
 
@@ -335,6 +339,66 @@ def bench_incremental(size: int) -> dict[str, Any]:
     return result
 
 
+def bench_switch(size: int) -> dict[str, Any]:
+    """A served MCP server through a `segos update`: its start-up, then requests every 20 ms while the
+    update commits and the server loads the new version in the background, until it answers from it.
+    Uses the store and library of the `incremental` section of the same size (run that first)."""
+    from segos_pipeline import SnapshotStore
+
+    lib, store = _library(size), OUT / "stores" / f"service-inc-{size}"
+    st = SnapshotStore(store)
+    nodes = st.load().nodes
+    target = nodes["id"][nodes.height // 3]
+    skill = lib / target / "SKILL.md"
+    original = skill.read_text()
+    query = {"query": " ".join(str(nodes["description"][nodes.height // 3]).split()[:12]), "top_k": 5}
+    started = time.perf_counter()
+    client = _LineClient([PY, "-m", "segos_pipeline.mcp_server", "--store", str(store)])
+    ready_s = time.perf_counter() - started
+    try:
+        t = time.perf_counter()
+        before = json.loads(client.call_tool("search_skills", query)["content"][0]["text"])["version"]
+        first_call_s = time.perf_counter() - t
+        _replace_text(skill, original + f"\nAlso reports its switching probe {time.time_ns()}.\n")
+        say(f"{size}: update {target} while the server answers")
+        update = subprocess.Popen(
+            [PY, "-m", "segos_pipeline.cli", "update", str(skill.parent), "--store", str(store)],
+            cwd=str(ROOT),
+            stdout=subprocess.DEVNULL,
+        )
+        t0 = time.perf_counter()
+        committed_s = switched_s = None
+        latencies: list[float] = []
+        while time.perf_counter() - t0 < 300:
+            if committed_s is None and update.poll() is not None:
+                if update.returncode != 0:
+                    raise RuntimeError(f"segos update failed ({update.returncode})")
+                committed_s = time.perf_counter() - t0
+            t = time.perf_counter()
+            reply = client.call_tool("search_skills", query)
+            latencies.append((time.perf_counter() - t) * 1000)
+            if json.loads(reply["content"][0]["text"])["version"] != before:
+                switched_s = time.perf_counter() - t0
+                break
+            time.sleep(0.02)
+        if committed_s is None or switched_s is None:
+            raise RuntimeError("the server did not switch to the updated version within 300 s")
+    finally:
+        _replace_text(skill, original)
+        client.close()
+    return {
+        "skills": nodes.height,
+        "server_ready_s": round(ready_s, 2),
+        "first_call_ms": round(first_call_s * 1000, 1),
+        "update_committed_s": round(committed_s, 2),
+        "switched_s": round(switched_s, 2),
+        "load_after_commit_s": round(switched_s - committed_s, 2),
+        "requests_meanwhile": len(latencies),
+        "latency_ms_p50": round(p50(latencies), 1),
+        "latency_ms_max": round(max(latencies), 1),
+    }
+
+
 def _summary(obj: dict[str, Any]) -> dict[str, Any]:
     return {"version": obj["version"], "timings_s": obj["timings_s"], "counters": obj["counters"]}
 
@@ -460,6 +524,25 @@ def markdown(res: dict[str, Any]) -> str:
                 f"{parts.get('written', '')} / {parts.get('total', '')} |"
             )
         lines.append("")
+    if res.get("switch"):
+        lines += [
+            "## A served version switch during `segos update`",
+            "",
+            "`segos mcp` answering `search_skills` every 20 ms while `segos update` of one skill commits; "
+            "the server loads the new version on a background thread and swaps it in between requests.",
+            "",
+            "| skills | measured (machine speed) | server ready s | first call ms | update committed s | "
+            "answers from the new version s | load after commit s | requests meanwhile | p50 ms | max ms |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+            *(
+                f"| {w['skills']} | {w['measured_at']} ({w['machine_speed_s']}) | {w['server_ready_s']} | "
+                f"{w['first_call_ms']} | {w['update_committed_s']} | {w['switched_s']} | "
+                f"{w['load_after_commit_s']} | {w['requests_meanwhile']} | {w['latency_ms_p50']} | "
+                f"{w['latency_ms_max']} |"
+                for w in res["switch"].values()
+            ),
+            "",
+        ]
     if "ordering" in res:
         o = res["ordering"]
         lines += [
@@ -482,7 +565,7 @@ def markdown(res: dict[str, Any]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", default="mcp,incremental,ordering")
+    ap.add_argument("--only", default="mcp,incremental,switch,ordering")
     ap.add_argument("--sizes", default="344,100000")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--sessions", type=int, default=6, help="MCP server processes measured one after another")
@@ -513,6 +596,11 @@ def main() -> None:
         for size in (int(s) for s in args.sizes.split(",")):
             speed = machine_speed_s()
             res["incremental"][str(size)] = _stamped(bench_incremental(size), speed)
+    if "switch" in parts:
+        res.setdefault("switch", {})
+        for size in (int(s) for s in args.sizes.split(",")):
+            speed = machine_speed_s()
+            res["switch"][str(size)] = _stamped(bench_switch(size), speed)
     (RESULTS / "service.json").write_text(json.dumps(res, indent=2))
     (RESULTS / "service.md").write_text(markdown(res))
     print(markdown(res))
