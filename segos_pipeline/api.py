@@ -87,7 +87,7 @@ class _Loaded:
         return self.snapshot.version
 
     def incident(self) -> dict[str, list[tuple[str, str, str, float]]]:
-        """Skill id → every edge (src, dst, relation, weight) that touches it (built on first use)."""
+        """Skill id → every edge (src, dst, relation, weight) that touches it (built once, when loaded)."""
         if self._incident is None:
             out: dict[str, list[tuple[str, str, str, float]]] = {}
             e = self.snapshot.edges
@@ -166,6 +166,7 @@ class SegosService:
             precedence=lineage_precedence(self.store, snap),
             loaded_at=datetime.now(UTC).isoformat(timespec="seconds"),
         )
+        loaded.incident()  # here, not in the first bundle request (0.25 s on 100k skills)
         with self._lock:
             loaded = self._cache.setdefault(vid, loaded)
             self._cache.move_to_end(vid)
