@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 import os
 import threading
 import time
@@ -42,6 +43,7 @@ from .retrieval import Retriever, hydrate_rows
 from .snapshot import Snapshot, SnapshotError, SnapshotStore
 from .traces import TraceError, parse_native, resolve_skills
 
+log = logging.getLogger(__name__)  # version switches; `segos mcp` shows them on stderr
 DEFAULT_LANDING = DATA_DIR / "traces"  # the folder the next evolution window's traces are ingested from
 MAX_TOP = 100  # bounds of top_k / top_n a caller may ask for
 _STABLE_AFTER_NS = 2_000_000_000  # a versions/ mtime older than this cannot hide a same-tick commit
@@ -207,6 +209,7 @@ class SegosService:
                 self._seen_mtime = mtime
                 return switched
             self.loading = latest
+            log.info("version %s committed; loading it (serving %s meanwhile)", latest, self._served.version)
             if not wait:
                 self._loader = threading.Thread(
                     target=self._fetch, args=(latest, mtime), name=f"segos-load-{latest}", daemon=True
@@ -219,14 +222,17 @@ class SegosService:
     def _fetch(self, vid: str, mtime: int) -> None:
         """Load `vid` to be swapped in (`_ready`), or record why it cannot be (a damaged or unreadable
         version: the old one stays served and the failed one is not retried)."""
+        started = time.perf_counter()
         try:
             loaded = self._load(vid)
         except Exception as exc:
+            log.warning("could not switch to %s, still serving %s: %s", vid, self._served.version, exc)
             with self._lock:
                 self._failed[vid] = f"{type(exc).__name__}: {exc}"
                 self.last_reload_error = f"could not switch to {vid}: {exc}"
                 self._seen_mtime, self.loading = mtime, None
             return
+        log.info("version %s loaded in %.1f s", vid, time.perf_counter() - started)
         with self._lock:
             self._ready, self._seen_mtime, self.loading = loaded, mtime, None
 
@@ -238,6 +244,7 @@ class SegosService:
             ready, self._ready = self._ready, None
             if ready is None or ready.version == self._served.version:
                 return False
+            log.info("now serving %s (was %s)", ready.version, self._served.version)
             self._served = ready
             self.switches += 1
             self.last_reload_error = None

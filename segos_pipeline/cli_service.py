@@ -5,6 +5,8 @@ Registered into the `segos` group by `cli.py` (`main.add_command(...)`).
 
 from __future__ import annotations
 
+import logging
+import sys
 from pathlib import Path
 
 import click
@@ -33,8 +35,15 @@ def mcp_command(store: Path | None, version: str | None, http: bool, port: int, 
     from .mcp_server import serve
 
     service = SegosService(_store(store), version, landing=landing)  # fails fast on an unknown version
-    if http:
-        click.echo(f"segos mcp: serving {service.version} on http://127.0.0.1:{port}/mcp", err=True)
+    # Version switches go to stderr, which MCP clients keep as the server's log (stdout is the wire).
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("segos mcp: %(message)s"))
+    service_log = logging.getLogger("segos_pipeline.api")
+    service_log.addHandler(handler)
+    service_log.setLevel(logging.INFO)
+    where = f"http://127.0.0.1:{port}/mcp" if http else "stdio"
+    mode = "pinned" if service.pinned else "following the newest version"
+    click.echo(f"segos mcp: serving {service.version} ({mode}) on {where}", err=True)
     serve(service, http=http, port=port)
 
 

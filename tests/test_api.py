@@ -3,6 +3,7 @@ answered from the old one, swapped in between requests once ready; a damaged one
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -43,7 +44,10 @@ def _until_idle(svc: SegosService, timeout: float = 60) -> None:
         time.sleep(0.02)
 
 
-def test_requests_are_answered_from_the_old_version_while_the_new_one_loads(store: SnapshotStore, tmp_path):
+def test_requests_are_answered_from_the_old_version_while_the_new_one_loads(
+    store: SnapshotStore, tmp_path, caplog
+):
+    caplog.set_level(logging.INFO, logger="segos_pipeline.api")
     svc = SegosService(store, landing=tmp_path)
     v1 = svc.version
     gate = threading.Event()
@@ -69,6 +73,9 @@ def test_requests_are_answered_from_the_old_version_while_the_new_one_loads(stor
     assert svc.retrieve_bundle(QUERY)["version"] == v2  # swapped in at the start of this request
     status = svc.status()
     assert status["version"] == v2 and status["loading"] is None and status["switches"] == 1
+    said = [r.getMessage() for r in caplog.records]  # what `segos mcp` shows on stderr
+    assert said[0] == f"version {v2} committed; loading it (serving {v1} meanwhile)"
+    assert said[1].startswith(f"version {v2} loaded in ") and said[2] == f"now serving {v2} (was {v1})"
 
 
 def test_sync_reload_switches_inside_the_request(store: SnapshotStore, tmp_path):

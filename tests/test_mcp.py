@@ -210,13 +210,15 @@ def test_a_malformed_line_is_dropped_and_the_server_goes_on(store: Path):
         [sys.executable, "-m", "segos_pipeline.cli", "mcp", "--store", str(store)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         cwd=PROJECT_ROOT,
     )
     try:
-        out, _ = proc.communicate(b"not json at all\n" + json.dumps(init).encode() + b"\n", timeout=60)
+        out, err = proc.communicate(b"not json at all\n" + json.dumps(init).encode() + b"\n", timeout=60)
     finally:
         proc.kill()
+    version = SnapshotStore(store).latest()
+    assert f"segos mcp: serving {version} (following the newest version) on stdio" in err.decode()
     answers = [json.loads(line) for line in out.splitlines()]
     assert [a["id"] for a in answers] == [7] and answers[0]["result"]["serverInfo"]["name"] == "segos"
     assert proc.returncode == 0  # stdin closed: a clean exit
