@@ -112,7 +112,9 @@ class SegosService:
     """Skill search, ordered bundles, skill details and trace recording over a snapshot store.
 
     `version`: a version id / prefix / `vN` to pin, or None to follow the newest version. `landing`: the
-    folder `record_trace` appends to (default `data/traces/`). `config`: retrieval settings.
+    folder `record_trace` appends to (default `data/traces/`). `config`: retrieval settings. `cache_size`:
+    how many loaded versions to keep (requests may name older ones). `reload`: "background" or "sync", see
+    the module docstring.
     """
 
     def __init__(
@@ -245,6 +247,10 @@ class SegosService:
             if ready is None or ready.version == self._served.version:
                 return False
             log.info("now serving %s (was %s)", ready.version, self._served.version)
+            # The replaced version leaves the cache: a version is ~1 GiB in memory on 100k skills, and a
+            # server following the newest would otherwise keep `cache_size` of them. Asked for by
+            # `version=`, it is loaded again.
+            self._cache.pop(self._served.version, None)
             self._served = ready
             self.switches += 1
             self.last_reload_error = None
@@ -301,6 +307,7 @@ class SegosService:
             "loaded_at": lo.loaded_at,
             "switches": self.switches,
             "loading": self.loading,
+            "in_memory": list(dict.fromkeys([lo.version, *self._cache])),
             "last_reload_error": self.last_reload_error,
         }
 

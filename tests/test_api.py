@@ -73,6 +73,7 @@ def test_requests_are_answered_from_the_old_version_while_the_new_one_loads(
     assert svc.retrieve_bundle(QUERY)["version"] == v2  # swapped in at the start of this request
     status = svc.status()
     assert status["version"] == v2 and status["loading"] is None and status["switches"] == 1
+    assert status["in_memory"] == [v2]  # the replaced version is not kept
     said = [r.getMessage() for r in caplog.records]  # what `segos mcp` shows on stderr
     assert said[0] == f"version {v2} committed; loading it (serving {v1} meanwhile)"
     assert said[1].startswith(f"version {v2} loaded in ") and said[2] == f"now serving {v2} (was {v1})"
