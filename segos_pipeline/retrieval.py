@@ -146,7 +146,8 @@ def power_iteration(
             _csr_matvec(tt.shape[0], tt.shape[1], tt.indptr, tt.indices, tt.data, s, nxt)
         else:
             nxt[:] = tt @ s
-        nxt += s[dangling].sum() * p
+        if len(dangling):  # most query subgraphs have none; adding 0·p would change no bit
+            nxt += s[dangling].sum() * p
         nxt *= 1 - alpha
         nxt += ap
         np.subtract(nxt, s, out=diff)

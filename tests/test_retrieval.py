@@ -214,8 +214,9 @@ def test_power_iteration_is_the_textbook_loop_bit_for_bit(kernel, monkeypatch):
     if not kernel:
         monkeypatch.setattr(retrieval_mod, "_csr_matvec", None)
     rng = np.random.default_rng(7)
-    for n in (1, 5, 40, 300):
-        a = sp.random(n, n, density=min(1.0, 4 / n), random_state=rng, format="csr")
+    seen_dangling = set()
+    for n, density in ((1, 1.0), (5, 0.8), (40, 0.1), (40, 1.0), (300, 4 / 300)):
+        a = sp.random(n, n, density=density, random_state=rng, format="csr")
         a.data[:] = rng.random(a.nnz)
         sums = np.asarray(a.sum(axis=1)).ravel()
         t = sp.diags(np.divide(1.0, sums, out=np.zeros(n), where=sums > 0)) @ a  # row-stochastic or empty
@@ -233,6 +234,8 @@ def test_power_iteration_is_the_textbook_loop_bit_for_bit(kernel, monkeypatch):
                 break
         got = retrieval_mod.power_iteration(tt, p, np.flatnonzero(dangling), 0.2, 1e-6, 50)
         assert np.array_equal(got, s)
+        seen_dangling.add(bool(dangling.any()))
+    assert seen_dangling == {True, False}  # both paths: with dangling rows and without
 
 
 def test_closed_submatrix_equals_the_fancy_index():
