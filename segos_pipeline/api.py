@@ -190,36 +190,40 @@ class SegosService:
             return False
         wait = self.reload == "sync" if wait is None else wait
         switched = self._adopt()
-        loader = self._loader
-        if loader is not None:  # one load at a time; the store is looked at again once it ends
-            if not wait:
+        while True:
+            loader = self._loader
+            if loader is None or not loader.is_alive():  # one load at a time, whoever asks
+                loader = self._start_load()
+            if loader is None or not wait:
                 return switched
-            loader.join()
+            loader.join()  # waiting callers look at the store again afterwards: it may hold a newer one
             switched = self._adopt() or switched
+
+    def _start_load(self) -> threading.Thread | None:
+        """Start loading the newest version on a thread if it is new; None when there is nothing to load."""
         try:
             mtime = os.stat(self.store.versions_dir).st_mtime_ns
         except OSError:
-            return switched
+            return None
         if mtime == self._seen_mtime and time.time_ns() - mtime > _STABLE_AFTER_NS:
-            return switched
+            return None
         with self._lock:
+            if self._loader is not None and self._loader.is_alive():
+                return self._loader  # another caller started one meanwhile
             try:
                 latest = self.store.latest()
             except SnapshotError:
-                return switched
+                return None
             if latest == self._served.version or latest in self._failed:
                 self._seen_mtime = mtime
-                return switched
+                return None
             self.loading = latest
             log.info("version %s committed; loading it (serving %s meanwhile)", latest, self._served.version)
-            if not wait:
-                self._loader = threading.Thread(
-                    target=self._fetch, args=(latest, mtime), name=f"segos-load-{latest}", daemon=True
-                )
-                self._loader.start()
-                return switched
-        self._fetch(latest, mtime)
-        return self._adopt() or switched
+            self._loader = threading.Thread(
+                target=self._fetch, args=(latest, mtime), name=f"segos-load-{latest}", daemon=True
+            )
+            self._loader.start()
+            return self._loader
 
     def _fetch(self, vid: str, mtime: int) -> None:
         """Load `vid` to be swapped in (`_ready`), or record why it cannot be (a damaged or unreadable

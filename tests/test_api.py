@@ -107,3 +107,25 @@ def test_a_damaged_new_version_is_not_switched_to_nor_retried(store: SnapshotSto
 def test_reload_mode_is_checked(store: SnapshotStore):
     with pytest.raises(ServiceError, match="reload"):
         SegosService(store, reload="sometimes")
+
+
+def test_concurrent_callers_start_one_load(store: SnapshotStore, tmp_path):
+    svc = SegosService(store, landing=tmp_path)
+    loads: list[str] = []
+    load = svc._load
+
+    def counted(vid: str):
+        loads.append(vid)
+        time.sleep(0.2)  # long enough for the other callers to arrive while it runs
+        return load(vid)
+
+    svc._load = counted  # type: ignore[method-assign]
+    v2 = _commit_copy(store)
+    threads = [threading.Thread(target=svc.status) for _ in range(8)]
+    threads += [threading.Thread(target=svc.refresh, kwargs={"wait": True}) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert loads == [v2]  # one load for ten callers
+    assert svc.version == v2 and svc.switches == 1  # the waiting callers swapped it in
