@@ -143,7 +143,7 @@ class SegosService:
         self._failed: dict[str, str] = {}  # version → why it could not be loaded (not retried)
         self.switches = 0
         self.last_reload_error: str | None = None
-        self.loading: str | None = None  # the version a background load is reading, if any
+        self.loading: str | None = None  # the version being loaded to be switched to, if any
         self._loader: threading.Thread | None = None
         self._ready: _Loaded | None = None  # loaded in the background, swapped in by the next request
         self._served = self._load(self.pinned or self.store.latest())
