@@ -85,3 +85,13 @@ def damage(path: Path, offset: int, data: bytes) -> None:
     with path.open("r+b") as fh:
         fh.seek(offset)
         fh.write(data)
+
+
+def commit_copy(store: SnapshotStore) -> str:
+    """Commit a new version with the newest one's content (a version to switch to); its id."""
+    parent = store.latest()
+    snap = store.load(parent)
+    manifest = {"kind": "copy", "parent": parent}
+    return store.write(
+        nodes=snap.nodes, tokens=snap.tokens, edges=snap.edges, transition=snap.transition, manifest=manifest
+    )["version"]

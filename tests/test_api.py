@@ -7,7 +7,6 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -15,7 +14,7 @@ from segos_pipeline import SnapshotStore, build_cold_start
 from segos_pipeline.api import SegosService, ServiceError
 from segos_pipeline.paths import DEFAULT_LIBRARY
 
-from .conftest import damage
+from .conftest import commit_copy, damage
 
 QUERY = "load the sales csv, clean missing values and chart revenue by month"
 
@@ -25,16 +24,6 @@ def store(tmp_path: Path) -> SnapshotStore:
     st = SnapshotStore(tmp_path / "store")
     build_cold_start(DEFAULT_LIBRARY, st)
     return st
-
-
-def _commit_copy(st: SnapshotStore) -> str:
-    """A new committed version (same content) on top of the newest one."""
-    parent = st.latest()
-    snap = st.load(parent)
-    manifest: dict[str, Any] = {"kind": "copy", "parent": parent}
-    return st.write(
-        nodes=snap.nodes, tokens=snap.tokens, edges=snap.edges, transition=snap.transition, manifest=manifest
-    )["version"]
 
 
 def _until_idle(svc: SegosService, timeout: float = 60) -> None:
@@ -59,7 +48,7 @@ def test_requests_are_answered_from_the_old_version_while_the_new_one_loads(
         return load(vid)
 
     svc._load = slow_load  # type: ignore[method-assign]
-    v2 = _commit_copy(store)
+    v2 = commit_copy(store)
 
     started = time.monotonic()
     status = svc.status()  # notices v2 and starts loading it, without waiting for it
@@ -81,18 +70,18 @@ def test_requests_are_answered_from_the_old_version_while_the_new_one_loads(
 
 def test_sync_reload_switches_inside_the_request(store: SnapshotStore, tmp_path):
     svc = SegosService(store, landing=tmp_path, reload="sync")
-    v2 = _commit_copy(store)
+    v2 = commit_copy(store)
     assert svc.status()["version"] == v2 and svc.switches == 1
     # refresh(wait=True) does the same for a background service
     bg = SegosService(store, landing=tmp_path)
-    v3 = _commit_copy(store)
+    v3 = commit_copy(store)
     assert bg.refresh(wait=True) and bg.version == v3
 
 
 def test_a_damaged_new_version_is_not_switched_to_nor_retried(store: SnapshotStore, tmp_path):
     svc = SegosService(store, landing=tmp_path)
     v1 = svc.version
-    v2 = _commit_copy(store)
+    v2 = commit_copy(store)
     part = next(p for p in (store.root / "versions" / v2).glob("nodes*.parquet"))
     damage(part, 100, b"\x00" * 16)
 
@@ -120,7 +109,7 @@ def test_concurrent_callers_start_one_load(store: SnapshotStore, tmp_path):
         return load(vid)
 
     svc._load = counted  # type: ignore[method-assign]
-    v2 = _commit_copy(store)
+    v2 = commit_copy(store)
     threads = [threading.Thread(target=svc.status) for _ in range(8)]
     threads += [threading.Thread(target=svc.refresh, kwargs={"wait": True}) for _ in range(2)]
     for t in threads:

@@ -25,6 +25,8 @@ from segos_pipeline.ingest import TraceStore
 from segos_pipeline.mcp_server import _WireIn, _WireOut
 from segos_pipeline.paths import DEFAULT_LIBRARY, PROJECT_ROOT
 
+from .conftest import commit_copy
+
 TOOLS = {
     "search_skills",
     "retrieve_skill_bundle",
@@ -165,7 +167,7 @@ def test_every_tool_errors_and_the_trace_round_trip(store: Path, tmp_path: Path)
 def test_pinned_version_is_kept_and_an_unknown_one_refused(store: Path, tmp_path: Path):
     st = SnapshotStore(store)
     v1 = st.latest()
-    st.write(**_copy_of(st, v1))  # a newer version the pinned server must ignore
+    commit_copy(st)  # a newer version the pinned server must ignore
 
     async def scenario() -> None:
         async with Client(server(store, "--version", v1, "--landing", str(tmp_path))) as client:
@@ -181,17 +183,6 @@ def test_pinned_version_is_kept_and_an_unknown_one_refused(store: Path, tmp_path
         timeout=60,
     )
     assert proc.returncode == 2 and "no such version" in proc.stderr
-
-
-def _copy_of(st: SnapshotStore, version: str) -> dict[str, Any]:
-    snap = st.load(version)
-    return {
-        "nodes": snap.nodes,
-        "tokens": snap.tokens,
-        "edges": snap.edges,
-        "transition": snap.transition,
-        "manifest": {"kind": "copy", "parent": version},
-    }
 
 
 def test_a_malformed_line_is_dropped_and_the_server_goes_on(store: Path):
