@@ -163,10 +163,11 @@ class SegosService:
         # Outside the lock, so requests go on while a version loads; two threads loading the same version
         # at once waste work but keep one result.
         snap = self.store.load(vid, verify=self.verify)
+        retriever = Retriever(snap, self.config)
         loaded = _Loaded(
             snapshot=snap,
-            retriever=Retriever(snap, self.config),
-            names=SkillNames(snap.nodes),
+            retriever=retriever,
+            names=retriever.names,  # the retriever's: built once (0.7 s, ~300k entries on 100k skills)
             precedence=lineage_precedence(self.store, snap),
             loaded_at=datetime.now(UTC).isoformat(timespec="seconds"),
         )
