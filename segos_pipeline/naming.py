@@ -29,6 +29,10 @@ class SkillNames:
             found += [i for i in tier.get(key, []) if i not in found]
         return found
 
+    def row_of(self, skill_id: str) -> int | None:
+        """Row index of an exact skill id; None when no skill has it."""
+        return self._exact.get(skill_id)
+
     def resolve_one(self, ref: str) -> int | None:
         found = self.resolve(ref)
         return found[0] if found else None

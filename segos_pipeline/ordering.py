@@ -311,7 +311,7 @@ def evaluate_orders(service: Any, tasks: Sequence[Mapping[str, Any]]) -> dict[st
     Tasks with fewer than two items to compare have no τ; `n_tau` says how many had one.
     """
     lo = service._request()
-    names, incident = lo.names, lo.incident()
+    names, incident = lo.names, lo.incident
     rows: list[dict[str, Any]] = []
     for task in tasks:
         truth = [lo.names.ids[i] for a in task["apis"] if (i := names.resolve_one(a)) is not None]
