@@ -31,7 +31,8 @@ from mcp.types import CallToolResult, TextContent, jsonrpc_message_adapter
 from pydantic import Field
 
 from . import __version__
-from .api import SegosService
+from .api import MAX_TOP, SegosService
+from .config import RetrievalConfig
 from .snapshot import SnapshotError
 
 _MAX_LINE = 64 * 1024 * 1024  # longest JSON-RPC message (one line) the stdio transport accepts
@@ -44,8 +45,15 @@ INSTRUCTIONS = (
 )
 
 # Tool parameter types live at module level: the SDK evaluates the (postponed) annotations in these globals.
+# Defaults named in descriptions come from the configuration `segos mcp` serves with.
+_DEFAULTS = RetrievalConfig()
 Version = Annotated[
     str | None, Field(description="Answer from this version (id, prefix or vN) instead of the served one.")
+]
+Query = Annotated[str, Field(description="The task, in natural language.")]
+SkillRef = Annotated[str, Field(description="Skill id or name.")]
+MaxChars = Annotated[
+    int | None, Field(description=f"Global character budget (default {_DEFAULTS.total_chars}).")
 ]
 
 
@@ -89,8 +97,8 @@ def build_server(service: SegosService, name: str = "segos") -> MCPServer:
     @app.tool(structured_output=False)
     @_tool_errors
     async def search_skills(
-        query: Annotated[str, Field(description="The task, in natural language.")],
-        top_k: Annotated[int, Field(description="How many skills to list (1-100).")] = 10,
+        query: Query,
+        top_k: Annotated[int, Field(description=f"How many skills to list (1-{MAX_TOP}).")] = 10,
         version: Version = None,
     ) -> dict[str, Any]:
         """Ranked overview of the skills for a task: id, name, capability and score (no skill bodies)."""
@@ -99,9 +107,9 @@ def build_server(service: SegosService, name: str = "segos") -> MCPServer:
     @app.tool(structured_output=False)
     @_tool_errors
     async def retrieve_skill_bundle(
-        query: Annotated[str, Field(description="The task, in natural language.")],
-        top_n: Annotated[int | None, Field(description="Bundle size (default 5).")] = None,
-        max_chars: Annotated[int | None, Field(description="Global character budget (default 9000).")] = None,
+        query: Query,
+        top_n: Annotated[int | None, Field(description=f"Bundle size (default {_DEFAULTS.top_n}).")] = None,
+        max_chars: MaxChars = None,
         version: Version = None,
     ) -> dict[str, Any]:
         """The skills to use for a task, hydrated under the character budgets and listed in execution order
@@ -112,7 +120,7 @@ def build_server(service: SegosService, name: str = "segos") -> MCPServer:
     @_tool_errors
     async def hydrate_skills(
         names: Annotated[list[str], Field(description="Skill ids or names.")],
-        max_chars: Annotated[int | None, Field(description="Global character budget (default 9000).")] = None,
+        max_chars: MaxChars = None,
         version: Version = None,
     ) -> dict[str, Any]:
         """The readable text of the named skills (identity, contract, body), clipped to the budgets."""
@@ -120,17 +128,13 @@ def build_server(service: SegosService, name: str = "segos") -> MCPServer:
 
     @app.tool(structured_output=False)
     @_tool_errors
-    async def get_skill_detail(
-        name: Annotated[str, Field(description="Skill id or name.")], version: Version = None
-    ) -> dict[str, Any]:
+    async def get_skill_detail(name: SkillRef, version: Version = None) -> dict[str, Any]:
         """Every parsed field of one skill, its full body and its edge counts by relation."""
         return service.skill_detail(name, version=version)
 
     @app.tool(structured_output=False)
     @_tool_errors
-    async def get_skill_neighbors(
-        name: Annotated[str, Field(description="Skill id or name.")], version: Version = None
-    ) -> dict[str, Any]:
+    async def get_skill_neighbors(name: SkillRef, version: Version = None) -> dict[str, Any]:
         """Typed out- and in-edges of one skill (semantic, workflow, dependency, alternative, avoid)."""
         return service.neighbors(name, version=version)
 
