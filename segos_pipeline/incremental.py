@@ -45,7 +45,15 @@ from .build import library_fingerprint
 from .config import AVOID, SEMANTIC, TRAVERSABLE, GraphConfig, ParseConfig, TransitionConfig
 from .edges import EDGE_SCHEMA, counts_by_relation
 from .lexicon import SIGNATURE_FIELDS, TOKEN_SCHEMA, Signature, token_table
-from .parsing import _SKIP_DIRS, NODE_SCHEMA, REPORT_SCHEMA, SKILL_FILE, _duplicate_names, parse_package
+from .parsing import (
+    _SKIP_DIRS,
+    NODE_SCHEMA,
+    REPORT_SCHEMA,
+    SKILL_FILE,
+    _duplicate_names,
+    parse_package,
+    report_frame,
+)
 from .semantic import SemanticStats, _row_topk, _stats, df_cap
 from .snapshot import (
     EDGES,
@@ -152,6 +160,12 @@ def _resolve_existing(parent: VersionFiles, keys: pl.DataFrame, skill_id: str, r
 
 
 # ------------------------------------------------------------------------------------------ the parts
+
+
+def _position(ids: pl.Series, skill_id: str) -> tuple[int, bool]:
+    """Where `skill_id` is (or would be inserted) in the sorted ids, and whether it is there."""
+    idx = int(ids.search_sorted(skill_id, side="left"))
+    return idx, idx < len(ids) and ids[idx] == skill_id
 
 
 def _shift(old: np.ndarray, action: str, idx: int) -> np.ndarray:
@@ -328,8 +342,7 @@ def patch_version(
     t0 = time.perf_counter()
     keys_old = parent.read_nodes(KEY_COLUMNS) if keys is None else keys
     ids_old = keys_old["id"]
-    idx = int(ids_old.search_sorted(skill_id, side="left"))
-    present = idx < len(ids_old) and ids_old[idx] == skill_id
+    idx, present = _position(ids_old, skill_id)
     if action == "add" and present:
         raise IncrementalError(
             f"skill {skill_id!r} is already in version {parent.version}; use `segos update`"
@@ -596,14 +609,7 @@ def _report(parent: VersionFiles, keys: pl.DataFrame, source: str, problems: lis
         old = pl.DataFrame(schema=REPORT_SCHEMA)
     is_dup = pl.col("problem").str.contains(r"^name '.*' is also used by ")
     rest = old.filter((pl.col("file") != source) & ~is_dup)
-    own = pl.DataFrame(
-        [(p.file, p.problem, p.action, p.severity) for p in problems], schema=REPORT_SCHEMA, orient="row"
-    )
-    dups = _duplicate_names(keys)
-    dup_rows = pl.DataFrame(
-        [(p.file, p.problem, p.action, p.severity) for p in dups], schema=REPORT_SCHEMA, orient="row"
-    )
-    return pl.concat([rest, own, dup_rows], how="vertical")
+    return pl.concat([rest, report_frame([*problems, *_duplicate_names(keys)])], how="vertical")
 
 
 def _read_files(parent: VersionFiles) -> list[str]:
@@ -734,8 +740,8 @@ def apply_change(
 
 def _stored_row(parent: VersionFiles, keys: pl.DataFrame, skill_id: str) -> dict[str, Any] | None:
     """The parent's node row of `skill_id` (read from the one part that holds it)."""
-    idx = int(keys["id"].search_sorted(skill_id, side="left"))
-    if idx >= keys.height or keys["id"][idx] != skill_id:
+    idx, present = _position(keys["id"], skill_id)
+    if not present:
         return None
     part, start = parent.part_at(idx)
     return parent.read_part(part)[0][idx - start].to_dicts()[0]

@@ -518,10 +518,14 @@ def parse_library(
     nodes = pl.concat(frames) if frames else pl.DataFrame(schema=NODE_SCHEMA)
     nodes = nodes.sort("id")
     problems.extend(_duplicate_names(nodes))
-    report = pl.DataFrame(
+    return ParsedLibrary(nodes=nodes, report=report_frame(problems), root=root)
+
+
+def report_frame(problems: list[Problem]) -> pl.DataFrame:
+    """Problems as build-report rows (REPORT_SCHEMA)."""
+    return pl.DataFrame(
         [(p.file, p.problem, p.action, p.severity) for p in problems], schema=REPORT_SCHEMA, orient="row"
     )
-    return ParsedLibrary(nodes=nodes, report=report, root=root)
 
 
 def _duplicate_names(nodes: pl.DataFrame) -> list[Problem]:
