@@ -54,16 +54,23 @@ def _column_sum(m: sp.csc_matrix, cols: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(m.indices[pos], weights=m.data[pos], minlength=n)
 
 
+def _idf(n: int, df: np.ndarray) -> np.ndarray:
+    """BM25 idf of document frequencies among n skills (a token no skill has gets the highest)."""
+    return np.log(1 + (n - df + 0.5) / (df + 0.5))
+
+
+def _field_codes(fields: pl.Series) -> tuple[np.ndarray, list[str]]:
+    """Small integer codes of a field column, and the field of each code."""
+    names = fields.unique().sort()
+    return fields.cast(pl.Enum(names)).to_physical().to_numpy().astype(np.int64), names.to_list()
+
+
 class LexicalIndex:
     def __init__(self, tokens: pl.DataFrame, n_nodes: int, config: RetrievalConfig | None = None):
         config = config or RetrievalConfig()
         self.n = n = n_nodes
         self.config = config
         self.vocab = Vocabulary(tokens["token"])
-        self._weights = pl.DataFrame(
-            {"field": list(config.field_weights), "fw": list(config.field_weights.values())},
-            schema={"field": pl.String, "fw": pl.Float64},
-        )
         # Whole-table arithmetic on integer arrays: one join maps each token to its column in the sorted
         # vocabulary, fields become small codes, and every per-(skill, field) or per-(skill, token) sum is
         # a bincount or a sparse matrix (which sums duplicate entries), not a group-by.
@@ -71,19 +78,15 @@ class LexicalIndex:
         node = rows["node"].to_numpy().astype(np.int64)
         col = rows["col"].to_numpy()
         tf = rows["tf"].to_numpy().astype(np.float64)
-        fields = rows["field"].unique().sort()
-        code = rows["field"].cast(pl.Enum(fields)).to_physical().to_numpy().astype(np.int64)
-        field_names = fields.to_list()
+        code, fields = _field_codes(rows["field"])
         lengths = np.bincount(node * len(fields) + code, weights=tf, minlength=n * len(fields))
         lengths = lengths.reshape(n, len(fields))
         avg = lengths.sum(axis=0) / max(n, 1)  # per skill, counting skills without the field as 0
-        self._avg = pl.DataFrame(
-            {"field": fields, "avg": avg}, schema={"field": pl.String, "avg": pl.Float64}
-        )
+        self.avg: dict[str, float] = dict(zip(fields, avg.tolist(), strict=True))
         # df: skills holding the token in any field (each (skill, token) pair counted once)
         self.df = np.diff(self._matrix(node, col, np.ones(len(node))).indptr).astype(np.int64)
-        self.matrix = self._bm25f(node, col, tf, code, field_names, lengths[node, code], avg)
-        is_name = code == (field_names.index("name") if "name" in field_names else -1)
+        self.matrix = self._bm25f(node, col, tf, code, fields, lengths[node, code])
+        is_name = code == (fields.index("name") if "name" in fields else -1)
         name_matrix = self._matrix(node[is_name], col[is_name], np.ones(int(is_name.sum())))
         name_matrix.data[:] = 1.0
         self.name_matrix = name_matrix
@@ -97,36 +100,21 @@ class LexicalIndex:
         code: np.ndarray,
         fields: list[str],
         flen: np.ndarray,
-        avg: np.ndarray,
     ) -> sp.csc_matrix:
-        """The BM25F matrix of token rows (SPEC §6): rows of fields without a weight are left out."""
+        """The BM25F matrix of token rows (SPEC §6), with this index's df and average field lengths; rows
+        of a field without a weight (or without an average in this index) are left out."""
         k1, b = self.config.bm25_k1, self.config.bm25_b
         weights = self.config.field_weights
-        fw = np.array([weights.get(f, 0.0) for f in fields])
-        keep = np.isin(code, [i for i, f in enumerate(fields) if f in weights])
+        scored = [f in weights and f in self.avg for f in fields]
+        fw = np.array([weights[f] if ok else 0.0 for f, ok in zip(fields, scored, strict=True)])
+        avg = np.array([self.avg[f] if ok else 1.0 for f, ok in zip(fields, scored, strict=True)])
+        keep = np.asarray(scored, dtype=bool)[code]
         c = code[keep]
         w = fw[c] * tf[keep] / (1 - b + b * flen[keep] / avg[c])
         m = self._matrix(node[keep], col[keep], w)  # tf̃ per (skill, token): the field terms summed
         df = np.repeat(self.df, np.diff(m.indptr))
-        m.data = np.log(1 + (self.n - df + 0.5) / (df + 0.5)) * m.data * (k1 + 1) / (k1 + m.data)
+        m.data = _idf(self.n, df) * m.data * (k1 + 1) / (k1 + m.data)
         return m
-
-    def _values(self, rows: pl.DataFrame) -> pl.DataFrame:
-        """(node, col, value) of BM25F for token rows, with this index's idf and average lengths."""
-        k1, b = self.config.bm25_k1, self.config.bm25_b
-        lengths = rows.group_by("node", "field").agg(flen=pl.col("tf").sum())
-        tf_tilde = (
-            rows.join(self._weights, on="field", how="inner")
-            .join(lengths, on=["node", "field"])
-            .join(self._avg, on="field")
-            .with_columns(w=pl.col("fw") * pl.col("tf") / (1 - b + b * pl.col("flen") / pl.col("avg")))
-            .group_by("node", "col")
-            .agg(tf=pl.col("w").sum())
-        )
-        df = pl.Series(self.df).gather(tf_tilde["col"])
-        return tf_tilde.with_columns(
-            value=(1 + (self.n - df + 0.5) / (df + 0.5)).log() * pl.col("tf") * (k1 + 1) / (k1 + pl.col("tf"))
-        )
 
     def _matrix(self, rows: np.ndarray, cols: np.ndarray, values: np.ndarray) -> sp.csc_matrix:
         """(skill, column) entries as a CSC matrix, duplicate entries summed."""
@@ -137,8 +125,7 @@ class LexicalIndex:
     def idf(self, token: str) -> float:
         """The BM25 idf of a token in this version (a token no skill has gets the highest idf)."""
         col = self.vocab.index.get(token)
-        df = int(self.df[col]) if col is not None else 0
-        return float(np.log(1 + (self.n - df + 0.5) / (df + 0.5)))
+        return float(_idf(self.n, np.asarray(self.df[col] if col is not None else 0)))
 
     def row_patch(self, node_tokens: pl.DataFrame) -> dict[int, float]:
         """{token column: value} of one skill re-scored from new token rows (field, token, tf).
@@ -147,16 +134,14 @@ class LexicalIndex:
         those of the version (the exact index is rebuilt once the round's revisions are chosen). Tokens
         outside the vocabulary cannot match any query token of the index and are left out.
         """
-        index = self.vocab.index
         known = node_tokens.filter(pl.col("token").is_in(self.vocab.tokens.implode()))
-        rows = known.select(
-            node=pl.lit(0, dtype=pl.UInt32),
-            field="field",
-            tf="tf",
-            col=pl.col("token").map_elements(index.__getitem__, return_dtype=pl.Int64),
-        )
-        values = self._values(rows)
-        return dict(zip(values["col"].to_list(), values["value"].to_list(), strict=True))
+        code, fields = _field_codes(known["field"])
+        tf = known["tf"].to_numpy().astype(np.float64)
+        flen = np.bincount(code, weights=tf, minlength=len(fields))[code]
+        col = self.vocab.column(known["token"]).astype(np.int64)
+        m = self._bm25f(np.zeros(len(col), dtype=np.int64), col, tf, code, fields, flen)
+        cols = np.flatnonzero(np.diff(m.indptr))
+        return dict(zip(cols.tolist(), m.data.tolist(), strict=True))
 
     def evidence(self, query: str, patch: dict[int, dict[int, float]] | None = None) -> Evidence:
         """Lexical evidence of every skill; `patch` replaces whole rows ({node: {column: value}})."""
@@ -181,7 +166,10 @@ class LexicalIndex:
         np.save(folder / "df.npy", self.df)
         np.save(folder / "name_len.npy", self.name_len)
         pl.DataFrame({"token": self.vocab.tokens}).write_parquet(folder / "vocab.parquet")
-        self._avg.write_parquet(folder / "avg.parquet")
+        pl.DataFrame(
+            {"field": list(self.avg), "avg": list(self.avg.values())},
+            schema={"field": pl.String, "avg": pl.Float64},
+        ).write_parquet(folder / "avg.parquet")
 
     @classmethod
     def load(cls, folder: Path, n_nodes: int, config: RetrievalConfig) -> LexicalIndex:
@@ -189,11 +177,8 @@ class LexicalIndex:
         index.n = n_nodes
         index.config = config
         index.vocab = Vocabulary(pl.read_parquet(folder / "vocab.parquet")["token"])
-        index._weights = pl.DataFrame(
-            {"field": list(config.field_weights), "fw": list(config.field_weights.values())},
-            schema={"field": pl.String, "fw": pl.Float64},
-        )
-        index._avg = pl.read_parquet(folder / "avg.parquet")
+        avg = pl.read_parquet(folder / "avg.parquet")
+        index.avg = dict(zip(avg["field"].to_list(), avg["avg"].to_list(), strict=True))
         index.df = np.load(folder / "df.npy")
         index.matrix = sp.load_npz(folder / "matrix.npz").tocsc()
         index.name_matrix = sp.load_npz(folder / "names.npz").tocsc()
