@@ -48,6 +48,7 @@ from .metrics import (
     LEAKAGE_THRESHOLDS,
     QueryMetrics,
     aggregate,
+    format_ci,
     leakage_bucket,
     pair_corecovery,
     paired_bootstrap,
@@ -940,11 +941,6 @@ def _round_row(
 # ----------------------------------------------------------------------------------------- findings
 
 
-def _ci(c: dict[str, Any]) -> str:
-    d, lo, hi = (c[key] + 0.0 for key in ("diff", "lo", "hi"))  # + 0.0 turns -0.0 into 0.0
-    return f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
-
-
 def _verdict(c: dict[str, Any]) -> str:
     if c["lo"] > 0:
         return "better"
@@ -975,7 +971,7 @@ def findings(result: dict[str, Any]) -> list[str]:
             c = m["vs_ppr"][key]
             flipped = {"diff": -c["diff"], "lo": -c["hi"], "hi": -c["lo"]} if sign < 0 else c
             verdicts.add(_verdict(flipped))
-            parts.append(f"{key} {_ci(flipped)}")
+            parts.append(f"{key} {format_ci(flipped)}")
         if verdicts == {"no clear difference"}:
             head = f"{what}: no clear difference at k={k} on any metric"
         elif verdicts <= {"better", "no clear difference"}:
@@ -993,8 +989,8 @@ def findings(result: dict[str, Any]) -> list[str]:
         if m["kind"] == "version":
             c = m["vs_ppr"]["recall"]
             out.append(
-                f"{m['method']} vs the cold start: recall@{k} {_ci(c)} ({_verdict(c)}), "
-                f"hit@{k} {_ci(m['vs_ppr']['hit'])} ({_verdict(m['vs_ppr']['hit'])})."
+                f"{m['method']} vs the cold start: recall@{k} {format_ci(c)} ({_verdict(c)}), "
+                f"hit@{k} {format_ci(m['vs_ppr']['hit'])} ({_verdict(m['vs_ppr']['hit'])})."
             )
 
     for proto in ("deployment", "transfer"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -127,6 +128,12 @@ def paired_bootstrap(
         "hi": float(np.percentile(means, 100 - tail)),
         "n": n,
     }
+
+
+def format_ci(c: dict[str, Any]) -> str:
+    """A `paired_bootstrap` result as "+0.050 [+0.010, +0.090]"."""
+    d, lo, hi = (c[key] + 0.0 for key in ("diff", "lo", "hi"))  # + 0.0 turns -0.0 into 0.0
+    return f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
 
 
 def overlap_fraction(query_tokens: set[str], gold_tokens: Sequence[set[str]]) -> float:

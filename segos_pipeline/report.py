@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .metrics import LEAKAGE_BUCKETS
+from .metrics import LEAKAGE_BUCKETS, format_ci
 
 Progress = Callable[[str], None]
 CORE = ("hit", "recall", "comp", "mrr")
@@ -41,9 +41,8 @@ def _f(x: Any, digits: int = 3) -> str:
 def _ci(c: dict[str, Any] | None) -> str:
     if not c or c.get("diff") is None:
         return "-"
-    d, lo, hi = (c[key] + 0.0 for key in ("diff", "lo", "hi"))
-    star = " *" if lo > 0 or hi < 0 else ""
-    return f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]{star}"
+    star = " *" if c["lo"] > 0 or c["hi"] < 0 else ""
+    return format_ci(c) + star
 
 
 def _sim_note(result: dict[str, Any]) -> str:
