@@ -95,6 +95,14 @@ class _Loaded:
     def names(self) -> SkillNames:
         return self.retriever.names
 
+    def edges_among(self, members: list[str]) -> list[tuple[str, str, str, float]]:
+        """Every edge (src, dst, relation, weight) with both ends in `members`, by pair then relation."""
+        inside = set(members)
+        return sorted(
+            {e for m in members for e in self.incident.get(m, ()) if e[0] in inside and e[1] in inside},
+            key=lambda e: (e[0], e[1], RELATIONS.index(e[2]) if e[2] in RELATIONS else 99),
+        )
+
 
 def _incident_edges(edges: pl.DataFrame) -> Incident:
     """Skill id → every edge (src, dst, relation, weight) that touches it (0.25 s on 100k skills, so it is
@@ -405,11 +413,7 @@ class SegosService:
         members = [s["id"] for s in kept]
         seed_ids = [str(r.ids[i]) for i in seeds]
         incident = lo.incident
-        member_set = set(members)
-        among = sorted(
-            {e for m in members for e in incident.get(m, ()) if e[0] in member_set and e[1] in member_set},
-            key=lambda e: (e[0], e[1], RELATIONS.index(e[2]) if e[2] in RELATIONS else 99),
-        )
+        among = lo.edges_among(members)
         order = execution_order(
             members,
             {s["id"]: s["score"] for s in kept},

@@ -311,7 +311,7 @@ def evaluate_orders(service: Any, tasks: Sequence[Mapping[str, Any]]) -> dict[st
     Tasks with fewer than two items to compare have no τ; `n_tau` says how many had one.
     """
     lo = service._request()
-    names, incident = lo.names, lo.incident
+    names = lo.names
     rows: list[dict[str, Any]] = []
     for task in tasks:
         truth = [lo.names.ids[i] for a in task["apis"] if (i := names.resolve_one(a)) is not None]
@@ -321,13 +321,7 @@ def evaluate_orders(service: Any, tasks: Sequence[Mapping[str, Any]]) -> dict[st
         ranking = lo.retriever.rank(task["query"])
         idx = {t: names.resolve_one(t) for t in truth}
         gold_scores = {t: float(ranking.rho[i]) if i is not None else 0.0 for t, i in idx.items()}
-        member_set = set(truth)
-        among = {
-            (s, d, r)
-            for t in truth
-            for s, d, r, _w in incident.get(t, ())
-            if s in member_set and d in member_set
-        }
+        among = [(s, d, r) for s, d, r, _w in lo.edges_among(truth)]
         gold_exec = execution_order(truth, gold_scores, among, lo.precedence).order
         rows.append(
             {
