@@ -177,10 +177,18 @@ class SegosService:
         # Outside the lock, so requests go on while a version loads; two threads loading the same version
         # at once waste work but keep one result.
         snap = self.store.load(vid, verify=self.verify)
+        precedence = lineage_precedence(self.store, snap)
+        if precedence.skipped:
+            log.warning(
+                "version %s: the round traces of %s are damaged and do not count towards execution order "
+                "(run `segos verify` on them)",
+                vid,
+                ", ".join(precedence.skipped),
+            )
         loaded = _Loaded(
             snapshot=snap,
             retriever=Retriever(snap, self.config),
-            precedence=lineage_precedence(self.store, snap),
+            precedence=precedence,
             loaded_at=datetime.now(UTC).isoformat(timespec="seconds"),
             incident=_incident_edges(snap.edges),
         )

@@ -29,9 +29,10 @@ from typing import Any
 import polars as pl
 
 from .config import DEPENDENCY, WORKFLOW
-from .snapshot import Snapshot, SnapshotError, SnapshotStore
+from .snapshot import Snapshot, SnapshotError, SnapshotStore, VersionFiles
 
 ROUND_TRACES = "traces.parquet"  # the round's trace table stored with every evolved version (evolve.py)
+ORDER_COLUMNS = ("trace_id", "used", "used_ordered", "reward", "success")  # what mining reads of a trace
 SUCCESS_THRESHOLD = 0.9  # (paper) used when a trace table carries no `success` column
 
 
@@ -42,6 +43,7 @@ class Precedence:
     counts: Mapping[tuple[str, str], int] = field(default_factory=dict)
     traces: int = 0  # successful ordered traces the counts come from
     versions: tuple[str, ...] = ()  # versions whose round traces were read (newest first)
+    skipped: tuple[str, ...] = ()  # lineage versions whose round traces were damaged (not counted)
 
     def before(self, u: str, v: str) -> int:
         return self.counts.get((u, v), 0)
@@ -51,7 +53,12 @@ class Precedence:
         return self.before(u, v) - self.before(v, u)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"pairs": len(self.counts), "traces": self.traces, "versions": list(self.versions)}
+        return {
+            "pairs": len(self.counts),
+            "traces": self.traces,
+            "versions": list(self.versions),
+            "skipped": list(self.skipped),
+        }
 
 
 def mine_precedence(traces: pl.DataFrame, success_threshold: float = SUCCESS_THRESHOLD) -> Precedence:
@@ -85,28 +92,43 @@ def mine_precedence(traces: pl.DataFrame, success_threshold: float = SUCCESS_THR
     return Precedence(counts=counts, traces=ok.height)
 
 
-def lineage_traces(store: SnapshotStore, snapshot: Snapshot) -> tuple[pl.DataFrame | None, list[str]]:
-    """The round traces of `snapshot` and all its ancestors (concatenated), and the versions read.
+@dataclass(frozen=True)
+class LineageTraces:
+    """The round traces of a version's lineage, concatenated, and which versions gave them."""
+
+    table: pl.DataFrame | None
+    read: tuple[str, ...]  # versions whose round traces are in `table` (newest first)
+    skipped: tuple[str, ...]  # versions whose round traces failed their manifest hash or could not be read
+
+
+def lineage_traces(store: SnapshotStore, snapshot: Snapshot) -> LineageTraces:
+    """The round traces of `snapshot` and all its ancestors.
 
     A version's own traces are those its round consumed, so the lineage is the version itself and every
-    parent up to the cold start. Unreadable ancestors end the walk (their traces are simply not used).
+    parent up to the cold start. Each traces file is checked against its manifest hash first: loading a
+    version verifies only its own files, and a damaged ancestor's table would otherwise feed the order of
+    every bundle silently. Such a file is skipped and named in `skipped`; an unreadable manifest ends the
+    walk (`segos verify` reports both).
     """
     tables: list[pl.DataFrame] = []
     read: list[str] = []
+    skipped: list[str] = []
     manifest: dict[str, Any] | None = snapshot.manifest
     vid: str | None = snapshot.version
     seen: set[str] = set()
     while manifest is not None and vid is not None and vid not in seen:
         seen.add(vid)
         if ROUND_TRACES in manifest.get("files", {}):
-            path = store.versions_dir / vid / ROUND_TRACES
+            files = VersionFiles(store.versions_dir / vid, manifest)
             try:
-                cols = pl.read_parquet_schema(path)
-                keep = [c for c in ("trace_id", "used", "used_ordered", "reward", "success") if c in cols]
+                if files.verify([ROUND_TRACES]):
+                    raise OSError("hash mismatch")
+                path = files.path / ROUND_TRACES
+                keep = [c for c in ORDER_COLUMNS if c in pl.read_parquet_schema(path)]
                 tables.append(pl.read_parquet(path, columns=keep))
                 read.append(vid)
             except OSError:
-                pass  # a damaged ancestor's traces are skipped; `segos verify` reports the damage
+                skipped.append(vid)
         parent = manifest.get("parent")
         if not parent:
             break
@@ -115,17 +137,18 @@ def lineage_traces(store: SnapshotStore, snapshot: Snapshot) -> tuple[pl.DataFra
             vid = parent
         except (SnapshotError, OSError, ValueError):
             break
-    if not tables:
-        return None, read
-    return pl.concat(tables, how="diagonal_relaxed"), read
+    table = pl.concat(tables, how="diagonal_relaxed") if tables else None
+    return LineageTraces(table, tuple(read), tuple(skipped))
 
 
 def lineage_precedence(store: SnapshotStore, snapshot: Snapshot) -> Precedence:
-    traces, read = lineage_traces(store, snapshot)
-    if traces is None:
-        return Precedence(versions=tuple(read))
-    mined = mine_precedence(traces)
-    return Precedence(counts=mined.counts, traces=mined.traces, versions=tuple(read))
+    lineage = lineage_traces(store, snapshot)
+    if lineage.table is None:
+        return Precedence(versions=lineage.read, skipped=lineage.skipped)
+    mined = mine_precedence(lineage.table)
+    return Precedence(
+        counts=mined.counts, traces=mined.traces, versions=lineage.read, skipped=lineage.skipped
+    )
 
 
 # ------------------------------------------------------------------------------------------------ ordering

@@ -8,6 +8,7 @@ import threading
 import time
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from segos_pipeline import SnapshotStore, build_cold_start
@@ -118,3 +119,50 @@ def test_concurrent_callers_start_one_load(store: SnapshotStore, tmp_path):
         t.join(60)
     assert loads == [v2]  # one load for ten callers
     assert svc.version == v2 and svc.switches == 1  # the waiting callers swapped it in
+
+
+def _commit_round(store: SnapshotStore, used: list[str]) -> str:
+    """A child of the newest version with the same graph and one successful round trace that used `used`."""
+    parent = store.latest()
+    snap = store.load(parent)
+    traces = pl.DataFrame({"trace_id": [f"t-{parent}"], "used": [used], "reward": [1.0]})
+    return store.write(
+        nodes=snap.nodes,
+        tokens=snap.tokens,
+        edges=snap.edges,
+        transition=snap.transition,
+        manifest={"kind": "evolve", "parent": parent},
+        extra_tables={"traces.parquet": traces},
+    )["version"]
+
+
+def _precedence(store: SnapshotStore, landing: Path) -> dict:
+    return SegosService(store, landing=landing).status()["ordering"]["precedence"]
+
+
+def test_a_damaged_ancestor_s_round_traces_do_not_count_towards_order(store: SnapshotStore, tmp_path, caplog):
+    """Loading a version verifies its own files only; its ancestors' round traces, which feed the order of
+    every bundle, are checked one by one, and a damaged one is left out and reported."""
+    skills = store.load().nodes["id"].to_list()[:3]
+    older = _commit_round(store, skills)
+    newer = _commit_round(store, skills[::-1])
+    intact = _precedence(store, tmp_path)
+    assert intact["versions"] == [newer, older] and intact["traces"] == 2 and intact["skipped"] == []
+
+    damage(store.versions_dir / older / "traces.parquet", 0, b"XXXX")
+    with caplog.at_level(logging.WARNING, logger="segos_pipeline.api"):
+        precedence = _precedence(store, tmp_path)
+    assert precedence["versions"] == [newer] and precedence["skipped"] == [older]
+    assert precedence["traces"] == 1  # only the newer round's trace is mined
+    assert any(older in r.getMessage() and "damaged" in r.getMessage() for r in caplog.records)
+
+
+def test_a_replaced_but_readable_ancestor_traces_file_is_caught_by_its_hash(store: SnapshotStore, tmp_path):
+    skills = store.load().nodes["id"].to_list()[:3]
+    older = _commit_round(store, skills)
+    newer = _commit_round(store, skills)
+    path = store.versions_dir / older / "traces.parquet"
+    path.chmod(0o644)
+    pl.DataFrame({"trace_id": ["forged"], "used": [skills[::-1]], "reward": [1.0]}).write_parquet(path)
+    precedence = _precedence(store, tmp_path)
+    assert precedence["versions"] == [newer] and precedence["skipped"] == [older]
