@@ -24,7 +24,7 @@ from dagster import (
 from .cold_start import GROUP as COLD_START
 from .evolution import GROUP as EVOLUTION
 from .evolution import windows
-from .resources import SegosPaths, resolve
+from .resources import SegosPaths
 
 cold_start_job = define_asset_job(
     "cold_start_job",
@@ -68,7 +68,7 @@ def landing_files(folder: Path) -> dict[str, float]:
 )
 def trace_landing_sensor(context: SensorEvaluationContext, segos: SegosPaths) -> SensorResult | SkipReason:
     seen: dict[str, float] = json.loads(context.cursor) if context.cursor else {}
-    folder = resolve(segos.landing_dir)
+    folder = segos.landing_path()
     current = landing_files(folder)
     valid = set(windows.get_partition_keys())
     requests, cursor, waiting = [], dict(seen), []

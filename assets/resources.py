@@ -3,7 +3,8 @@
 Every default points at the project's own `data/` folder so a fresh clone materializes with no setup.
 Relative paths are resolved against the project root (not the process CWD: the webserver, the daemon and
 run workers may start elsewhere). The store defaults to `$SEGOS_STORE`, else `data/store`, exactly as the
-`segos` CLI does, so every version Dagster commits is one `segos versions` lists.
+`segos` CLI does, so every version Dagster commits is one `segos versions` lists; the trace landing folder
+to `$SEGOS_LANDING`, else `data/traces`, as `segos mcp` does, so what agents record is what windows read.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from segos_pipeline.config import (
     RetrievalConfig,
     TransitionConfig,
 )
-from segos_pipeline.paths import PROJECT_ROOT, default_store
+from segos_pipeline.paths import PROJECT_ROOT, default_landing, default_store
 from segos_pipeline.snapshot import SnapshotStore
 
 
@@ -35,12 +36,19 @@ def resolve_store(store_root: str | None) -> Path:
     return resolve(store_root) if store_root else resolve(default_store())
 
 
+def resolve_landing(landing_dir: str | None) -> Path:
+    """The configured landing folder, else `$SEGOS_LANDING` (as `segos mcp`), else data/traces."""
+    return resolve(landing_dir) if landing_dir else resolve(default_landing())
+
+
 class SegosPaths(ConfigurableResource):
     """Locations of the skill library, the snapshot store, the trace landing folder and the query set."""
 
     library_root: str = "data/library"
     store_root: str | None = None  # None: $SEGOS_STORE, else data/store (as the CLI)
-    landing_dir: str = "data/traces"  # one native-format JSONL file per window: <YYYY-MM-DD>.jsonl
+    landing_dir: str | None = (
+        None  # None: $SEGOS_LANDING, else data/traces; one <YYYY-MM-DD>.jsonl per window
+    )
     queries: str = "data/queries/demo.jsonl"  # query set with gold bundles for the replay report
     replay_k: int = 5
 
@@ -54,7 +62,10 @@ class SegosPaths(ConfigurableResource):
         return SnapshotStore(self.store_path())
 
     def landing_file(self, window: str) -> Path:
-        return resolve(self.landing_dir) / f"{window}.jsonl"
+        return self.landing_path() / f"{window}.jsonl"
+
+    def landing_path(self) -> Path:
+        return resolve_landing(self.landing_dir)
 
     def queries_path(self) -> Path:
         return resolve(self.queries)

@@ -39,13 +39,12 @@ import polars as pl
 from .config import AVOID, DEPENDENCY, RELATIONS, SEMANTIC, WORKFLOW, RetrievalConfig
 from .naming import SkillNames
 from .ordering import ExecutionOrder, Precedence, execution_order, lineage_precedence
-from .paths import DATA_DIR
+from .paths import default_landing
 from .retrieval import Retriever, hydrate_rows
 from .snapshot import Snapshot, SnapshotError, SnapshotStore
 from .traces import TraceError, parse_native, resolve_skills
 
 log = logging.getLogger(__name__)  # version switches; `segos mcp` shows them on stderr
-DEFAULT_LANDING = DATA_DIR / "traces"  # the folder the next evolution window's traces are ingested from
 MAX_TOP = 100  # bounds of top_k / top_n a caller may ask for
 _STABLE_AFTER_NS = 2_000_000_000  # a versions/ mtime older than this cannot hide a same-tick commit
 
@@ -144,7 +143,7 @@ class SegosService:
     ):
         self.store = store if isinstance(store, SnapshotStore) else SnapshotStore(store)
         self.config = config or RetrievalConfig()
-        self.landing = Path(landing) if landing is not None else DEFAULT_LANDING
+        self.landing = Path(landing) if landing is not None else default_landing()
         self.verify = verify
         if reload not in ("background", "sync"):
             raise ServiceError(f"reload must be 'background' or 'sync', not {reload!r}")

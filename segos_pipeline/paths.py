@@ -14,3 +14,9 @@ DEFAULT_QUERIES = DATA_DIR / "queries" / "demo.jsonl"
 def default_store() -> Path:
     """`$SEGOS_STORE`, else `data/store` in the project (git-ignored)."""
     return Path(os.environ.get("SEGOS_STORE", DATA_DIR / "store"))
+
+
+def default_landing() -> Path:
+    """`$SEGOS_LANDING`, else `data/traces` in the project: the folder agents' traces land in (one
+    `<YYYY-MM-DD>.jsonl` per window) and the next evolution window ingests."""
+    return Path(os.environ.get("SEGOS_LANDING", DATA_DIR / "traces"))

@@ -244,6 +244,15 @@ def test_window_without_traces_commits_nothing(tmp_path: Path) -> None:
     assert len(SnapshotStore(tmp_path / "store").list_versions()) == 1
 
 
+def test_landing_folder_follows_segos_landing_as_segos_mcp_does(tmp_path: Path, monkeypatch) -> None:
+    """What agents record through `segos mcp` (default landing `$SEGOS_LANDING`) is what windows ingest."""
+    monkeypatch.setenv("SEGOS_LANDING", str(tmp_path / "landing"))
+    assert SegosPaths().landing_file(W1) == tmp_path / "landing" / f"{W1}.jsonl"
+    assert SegosPaths(landing_dir="elsewhere").landing_path() == PROJECT_ROOT / "elsewhere"
+    monkeypatch.delenv("SEGOS_LANDING")
+    assert SegosPaths().landing_path() == PROJECT_ROOT / "data" / "traces"
+
+
 def test_sensor_requests_new_and_changed_windows(tmp_path: Path) -> None:
     paths = SegosPaths(landing_dir=str(tmp_path))
     (tmp_path / f"{W1}.jsonl").write_text("{}\n")
