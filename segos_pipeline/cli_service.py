@@ -21,7 +21,13 @@ from .cli_common import _emit_json, _store, friendly_errors, store_option
     "--version", "version", default=None, help="Serve this version only (default: follow the newest)."
 )
 @click.option("--http", is_flag=True, help="Serve streamable HTTP on 127.0.0.1 instead of stdio.")
-@click.option("--port", type=int, default=8765, show_default=True, help="Port of the HTTP transport.")
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=8765,
+    show_default=True,
+    help="Port of the HTTP transport.",
+)
 @click.option(
     "--landing",
     type=click.Path(file_okay=False, path_type=Path),
@@ -32,9 +38,11 @@ from .cli_common import _emit_json, _store, friendly_errors, store_option
 def mcp_command(store: Path | None, version: str | None, http: bool, port: int, landing: Path | None) -> None:
     """Serve the skill graph to agents over MCP (stdio by default)."""
     from .api import SegosService
-    from .mcp_server import serve
+    from .mcp_server import check_listen, serve
 
     service = SegosService(_store(store), version, landing=landing)  # fails fast on an unknown version
+    if http:
+        check_listen("127.0.0.1", port)  # before announcing it: a taken port is one clear error line
     # Version switches go to stderr, which MCP clients keep as the server's log (stdout is the wire).
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("segos mcp: %(message)s"))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import socket
 import stat
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
@@ -283,13 +284,31 @@ async def _run_stdio(app: MCPServer) -> None:
     await low.run(_WireIn(reader), _WireOut(writer), low.create_initialization_options())
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def check_listen(host: str, port: int) -> None:
+    """Fail with an actionable message, before anything is served or announced, when the HTTP transport
+    could not listen on (host, port): a host other than loopback, or a port that is taken. Without it
+    uvicorn reports a taken port only after start-up, as a log line between tracebacks."""
+    if host not in LOOPBACK:
+        raise ValueError("the HTTP transport only listens on the loopback interface (127.0.0.1)")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        with socket.socket(infos[0][0], socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            probe.bind(infos[0][4])
+    except (OSError, OverflowError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ValueError(f"cannot listen on {host}:{port} ({reason}); choose another --port") from None
+
+
 def serve(
     service: SegosService, *, http: bool = False, host: str = "127.0.0.1", port: int = 8765
 ) -> None:  # pragma: no cover - exercised through subprocess tests
     app = build_server(service)
     if http:
-        if host not in ("127.0.0.1", "localhost", "::1"):
-            raise ValueError("the HTTP transport only listens on the loopback interface (127.0.0.1)")
+        check_listen(host, port)
         app.run("streamable-http", host=host, port=port)
     else:
         anyio.run(_run_stdio, app)

@@ -315,3 +315,32 @@ def test_http_refuses_a_non_loopback_host(store: Path):
 
     with pytest.raises(ValueError, match="loopback"):
         serve(SegosService(store), http=True, host="0.0.0.0")
+
+
+def test_a_taken_port_is_one_clear_error_before_anything_is_announced(store: Path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "segos_pipeline.cli",
+                "mcp",
+                "--store",
+                str(store),
+                "--http",
+                "--port",
+                str(port),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=PROJECT_ROOT,
+            timeout=60,
+        )
+    assert proc.returncode == 2
+    assert (
+        proc.stderr.strip()
+        == f"error: cannot listen on 127.0.0.1:{port} (Address already in use); choose another --port"
+    )
