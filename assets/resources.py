@@ -46,9 +46,8 @@ class SegosPaths(ConfigurableResource):
 
     library_root: str = "data/library"
     store_root: str | None = None  # None: $SEGOS_STORE, else data/store (as the CLI)
-    landing_dir: str | None = (
-        None  # None: $SEGOS_LANDING, else data/traces; one <YYYY-MM-DD>.jsonl per window
-    )
+    # None: $SEGOS_LANDING, else data/traces (as `segos mcp`); one native <YYYY-MM-DD>.jsonl per window
+    landing_dir: str | None = None
     queries: str = "data/queries/demo.jsonl"  # query set with gold bundles for the replay report
     replay_k: int = 5
 

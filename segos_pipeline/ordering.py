@@ -101,6 +101,17 @@ class LineageTraces:
     skipped: tuple[str, ...]  # versions whose round traces failed their manifest hash or could not be read
 
 
+def _verified_round_traces(files: VersionFiles) -> pl.DataFrame | None:
+    """The columns mining reads of a version's round traces; None if the file fails its hash or a read."""
+    try:
+        if files.verify([ROUND_TRACES]):
+            return None
+        path = files.path / ROUND_TRACES
+        return pl.read_parquet(path, columns=[c for c in ORDER_COLUMNS if c in pl.read_parquet_schema(path)])
+    except OSError:
+        return None
+
+
 def lineage_traces(store: SnapshotStore, snapshot: Snapshot) -> LineageTraces:
     """The round traces of `snapshot` and all its ancestors.
 
@@ -119,16 +130,12 @@ def lineage_traces(store: SnapshotStore, snapshot: Snapshot) -> LineageTraces:
     while manifest is not None and vid is not None and vid not in seen:
         seen.add(vid)
         if ROUND_TRACES in manifest.get("files", {}):
-            files = VersionFiles(store.versions_dir / vid, manifest)
-            try:
-                if files.verify([ROUND_TRACES]):
-                    raise OSError("hash mismatch")
-                path = files.path / ROUND_TRACES
-                keep = [c for c in ORDER_COLUMNS if c in pl.read_parquet_schema(path)]
-                tables.append(pl.read_parquet(path, columns=keep))
-                read.append(vid)
-            except OSError:
+            table = _verified_round_traces(VersionFiles(store.versions_dir / vid, manifest))
+            if table is None:
                 skipped.append(vid)
+            else:
+                tables.append(table)
+                read.append(vid)
         parent = manifest.get("parent")
         if not parent:
             break
