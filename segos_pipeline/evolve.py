@@ -20,13 +20,11 @@ from .descriptions import REVISION_SCHEMA, Editor, description_update
 from .evidence import co_use, ordered_pairs, surfaced_unused, workflow_witness
 from .ingest import TraceStore
 from .retrieval import Retriever
-from .snapshot import Snapshot, SnapshotStore
+from .snapshot import REVISIONS, ROUND_TRACES, Snapshot, SnapshotStore
 from .topology import topology_update
 from .transition import transition_matrix
 from .weights import weight_update
 
-ROUND_TRACES = "traces.parquet"
-REVISIONS = "revisions.parquet"
 Progress = Callable[[str], None]
 
 

@@ -29,9 +29,8 @@ from typing import Any
 import polars as pl
 
 from .config import DEPENDENCY, WORKFLOW
-from .snapshot import Snapshot, SnapshotError, SnapshotStore, VersionFiles
+from .snapshot import ROUND_TRACES, Snapshot, SnapshotError, SnapshotStore, VersionFiles
 
-ROUND_TRACES = "traces.parquet"  # the round's trace table stored with every evolved version (evolve.py)
 ORDER_COLUMNS = ("trace_id", "used", "used_ordered", "reward", "success")  # what mining reads of a trace
 SUCCESS_THRESHOLD = 0.9  # (paper) used when a trace table carries no `success` column
 

@@ -50,6 +50,8 @@ MANIFEST = "manifest.json"
 NODES, TOKENS = "nodes.parquet", "tokens.parquet"  # format 1: the whole table in one file
 EDGES, TRANSITION, REPORT = "edges.parquet", "transition.npz", "report.parquet"
 SIGNATURE, VOCAB = "signature.npz", "vocab.parquet"
+# an evolved version's round: the traces it consumed (execution order mines their lineage), L3's revisions
+ROUND_TRACES, REVISIONS = "traces.parquet", "revisions.parquet"
 # Skills per part: small enough that rewriting one part is cheap next to everything else an incremental
 # update does (~20 ms at 100k skills), large enough that a 100k library stays at a few dozen files.
 PART_ROWS = 4096
