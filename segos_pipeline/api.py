@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import polars as pl
 
 from .config import AVOID, DEPENDENCY, RELATIONS, SEMANTIC, WORKFLOW, RetrievalConfig
+from .incidence import Edge, Incidence
 from .naming import SkillNames
 from .ordering import ExecutionOrder, Precedence, execution_order, lineage_precedence
 from .paths import default_landing
@@ -73,9 +73,6 @@ class TraceRejected(ServiceError):
     pass
 
 
-Incident = dict[str, list[tuple[str, str, str, float]]]
-
-
 @dataclass
 class _Loaded:
     """One loaded version with everything requests need, built once per version."""
@@ -84,7 +81,7 @@ class _Loaded:
     retriever: Retriever
     precedence: Precedence
     loaded_at: str
-    incident: Incident  # skill id → every edge (src, dst, relation, weight) that touches it
+    incidence: Incidence  # every edge touching each skill
 
     @property
     def version(self) -> str:
@@ -94,31 +91,18 @@ class _Loaded:
     def names(self) -> SkillNames:
         return self.retriever.names
 
-    def edges_among(self, members: list[str]) -> list[tuple[str, str, str, float]]:
+    def touching(self, skill_id: str) -> list[Edge]:
+        """Every edge (src, dst, relation, weight) that touches a skill, in edge-table order."""
+        i = self.names.row_of(skill_id)
+        return self.incidence.of(i) if i is not None else []
+
+    def edges_among(self, members: list[str]) -> list[Edge]:
         """Every edge (src, dst, relation, weight) with both ends in `members`, by pair then relation."""
         inside = set(members)
         return sorted(
-            {e for m in members for e in self.incident.get(m, ()) if e[0] in inside and e[1] in inside},
+            {e for m in members for e in self.touching(m) if e[0] in inside and e[1] in inside},
             key=lambda e: (e[0], e[1], RELATIONS.index(e[2]) if e[2] in RELATIONS else 99),
         )
-
-
-def _incident_edges(edges: pl.DataFrame) -> Incident:
-    """Skill id → every edge (src, dst, relation, weight) that touches it (0.25 s on 100k skills, so it is
-    built with the version, not by the first bundle request after a switch)."""
-    out: Incident = {}
-    for src, dst, rel, w in zip(
-        edges["src"].to_list(),
-        edges["dst"].to_list(),
-        edges["relation"].to_list(),
-        edges["weight"].to_list(),
-        strict=True,
-    ):
-        edge = (src, dst, rel, float(w))
-        out.setdefault(src, []).append(edge)
-        if dst != src:
-            out.setdefault(dst, []).append(edge)
-    return out
 
 
 class SegosService:
@@ -184,12 +168,13 @@ class SegosService:
                 vid,
                 ", ".join(precedence.skipped),
             )
+        retriever = Retriever(snap, self.config)
         loaded = _Loaded(
             snapshot=snap,
-            retriever=Retriever(snap, self.config),
+            retriever=retriever,
             precedence=precedence,
             loaded_at=datetime.now(UTC).isoformat(timespec="seconds"),
-            incident=_incident_edges(snap.edges),
+            incidence=Incidence(snap.edges, snap.nodes["id"], retriever.names.ids),
         )
         with self._lock:
             loaded = self._cache.setdefault(vid, loaded)
@@ -419,7 +404,6 @@ class SegosService:
             )
         members = [s["id"] for s in kept]
         seed_ids = [str(r.ids[i]) for i in seeds]
-        incident = lo.incident
         among = lo.edges_among(members)
         order = execution_order(
             members,
@@ -432,7 +416,7 @@ class SegosService:
         skills = []
         for pos, sid in enumerate(order.order, start=1):
             s = by_id[sid]
-            reasons = _reasons(sid, s, link, incident)
+            reasons = _reasons(sid, s, link, lo.touching(sid))
             skills.append({"position": pos, **s, "why": _headline(reasons), "reasons": reasons})
             skills[-1]["after"] = sorted(c.before for c in order.constraints if c.after == sid)
         return {
@@ -490,7 +474,7 @@ class SegosService:
         sid = row["id"]
         deg_out = {r: 0 for r in RELATIONS}
         deg_in = {r: 0 for r in RELATIONS}
-        for src, dst, rel, _w in lo.incident.get(sid, ()):
+        for src, dst, rel, _w in lo.incidence.of(i):
             if src == sid:
                 deg_out[rel] = deg_out.get(rel, 0) + 1
             if dst == sid:
@@ -508,8 +492,7 @@ class SegosService:
         i, others = self._resolve(lo, name)
         sid = lo.names.ids[i]
         names = lo.snapshot.nodes["name"]
-        e = lo.snapshot.edges
-        mine = e.filter((e["src"] == sid) | (e["dst"] == sid)).to_dicts()
+        mine = lo.incidence.rows_of(i).to_dicts()
         out: list[dict[str, Any]] = []
         inc: list[dict[str, Any]] = []
 
@@ -662,7 +645,7 @@ _PHRASE = {
 }
 
 
-def _reasons(sid: str, skill: dict[str, Any], link: set[str], incident: Incident) -> list[dict[str, Any]]:
+def _reasons(sid: str, skill: dict[str, Any], link: set[str], touching: list[Edge]) -> list[dict[str, Any]]:
     """Every reason a bundle member is there: its own query evidence, then its edges to other members or
     to the query's seeds."""
     out: list[dict[str, Any]] = []
@@ -670,7 +653,7 @@ def _reasons(sid: str, skill: dict[str, Any], link: set[str], incident: Incident
         out.append({"kind": "seed", "via": None, "relation": None, "weight": skill["lexical"]})
     elif skill["lexical"] > 0:
         out.append({"kind": "lexical", "via": None, "relation": None, "weight": skill["lexical"]})
-    for src, dst, rel, w in incident.get(sid, ()):
+    for src, dst, rel, w in touching:
         other = dst if src == sid else src
         if other == sid or other not in link or rel == AVOID:
             continue

@@ -8,6 +8,7 @@ library is tokenised exactly once and never per query.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -89,12 +90,28 @@ def token_table(nodes: pl.DataFrame) -> pl.DataFrame:
     return pl.concat(parts).sort("node", "field", "token").select(list(TOKEN_SCHEMA))
 
 
+# Values turned into Python objects per step when a dict is built from a column. Versions load on a
+# background thread while requests are answered (api.SegosService): one `to_list()` of a 100k-entry
+# column holds the GIL for 10-100 ms, and every request waiting meanwhile stalls as long.
+_STEP = 8192
+
+
+def position_index(values: pl.Series) -> dict[Any, int]:
+    """Each value → its position in `values` (the last one, if repeated), built a step at a time so that
+    other threads get the GIL between steps."""
+    out: dict[Any, int] = {}
+    for start in range(0, values.len(), _STEP):
+        chunk = values.slice(start, _STEP).to_list()
+        out.update(zip(chunk, range(start, start + len(chunk)), strict=True))
+    return out
+
+
 class Vocabulary:
     """Token ↔ column id, fixed for one version."""
 
     def __init__(self, tokens: pl.Series):
         self.tokens = tokens.unique().sort()
-        self.index: dict[str, int] = {t: i for i, t in enumerate(self.tokens.to_list())}
+        self.index: dict[str, int] = position_index(self.tokens)
 
     def __len__(self) -> int:
         return len(self.index)
