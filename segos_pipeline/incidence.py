@@ -54,10 +54,17 @@ class Incidence:
 
     def of(self, i: int) -> list[Edge]:
         """Every edge touching the skill in row `i`, in edge-table order."""
+        ks = self._touching(i)
         ids, rel = self.ids, self.relations
         return [
-            (ids[self.u[k]], ids[self.v[k]], rel[self.relation[k]], float(self.weight[k]))
-            for k in self._touching(i)
+            (ids[u], ids[v], rel[r], w)
+            for u, v, r, w in zip(
+                self.u[ks].tolist(),
+                self.v[ks].tolist(),
+                self.relation[ks].tolist(),
+                self.weight[ks].tolist(),
+                strict=True,
+            )
         ]
 
     def rows_of(self, i: int) -> pl.DataFrame:
