@@ -7,7 +7,9 @@
   the same bundle in process, on the real 344-skill library (SkillsBench dev instructions as queries),
   timed in alternating pairs over several server processes. Bar: the MCP call adds ≤ 2 ms p50 over
   in-process retrieval. Also measured: the same server through a minimal line-per-request client, which
-  separates the server's and the pipes' share from the Python SDK client's.
+  separates the server's and the pipes' share from the Python SDK client's, and through the official
+  TypeScript SDK's client (`benchmarks/ts_client`, installed with `npm ci` on first use; skipped with the
+  reason when Node.js or npm is missing).
 * `incremental`: `segos update|add|remove` of one skill against `segos build` of the changed library, each
   timed from command start (a fresh `python -m ...` process) to the committed version; plus the in-process
   stage timings and the time to write a snapshot of that size on its own. Sizes: 344 (the real library,
@@ -116,6 +118,54 @@ class _LineClient:
         self.proc.wait(timeout=30)
 
 
+TS_CLIENT = ROOT / "benchmarks" / "ts_client"
+
+
+class _TsClient:
+    """The official MCP TypeScript SDK's client (Node agents' and editors' MCP clients are built on it), in a
+    Node process (`benchmarks/ts_client/client.mjs`) that connects to the server and times each call itself
+    with `performance.now()`; this side sends it one query per line and reads back the call's milliseconds."""
+
+    def __init__(self, server: list[str]):
+        self.proc = subprocess.Popen(
+            ["node", str(TS_CLIENT / "client.mjs"), *server],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=str(ROOT),
+            text=True,
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self._in, self._out = self.proc.stdin, self.proc.stdout
+        ready = self._out.readline()
+        if not ready:
+            raise RuntimeError(f"the TypeScript client did not start (exit {self.proc.wait(timeout=30)})")
+        self.info = json.loads(ready)
+
+    def call(self, query: str) -> float:
+        self._in.write(json.dumps({"query": query}) + "\n")
+        self._in.flush()
+        reply = json.loads(self._out.readline())
+        if "ms" not in reply:
+            raise RuntimeError(f"retrieve_skill_bundle failed through the TypeScript client: {reply}")
+        return float(reply["ms"])
+
+    def close(self) -> None:
+        self._in.close()
+        self.proc.wait(timeout=30)
+
+    @staticmethod
+    def available() -> str | None:
+        """None when the client can run (installing its pinned SDK with `npm ci` if needed), else why not."""
+        if shutil.which("node") is None or shutil.which("npm") is None:
+            return "node/npm not found"
+        if not (TS_CLIENT / "node_modules" / "@modelcontextprotocol" / "sdk").is_dir():
+            say("installing the MCP TypeScript SDK for the TypeScript client (npm ci)")
+            done = subprocess.run(["npm", "ci", "--silent"], cwd=TS_CLIENT, capture_output=True, text=True)
+            if done.returncode != 0:
+                return f"npm ci failed: {done.stderr.strip()[-300:]}"
+        return None
+
+
 def bench_mcp(rounds: int, sessions: int) -> dict[str, Any]:
     import anyio
     from mcp import Client
@@ -149,6 +199,10 @@ def bench_mcp(rounds: int, sessions: int) -> dict[str, Any]:
 
     per_session: list[float] = []
     t_service_line: list[float] = []
+    t_ts: list[float] = []
+    t_service_ts: list[float] = []
+    ts_missing = _TsClient.available()
+    ts_protocol: str | None = None
 
     def in_process_first(i: int, r: int) -> bool:
         # Alternate which side of a pair runs first, so neither always follows the other's run of the query.
@@ -196,6 +250,24 @@ def bench_mcp(rounds: int, sessions: int) -> dict[str, Any]:
         finally:
             line.close()
 
+    def ts_pass() -> None:
+        nonlocal ts_protocol
+        ts = _TsClient([PY, *server_args])
+        ts_protocol = ts.info.get("protocol")
+        try:
+            for q in queries[:10]:
+                ts.call(q)
+            for r in range(rounds):
+                for i, q in enumerate(queries):
+                    pair = [
+                        lambda q: clock(service.retrieve_bundle, q, t_service_ts),
+                        lambda q: t_ts.append(ts.call(q)),
+                    ]
+                    for step in pair if in_process_first(i, r) else pair[::-1]:
+                        step(q)
+        finally:
+            ts.close()
+
     # Each pair times the in-process bundle and the MCP call of one query back to back, so both sides last
     # ran one call earlier: a server that idles longer between its calls wakes slower (cold caches, a
     # halted vCPU), and a client that ran the query just before gets it warm; neither favours one side.
@@ -204,6 +276,8 @@ def bench_mcp(rounds: int, sessions: int) -> dict[str, Any]:
     for _ in range(sessions):
         anyio.run(sdk_pass)
         line_pass()
+        if ts_missing is None:
+            ts_pass()
     for _ in range(rounds):  # the retriever alone, for reference: ranking and selection without the bundle
         for q in queries:
             clock(retriever.retrieve, q, t_retriever)
@@ -214,11 +288,13 @@ def bench_mcp(rounds: int, sessions: int) -> dict[str, Any]:
             ("service_bundle", t_service),
             ("mcp_bundle", t_mcp),
             ("mcp_bundle_line_client", t_line),
+            *([("mcp_bundle_ts_client", t_ts)] if t_ts else []),
         )
     }
     over_service = stats["mcp_bundle"]["p50"] - stats["service_bundle"]["p50"]
     over_line = stats["mcp_bundle_line_client"]["p50"] - p50(t_service_line)
     over_retriever = stats["mcp_bundle"]["p50"] - stats["retriever_retrieve"]["p50"]
+    over_ts = {"ts_client_vs_in_process_bundle": round(p50(t_ts) - p50(t_service_ts), 3)} if t_ts else {}
     return {
         "library": str(REAL_LIBRARY),
         "skills": service._request().snapshot.nodes.height,
@@ -231,11 +307,20 @@ def bench_mcp(rounds: int, sessions: int) -> dict[str, Any]:
             "mcp_vs_in_process_bundle": round(over_service, 3),
             "mcp_vs_retriever_retrieve": round(over_retriever, 3),
             "line_client_vs_in_process_bundle": round(over_line, 3),
+            **over_ts,
         },
+        "ts_client": {"sdk": _ts_sdk_version(), "protocol": ts_protocol, "skipped": ts_missing},
         "response_chars_p50": p50(sizes),
         "bar_ms": MCP_OVERHEAD_BAR_MS,
         "pass": over_service <= MCP_OVERHEAD_BAR_MS,
     }
+
+
+def _ts_sdk_version() -> str | None:
+    lock = TS_CLIENT / "package-lock.json"
+    if not lock.is_file():
+        return None
+    return json.loads(lock.read_text())["packages"]["node_modules/@modelcontextprotocol/sdk"]["version"]
 
 
 # ============================================================================================ incremental
@@ -502,6 +587,17 @@ def markdown(res: dict[str, Any]) -> str:
                 "the rest is the Python SDK client's own work.",
                 "",
             ]
+        ts = m.get("ts_client", {})
+        if "ts_client_vs_in_process_bundle" in m["overhead_ms_p50"]:
+            lines += [
+                "Through the official TypeScript SDK's client (`@modelcontextprotocol/sdk` "
+                f"{ts.get('sdk')}, protocol {ts.get('protocol')}; `mcp_bundle_ts_client`, each call timed "
+                "inside Node) it adds "
+                f"{m['overhead_ms_p50']['ts_client_vs_in_process_bundle']} ms.",
+                "",
+            ]
+        elif ts.get("skipped"):
+            lines += [f"The TypeScript SDK client was not measured: {ts['skipped']}.", ""]
     for inc in res.get("incremental", {}).values():
         lines += [
             f"## Incremental update, {inc['skills']} skills",
