@@ -143,7 +143,7 @@ class SegosService:
         self.loading: str | None = None  # the version being loaded to be switched to, if any
         self._loader: threading.Thread | None = None
         self._ready: _Loaded | None = None  # loaded in the background, swapped in by the next request
-        self._served = self._load(self.pinned or self.store.latest())
+        self._served = self._load(self.pinned) if self.pinned is not None else self._newest_servable()
 
     # ------------------------------------------------------------------------------------ versions
 
@@ -182,6 +182,24 @@ class SegosService:
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
         return loaded
+
+    def _newest_servable(self) -> _Loaded:
+        """Following the newest version, at start: the newest one that loads. A damaged newer one is passed
+        over, logged and recorded like a running service records one it cannot switch to (not retried):
+        an agent's client starts its server by itself, and a server that refused to start would leave the
+        agent with no skills at all, where the version before serves."""
+        newest = self.store.latest()  # a store without versions fails here, with how to make one
+        for manifest in reversed(self.store.list_versions()):
+            vid = manifest["version"]
+            try:
+                return self._load(vid)
+            except (SnapshotError, OSError, ValueError) as exc:
+                self._failed[vid] = f"{type(exc).__name__}: {exc}"
+                log.warning("version %s cannot be served, trying the one before: %s", vid, exc)
+        raise SnapshotError(
+            f"no version of {self.store.root} can be served (newest {newest}); run `segos verify` on them, "
+            "or `segos build` a new one"
+        )
 
     def refresh(self, wait: bool | None = None) -> bool:
         """Switch to the newest committed version if it differs from the one served; True if switched.
@@ -318,6 +336,7 @@ class SegosService:
             "loading": self.loading,
             "in_memory": list(dict.fromkeys([lo.version, *self._cache])),
             "last_reload_error": self.last_reload_error,
+            "unservable": dict(self._failed),  # version → why it could not be loaded (not retried)
         }
 
     # ----------------------------------------------------------------------------------------- skills

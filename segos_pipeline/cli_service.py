@@ -40,15 +40,16 @@ def mcp_command(store: Path | None, version: str | None, http: bool, port: int, 
     from .api import SegosService
     from .mcp_server import check_listen, serve
 
-    service = SegosService(_store(store), version, landing=landing)  # fails fast on an unknown version
-    if http:
-        check_listen("127.0.0.1", port)  # before announcing it: a taken port is one clear error line
-    # Version switches go to stderr, which MCP clients keep as the server's log (stdout is the wire).
+    # Version switches go to stderr, which MCP clients keep as the server's log (stdout is the wire); set up
+    # first, so that a damaged newest version passed over at start is reported too.
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("segos mcp: %(message)s"))
     service_log = logging.getLogger("segos_pipeline.api")
     service_log.addHandler(handler)
     service_log.setLevel(logging.INFO)
+    service = SegosService(_store(store), version, landing=landing)  # fails fast on an unknown version
+    if http:
+        check_listen("127.0.0.1", port)  # before announcing it: a taken port is one clear error line
     where = f"http://127.0.0.1:{port}/mcp" if http else "stdio"
     mode = "pinned" if service.pinned else "following the newest version"
     click.echo(f"segos mcp: serving {service.version} ({mode}) on {where}", err=True)

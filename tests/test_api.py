@@ -14,6 +14,7 @@ import pytest
 from segos_pipeline import SnapshotStore, build_cold_start
 from segos_pipeline.api import SegosService, ServiceError
 from segos_pipeline.paths import DEFAULT_LIBRARY
+from segos_pipeline.snapshot import DamagedSnapshot, SnapshotError
 
 from .conftest import commit_copy, damage
 
@@ -92,6 +93,31 @@ def test_a_damaged_new_version_is_not_switched_to_nor_retried(store: SnapshotSto
     assert status["version"] == v1 and status["switches"] == 0
     assert v2 in (status["last_reload_error"] or "")
     assert svc.loading is None and svc._loader is None  # not retried
+
+
+def test_a_damaged_newest_version_at_start_is_passed_over_for_the_one_before(
+    store: SnapshotStore, tmp_path, caplog
+):
+    """An agent's client starts `segos mcp` by itself: with the newest version damaged it serves the newest
+    intact one, says why, and (like a running server) does not retry the damaged one."""
+    v1 = store.latest()
+    v2 = commit_copy(store)
+    damage(next((store.root / "versions" / v2).glob("nodes*.parquet")), 100, b"\x00" * 16)
+
+    with caplog.at_level(logging.WARNING, logger="segos_pipeline.api"):
+        svc = SegosService(store, landing=tmp_path)
+    status = svc.status()
+    assert status["version"] == v1 and status["latest"] == v2 and status["mode"] == "latest"
+    assert "damaged" in status["unservable"][v2]
+    assert any(v2 in r.getMessage() and "cannot be served" in r.getMessage() for r in caplog.records)
+    _until_idle(svc)
+    assert svc.loading is None and svc._loader is None  # not retried
+
+    with pytest.raises(DamagedSnapshot):  # a pinned version is what was asked for: no substitute
+        SegosService(store, v2, landing=tmp_path)
+    damage(next((store.root / "versions" / v1).glob("nodes*.parquet")), 100, b"\x00" * 16)
+    with pytest.raises(SnapshotError, match=r"no version of .* can be served"):
+        SegosService(store, landing=tmp_path)
 
 
 def test_reload_mode_is_checked(store: SnapshotStore):
