@@ -70,7 +70,10 @@ def build(library: Path | None, store: Path | None, as_json: bool, quiet: bool) 
 @friendly_errors
 def versions(store: Path | None, as_json: bool) -> None:
     """List the versions in a store, oldest first."""
-    manifests = _store(store).list_versions()
+    st = _store(store)
+    manifests = st.list_versions()
+    for vid, why in sorted(st.unreadable_versions().items()):  # on stderr: --json's stdout keeps its shape
+        click.echo(f"warning: {vid} is not listed: {why} (`segos verify --all` reports it)", err=True)
     if as_json:
         _emit_json(manifests)
         return
@@ -110,15 +113,34 @@ def report(version: str | None, store: Path | None, as_json: bool) -> None:
 @main.command()
 @click.argument("version", required=False)
 @store_option
+@click.option("--all", "every", is_flag=True, help="Check every version, and report unreadable manifests.")
 @friendly_errors
-def verify(version: str | None, store: Path | None) -> None:
-    """Check VERSION's files against the sha256 hashes in its manifest."""
+def verify(version: str | None, store: Path | None, every: bool) -> None:
+    """Check VERSION's files (default: the newest version's) against the sha256 hashes in its manifest."""
     st = _store(store)
-    vid = st.resolve(version)
-    bad = st.verify(vid)
-    if bad:
-        _fail(f"version {vid} is damaged: {', '.join(bad)} differ from the manifest")
-    click.echo(f"{vid}: ok")
+    if not every:
+        vid = st.resolve(version)
+        bad = st.verify(vid)
+        if bad:
+            _fail(f"version {vid} is damaged: {', '.join(bad)} differ from the manifest")
+        click.echo(f"{vid}: ok")
+        return
+    if version is not None:
+        _fail("give a VERSION or --all, not both")
+    problems = st.unreadable_versions()
+    for m in st.list_versions():
+        bad = st.verify(m["version"])
+        if bad:
+            problems[m["version"]] = f"{', '.join(bad)} differ from the manifest"
+        else:
+            click.echo(f"{m['version']}: ok")
+    for vid, why in sorted(problems.items()):
+        click.echo(f"{vid}: DAMAGED: {why}")
+    if problems:
+        _fail(
+            f"{len(problems)} damaged version(s); snapshots are never repaired in place: restore them from a "
+            "backup, or delete their folders and rebuild"
+        )
 
 
 @main.command()

@@ -426,18 +426,30 @@ class SnapshotStore:
     # ------------------------------------------------------------------------------------------ listing
 
     def list_versions(self) -> list[dict[str, Any]]:
-        """Manifests of committed versions, oldest first (a folder without manifest is not a version)."""
+        """Manifests of committed versions, oldest first (a folder without manifest is not a version, and
+        one whose manifest cannot be read is left out: `unreadable_versions` names those)."""
+        return sorted(self._scan()[0], key=lambda m: _seq(m["version"]))
+
+    def unreadable_versions(self) -> dict[str, str]:
+        """Version folders whose manifest exists but cannot be read: folder name → why. A commit writes the
+        manifest last and renames the folder into place, so these are damaged, not half-written."""
+        return self._scan()[1]
+
+    def _scan(self) -> tuple[list[dict[str, Any]], dict[str, str]]:
         if not self.versions_dir.is_dir():
-            return []
-        out = []
+            return [], {}
+        found, unreadable = [], {}
         for child in self.versions_dir.iterdir():
             manifest = child / MANIFEST
             if _VERSION_RE.match(child.name) and manifest.is_file():
                 try:
-                    out.append(json.loads(manifest.read_text()))
-                except (OSError, json.JSONDecodeError):
-                    continue  # unreadable manifest: not a committed version; `verify` reports it
-        return sorted(out, key=lambda m: _seq(m["version"]))
+                    m = json.loads(manifest.read_text())
+                    if not isinstance(m, dict) or m.get("version") != child.name:
+                        raise ValueError(f"it does not name version {child.name}")
+                    found.append(m)
+                except (OSError, ValueError) as exc:  # JSONDecodeError is a ValueError
+                    unreadable[child.name] = f"{MANIFEST} unreadable: {exc}"
+        return found, unreadable
 
     def latest(self) -> str:
         versions = self.list_versions()

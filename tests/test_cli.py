@@ -151,3 +151,32 @@ def test_simulate_writes_labelled_traces_that_ingest(tmp_path):
     assert m["counters"]["traces"]["real"] == 0
     table = TraceStore(SnapshotStore(store)).load("2026-12-02")
     assert set(table["source_format"]) == {"simulated"} and table["simulated"].all()
+
+
+def test_damaged_versions_are_reported_not_hidden(tmp_path):
+    """A version whose manifest cannot be read is listed by no command; `versions` warns about it and
+    `verify --all` reports it next to versions whose files fail their hashes."""
+    from .conftest import commit_copy, damage
+
+    store = tmp_path / "store"
+    run("build", "--store", store, "--quiet")
+    st = SnapshotStore(store)
+    v1 = st.latest()
+    bad_files, bad_manifest = commit_copy(st), commit_copy(st)
+    assert run("verify", "--all", "--store", store).output.splitlines() == [
+        f"{v}: ok" for v in (v1, bad_files, bad_manifest)
+    ]
+    damage(next((st.versions_dir / bad_files).glob("edges*.parquet")), 0, b"XXXX")
+    damage(st.versions_dir / bad_manifest / "manifest.json", 0, b"{not json")
+
+    listed = CliRunner().invoke(main, ["versions", "--store", str(store), "--json"])
+    assert [m["version"] for m in json.loads(listed.stdout)] == [v1, bad_files]
+    assert f"warning: {bad_manifest} is not listed: manifest.json unreadable" in listed.stderr
+
+    result = run("verify", "--all", "--store", store, ok=False)
+    assert result.exit_code == 2
+    assert f"{v1}: ok" in result.stdout
+    assert f"{bad_files}: DAMAGED: edges.parquet differ from the manifest" in result.stdout
+    assert f"{bad_manifest}: DAMAGED: manifest.json unreadable" in result.stdout
+    assert "2 damaged version(s)" in result.stderr
+    assert "not both" in run("verify", v1, "--all", "--store", store, ok=False).stderr
