@@ -108,10 +108,10 @@ class _Loaded:
 class SegosService:
     """Skill search, ordered bundles, skill details and trace recording over a snapshot store.
 
-    `version`: a version id / prefix / `vN` to pin, or None to follow the newest version. `landing`: the
-    folder `record_trace` appends to (default `data/traces/`). `config`: retrieval settings. `cache_size`:
-    how many loaded versions to keep (requests may name older ones). `reload`: "background" or "sync", see
-    the module docstring.
+    `version`: a version id / prefix / `vN` to pin, or None to follow the newest version (at start, the
+    newest that loads). `landing`: the folder `record_trace` appends to (default `$SEGOS_LANDING`, else
+    `data/traces/`). `config`: retrieval settings. `cache_size`: how many loaded versions to keep (requests
+    may name older ones). `reload`: "background" or "sync", see the module docstring.
     """
 
     def __init__(
