@@ -4,11 +4,12 @@
 that version; otherwise it serves the newest and switches to a newer version once one is committed, at the
 start of a request. Versions are committed atomically (manifest last, folder renamed into place), so a
 half-written version is never visible; a new version whose files fail their hash check is not switched to
-(the service keeps serving the old one and reports why in `status()`). The check between requests is a
+(the service keeps serving the old one and reports why in `status()`), and at start one is passed over for
+the newest version that loads. The check between requests is a
 `stat` of the store's `versions/` folder, so serving the newest version costs nothing until one lands.
 
 Loading a version (verify, read, build the retriever) takes seconds on a large library (on 100k skills
-about 4 s, 9 s when its lexical index is not cached yet, as after every `segos update`). With
+about 2 s, 5-6 s when its lexical index is not cached yet, as after every `segos update`). With
 `reload="background"` (the default) a new version is loaded on a thread while requests go on being answered
 from the old one, and it is swapped in at the start of the first request after it is ready; no request
 waits for a load. `reload="sync"` loads it inside the request that notices it.
