@@ -259,6 +259,21 @@ def test_wire_writer_writes_one_line_per_message_and_reports_a_lost_pipe():
     ]
 
 
+def _mcp_http(store: Path, port: int) -> list[str]:
+    """The `segos mcp --http` command line on `port`."""
+    return [
+        sys.executable,
+        "-m",
+        "segos_pipeline.cli",
+        "mcp",
+        "--store",
+        str(store),
+        "--http",
+        "--port",
+        str(port),
+    ]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -268,17 +283,7 @@ def _free_port() -> int:
 def test_streamable_http_serves_the_same_tools_on_loopback(store: Path, tmp_path: Path):
     port = _free_port()
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "segos_pipeline.cli",
-            "mcp",
-            "--store",
-            str(store),
-            "--http",
-            "--port",
-            str(port),
-        ],
+        _mcp_http(store, port),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         cwd=PROJECT_ROOT,
@@ -323,17 +328,7 @@ def test_a_taken_port_is_one_clear_error_before_anything_is_announced(store: Pat
         taken.listen()
         port = taken.getsockname()[1]
         proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "segos_pipeline.cli",
-                "mcp",
-                "--store",
-                str(store),
-                "--http",
-                "--port",
-                str(port),
-            ],
+            _mcp_http(store, port),
             capture_output=True,
             text=True,
             cwd=PROJECT_ROOT,
