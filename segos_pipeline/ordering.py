@@ -149,9 +149,7 @@ def lineage_traces(store: SnapshotStore, snapshot: Snapshot) -> LineageTraces:
 
 def lineage_precedence(store: SnapshotStore, snapshot: Snapshot) -> Precedence:
     lineage = lineage_traces(store, snapshot)
-    if lineage.table is None:
-        return Precedence(versions=lineage.read, skipped=lineage.skipped)
-    mined = mine_precedence(lineage.table)
+    mined = mine_precedence(lineage.table) if lineage.table is not None else Precedence()
     return Precedence(
         counts=mined.counts, traces=mined.traces, versions=lineage.read, skipped=lineage.skipped
     )
