@@ -189,17 +189,17 @@ class SegosService:
         over, logged and recorded like a running service records one it cannot switch to (not retried):
         an agent's client starts its server by itself, and a server that refused to start would leave the
         agent with no skills at all, where the version before serves."""
-        newest = self.store.latest()  # a store without versions fails here, with how to make one
-        for manifest in reversed(self.store.list_versions()):
-            vid = manifest["version"]
+        # one listing of the store; without versions, latest() fails with how to make one
+        versions = [m["version"] for m in self.store.list_versions()] or [self.store.latest()]
+        for vid in reversed(versions):
             try:
                 return self._load(vid)
             except (SnapshotError, OSError, ValueError) as exc:
                 self._failed[vid] = f"{type(exc).__name__}: {exc}"
                 log.warning("version %s cannot be served, trying the one before: %s", vid, exc)
         raise SnapshotError(
-            f"no version of {self.store.root} can be served (newest {newest}); run `segos verify` on them, "
-            "or `segos build` a new one"
+            f"no version of {self.store.root} can be served (newest {versions[-1]}); run `segos verify` on "
+            "them, or `segos build` a new one"
         )
 
     def refresh(self, wait: bool | None = None) -> bool:
