@@ -6,6 +6,7 @@ import json
 import textwrap
 from pathlib import Path
 
+import polars as pl
 import pytest
 import scipy.sparse as sp
 
@@ -87,11 +88,16 @@ def damage(path: Path, offset: int, data: bytes) -> None:
         fh.write(data)
 
 
-def commit_copy(store: SnapshotStore) -> str:
-    """Commit a new version with the newest one's content (a version to switch to); its id."""
+def commit_copy(store: SnapshotStore, extra_tables: dict[str, pl.DataFrame] | None = None) -> str:
+    """Commit a new version with the newest one's content (a version to switch to), plus any extra tables
+    (e.g. round traces); its id."""
     parent = store.latest()
     snap = store.load(parent)
-    manifest = {"kind": "copy", "parent": parent}
     return store.write(
-        nodes=snap.nodes, tokens=snap.tokens, edges=snap.edges, transition=snap.transition, manifest=manifest
+        nodes=snap.nodes,
+        tokens=snap.tokens,
+        edges=snap.edges,
+        transition=snap.transition,
+        manifest={"kind": "copy", "parent": parent},
+        extra_tables=extra_tables,
     )["version"]

@@ -149,17 +149,8 @@ def test_concurrent_callers_start_one_load(store: SnapshotStore, tmp_path):
 
 def _commit_round(store: SnapshotStore, used: list[str]) -> str:
     """A child of the newest version with the same graph and one successful round trace that used `used`."""
-    parent = store.latest()
-    snap = store.load(parent)
-    traces = pl.DataFrame({"trace_id": [f"t-{parent}"], "used": [used], "reward": [1.0]})
-    return store.write(
-        nodes=snap.nodes,
-        tokens=snap.tokens,
-        edges=snap.edges,
-        transition=snap.transition,
-        manifest={"kind": "evolve", "parent": parent},
-        extra_tables={"traces.parquet": traces},
-    )["version"]
+    traces = pl.DataFrame({"trace_id": [f"t-{store.latest()}"], "used": [used], "reward": [1.0]})
+    return commit_copy(store, extra_tables={"traces.parquet": traces})
 
 
 def _precedence(store: SnapshotStore, landing: Path) -> dict:
