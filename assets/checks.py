@@ -12,9 +12,9 @@ import polars as pl
 import scipy.sparse as sp
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, MetadataValue
 
-from segos_pipeline.edges import violations
-from segos_pipeline.snapshot import SnapshotStore
-from segos_pipeline.stages import duplicate_ids, transition_health
+from segos_pipeline.graph.edges import violations
+from segos_pipeline.pipeline.stages import duplicate_ids, transition_health
+from segos_pipeline.store.snapshot import SnapshotStore
 
 UNIQUE_IDS = "unique_skill_ids"
 EDGE_INVARIANTS = "edge_invariants"

@@ -20,10 +20,10 @@ from dagster import (
     asset,
 )
 
-from segos_pipeline.edges import counts_by_relation
-from segos_pipeline.lexicon import token_table
-from segos_pipeline.parsing import parse_library
-from segos_pipeline.stages import (
+from segos_pipeline.graph.edges import counts_by_relation
+from segos_pipeline.graph.parsing import parse_library
+from segos_pipeline.graph.transition import transition_matrix as build_transition
+from segos_pipeline.pipeline.stages import (
     commit_cold_start,
     content_hash,
     semantic_stage,
@@ -31,7 +31,7 @@ from segos_pipeline.stages import (
     stats_from_frame,
     transition_health,
 )
-from segos_pipeline.transition import transition_matrix as build_transition
+from segos_pipeline.text.lexicon import token_table
 
 from . import checks
 from .resources import BuildSettings, SegosPaths

@@ -35,15 +35,13 @@ from dagster import (
     multi_asset,
 )
 
-from segos_pipeline.adapters import iter_records
-from segos_pipeline.descriptions import REVISION_SCHEMA
-from segos_pipeline.diff import counts_by_relation as diff_counts_by_relation
-from segos_pipeline.diff import diff_versions, to_markdown
-from segos_pipeline.edges import counts_by_relation, violations
-from segos_pipeline.evaluation import headline_numbers, resolve_base
-from segos_pipeline.ingest import TraceStore, empty_traces
-from segos_pipeline.replay import load_queries
-from segos_pipeline.stages import (
+from segos_pipeline.evaluation.replay import load_queries
+from segos_pipeline.evaluation.study import headline_numbers, resolve_base
+from segos_pipeline.evolution.adapters import iter_records
+from segos_pipeline.evolution.descriptions import REVISION_SCHEMA
+from segos_pipeline.evolution.ingest import TraceStore, empty_traces
+from segos_pipeline.graph.edges import counts_by_relation, violations
+from segos_pipeline.pipeline.stages import (
     commit_round,
     content_hash,
     l1_stage,
@@ -52,6 +50,8 @@ from segos_pipeline.stages import (
     prepare_round,
     replay_metrics,
 )
+from segos_pipeline.store.diff import counts_by_relation as diff_counts_by_relation
+from segos_pipeline.store.diff import diff_versions, to_markdown
 
 from . import checks
 from .cold_start import version_record

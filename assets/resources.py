@@ -22,7 +22,7 @@ from segos_pipeline.config import (
     TransitionConfig,
 )
 from segos_pipeline.paths import PROJECT_ROOT, default_landing, default_store
-from segos_pipeline.snapshot import SnapshotStore
+from segos_pipeline.store.snapshot import SnapshotStore
 
 
 def resolve(path: str | Path) -> Path:

@@ -10,7 +10,8 @@
    the same counters, and replay of the requirements (gold = each plan's APIs) on parent vs evolved.
 3. SIMULATED (labelled): one round over N simulated traces on a generated library of S skills
    (default 100k traces, 10k skills), timed per stage, for both the default final-attempt selection and
-   pooled attempts. The traces come from `segos_pipeline.simulate`; their numbers are never real ones.
+   pooled attempts. The traces come from `segos_pipeline.evaluation.simulate`; their numbers are never
+   real ones.
 Writes evolution.json and evolution.md.
 """
 
@@ -25,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from segos_pipeline import RetrievalConfig, Retriever, SnapshotStore, build_cold_start
-from segos_pipeline.adapters import iter_records, write_library
 from segos_pipeline.config import EvolutionConfig
-from segos_pipeline.evolve import evolve, evolve_round
-from segos_pipeline.ingest import TraceStore
-from segos_pipeline.replay import EvalQuery, QueryFile, load_queries, replay
-from segos_pipeline.traces import trace_frame
+from segos_pipeline.evaluation.replay import EvalQuery, QueryFile, load_queries, replay
+from segos_pipeline.evolution.adapters import iter_records, write_library
+from segos_pipeline.evolution.ingest import TraceStore
+from segos_pipeline.evolution.round import evolve, evolve_round
+from segos_pipeline.evolution.traces import trace_frame
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = ("hit", "recall", "comp", "mrr", "mean_best_rank")
@@ -87,7 +88,7 @@ def real_skillsbench(shared: Path, k: int) -> dict[str, Any]:
 
 
 def real_apibank(shared: Path, k: int) -> dict[str, Any]:
-    from segos_pipeline.adapters import plans
+    from segos_pipeline.evolution.adapters import plans
 
     source = shared / "traces" / "apibank" / "level-3.json"
     with tempfile.TemporaryDirectory() as tmp:
@@ -107,8 +108,8 @@ def real_apibank(shared: Path, k: int) -> dict[str, Any]:
 
 
 def simulated_speed(n_skills: int, n_traces: int, out_dir: Path) -> dict[str, Any]:
-    from segos_pipeline.simulate import SimulationConfig, simulate
-    from segos_pipeline.synthetic import generate_library, generate_queries
+    from segos_pipeline.evaluation.simulate import SimulationConfig, simulate
+    from segos_pipeline.evaluation.synthetic import generate_library, generate_queries
 
     lib = out_dir / f"synthetic-{n_skills}"
     if not (lib / "queries.jsonl").is_file():

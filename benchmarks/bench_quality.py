@@ -20,8 +20,8 @@ from pathlib import Path
 import bm25s
 
 from segos_pipeline import RetrievalConfig, Retriever, SnapshotStore, build_cold_start
-from segos_pipeline.metrics import aggregate, percentile, query_metrics
-from segos_pipeline.replay import gold_sets, load_queries, replay
+from segos_pipeline.evaluation.metrics import aggregate, percentile, query_metrics
+from segos_pipeline.evaluation.replay import gold_sets, load_queries, replay
 
 ROOT = Path(__file__).resolve().parent.parent
 

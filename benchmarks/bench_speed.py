@@ -5,8 +5,9 @@
 
 Cases (`--sizes`, comma-separated): `344` or `real` is the real library at /work/shared/data/skills
 (skipped with a message when absent) queried with the SkillsBench dev instructions; any other number N is
-a synthetic library of N skills from `segos_pipeline.synthetic`, generated once into `--work` and reused
-while its parameters (size, seed, generator version) are unchanged, queried with generated queries.
+a synthetic library of N skills from `segos_pipeline.evaluation.synthetic`, generated once into `--work`
+and reused while its parameters (size, seed, generator version) are unchanged, queried with generated
+queries.
 
 Every measurement runs in a fresh subprocess of this script, so:
 * build times exclude interpreter start and imports (only the `build_cold_start` call is timed), and the
@@ -98,7 +99,7 @@ class _RssSampler:
 
 
 def _stage_of(msg: str) -> str | None:
-    """Which stage starts after a build progress line (see segos_pipeline.build)."""
+    """Which stage starts after a build progress line (see segos_pipeline.graph.build)."""
     if msg.startswith("parsed") and "skills;" in msg:
         return "tokenise"
     if msg.startswith("tokenised"):
@@ -218,7 +219,7 @@ def worker_query(args: dict[str, Any]) -> dict[str, Any]:
     import polars as pl
 
     from segos_pipeline import Retriever, SnapshotStore
-    from segos_pipeline.naming import SkillNames
+    from segos_pipeline.text.names import SkillNames
 
     queries = [json.loads(line) for line in Path(args["queries"]).read_text().splitlines() if line.strip()]
     queries = queries[: args["limit"]] if args.get("limit") else queries
@@ -484,7 +485,7 @@ def ensure_synthetic(work: Path, n: int, seed: int, n_queries: int) -> Path:
     cmd = [
         sys.executable,
         "-m",
-        "segos_pipeline.synthetic",
+        "segos_pipeline.evaluation.synthetic",
         str(lib),
         "--skills",
         str(n),
@@ -498,11 +499,11 @@ def ensure_synthetic(work: Path, n: int, seed: int, n_queries: int) -> Path:
 
 def _generator_version() -> int:
     # Read the constant from the source: importing segos_pipeline here would pull polars into the parent.
-    text = (ROOT / "segos_pipeline" / "synthetic.py").read_text()
+    text = (ROOT / "segos_pipeline" / "evaluation" / "synthetic.py").read_text()
     for line in text.splitlines():
         if line.startswith("GENERATOR_VERSION"):
             return int(line.split("=")[1].split("#")[0])
-    raise RuntimeError("GENERATOR_VERSION not found in segos_pipeline/synthetic.py")
+    raise RuntimeError("GENERATOR_VERSION not found in segos_pipeline/evaluation/synthetic.py")
 
 
 def case_synthetic(

@@ -12,7 +12,7 @@
    gold dependency pairs = consecutive APIs of the plan (co-recovery). Evolution source: the 50 real
    plans. Reports in OUT/apibank-level3/ (the query file written there reproduces it with `segos eval`).
 
-Every study is `segos_pipeline.evaluation.run_study` + `report.write_report`, i.e. exactly `segos eval`;
+Every study is `segos_pipeline.evaluation.study.run_study` + `report.write_report`, i.e. exactly `segos eval`;
 the equivalent commands are printed and written to OUT/summary.md with the headline tables.
 """
 
@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from segos_pipeline import SnapshotStore, build_cold_start
-from segos_pipeline.adapters import iter_records, plans, write_library
-from segos_pipeline.evaluation import StudyConfig, load_traces, run_study
-from segos_pipeline.evolve import evolve
-from segos_pipeline.ingest import TraceStore
-from segos_pipeline.replay import load_queries
-from segos_pipeline.report import write_report
+from segos_pipeline.evaluation.replay import load_queries
+from segos_pipeline.evaluation.report import write_report
+from segos_pipeline.evaluation.study import StudyConfig, load_traces, run_study
+from segos_pipeline.evolution.adapters import iter_records, plans, write_library
+from segos_pipeline.evolution.ingest import TraceStore
+from segos_pipeline.evolution.round import evolve
 
 ROOT = Path(__file__).resolve().parent.parent
 

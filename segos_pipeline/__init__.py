@@ -10,24 +10,24 @@ __version__ = "0.1.0"
 # The public names load on first use (PEP 562), so a command or tool that needs one module does not import
 # them all: `segos update` on a large library is bounded by start-up time.
 _EXPORTS = {
-    "build_cold_start": "build",
+    "build_cold_start": "graph.build",
     "BuildConfig": "config",
     "GraphConfig": "config",
     "ParseConfig": "config",
     "RetrievalConfig": "config",
     "TransitionConfig": "config",
-    "Bundle": "retrieval",
-    "Retriever": "retrieval",
-    "Snapshot": "snapshot",
-    "SnapshotError": "snapshot",
-    "SnapshotStore": "snapshot",
+    "Bundle": "retrieval.ranker",
+    "Retriever": "retrieval.ranker",
+    "Snapshot": "store.snapshot",
+    "SnapshotError": "store.snapshot",
+    "SnapshotStore": "store.snapshot",
 }
 
 if TYPE_CHECKING:
-    from .build import build_cold_start
     from .config import BuildConfig, GraphConfig, ParseConfig, RetrievalConfig, TransitionConfig
-    from .retrieval import Bundle, Retriever
-    from .snapshot import Snapshot, SnapshotError, SnapshotStore
+    from .graph.build import build_cold_start
+    from .retrieval.ranker import Bundle, Retriever
+    from .store.snapshot import Snapshot, SnapshotError, SnapshotStore
 
 
 def __getattr__(name: str) -> Any:

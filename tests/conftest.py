@@ -11,7 +11,7 @@ import pytest
 import scipy.sparse as sp
 
 from segos_pipeline.paths import DATA_DIR, DEFAULT_LIBRARY
-from segos_pipeline.snapshot import MANIFEST, Snapshot, SnapshotStore, sha256_file
+from segos_pipeline.store.snapshot import MANIFEST, Snapshot, SnapshotStore, sha256_file
 
 SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 

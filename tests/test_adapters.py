@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from segos_pipeline.adapters import FORMATS, Rejected, iter_records, plans, write_library
-from segos_pipeline.adapters.apibank import consecutive_overlaps
-from segos_pipeline.parsing import parse_library
-from segos_pipeline.traces import TraceRecord
+from segos_pipeline.evolution.adapters import FORMATS, Rejected, iter_records, plans, write_library
+from segos_pipeline.evolution.adapters.apibank import consecutive_overlaps
+from segos_pipeline.evolution.traces import TraceRecord
+from segos_pipeline.graph.parsing import parse_library
 
 
 def _split(items: list) -> tuple[list[TraceRecord], list[Rejected]]:

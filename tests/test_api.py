@@ -12,9 +12,9 @@ import polars as pl
 import pytest
 
 from segos_pipeline import SnapshotStore, build_cold_start
-from segos_pipeline.api import SegosService, ServiceError
 from segos_pipeline.paths import DEFAULT_LIBRARY
-from segos_pipeline.snapshot import DamagedSnapshot, SnapshotError
+from segos_pipeline.service.api import SegosService, ServiceError
+from segos_pipeline.store.snapshot import DamagedSnapshot, SnapshotError
 
 from .conftest import commit_copy, damage
 
@@ -38,7 +38,7 @@ def _until_idle(svc: SegosService, timeout: float = 60) -> None:
 def test_requests_are_answered_from_the_old_version_while_the_new_one_loads(
     store: SnapshotStore, tmp_path, caplog
 ):
-    caplog.set_level(logging.INFO, logger="segos_pipeline.api")
+    caplog.set_level(logging.INFO, logger="segos_pipeline.service.api")
     svc = SegosService(store, landing=tmp_path)
     v1 = svc.version
     gate = threading.Event()
@@ -104,7 +104,7 @@ def test_a_damaged_newest_version_at_start_is_passed_over_for_the_one_before(
     v2 = commit_copy(store)
     damage(next((store.root / "versions" / v2).glob("nodes*.parquet")), 100, b"\x00" * 16)
 
-    with caplog.at_level(logging.WARNING, logger="segos_pipeline.api"):
+    with caplog.at_level(logging.WARNING, logger="segos_pipeline.service.api"):
         svc = SegosService(store, landing=tmp_path)
     status = svc.status()
     assert status["version"] == v1 and status["latest"] == v2 and status["mode"] == "latest"
@@ -167,7 +167,7 @@ def test_a_damaged_ancestor_s_round_traces_do_not_count_towards_order(store: Sna
     assert intact["versions"] == [newer, older] and intact["traces"] == 2 and intact["skipped"] == []
 
     damage(store.versions_dir / older / "traces.parquet", 0, b"XXXX")
-    with caplog.at_level(logging.WARNING, logger="segos_pipeline.api"):
+    with caplog.at_level(logging.WARNING, logger="segos_pipeline.service.api"):
         precedence = _precedence(store, tmp_path)
     assert precedence["versions"] == [newer] and precedence["skipped"] == [older]
     assert precedence["traces"] == 1  # only the newer round's trace is mined

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from segos_pipeline import SnapshotStore
 from segos_pipeline.cli import main
-from segos_pipeline.ingest import TraceStore
+from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.paths import DATA_DIR
 
 

@@ -32,10 +32,10 @@ from assets.checks import check_edges
 from assets.definitions import ASSETS, defs
 from assets.evolution import windows
 from assets.resources import SegosPaths, build_resources
-from segos_pipeline.evolve import evolve
-from segos_pipeline.ingest import TraceStore
+from segos_pipeline.evolution.ingest import TraceStore
+from segos_pipeline.evolution.round import evolve
 from segos_pipeline.paths import PROJECT_ROOT
-from segos_pipeline.snapshot import SnapshotStore
+from segos_pipeline.store.snapshot import SnapshotStore
 
 # Outputs carry data versions on purpose (a beta parameter); the schedule helper uses a deprecated call
 # inside Dagster itself. Neither is ours to fix.

@@ -10,10 +10,10 @@ import pytest
 
 from segos_pipeline import RetrievalConfig, SnapshotStore, build_cold_start
 from segos_pipeline.config import EvolutionConfig
-from segos_pipeline.descriptions import GroundedEditor, make_editor, ungrounded_words
-from segos_pipeline.diff import diff_versions
-from segos_pipeline.evolve import evolve_round
-from segos_pipeline.traces import QueryRecord, TraceRecord, trace_frame
+from segos_pipeline.evolution.descriptions import GroundedEditor, make_editor, ungrounded_words
+from segos_pipeline.evolution.round import evolve_round
+from segos_pipeline.evolution.traces import QueryRecord, TraceRecord, trace_frame
+from segos_pipeline.store.diff import diff_versions
 
 from .conftest import write_skill
 
@@ -121,7 +121,7 @@ def test_ungrounded_revisions_are_rejected(store):
 
 
 def test_grounded_editor_only_appends_package_words():
-    from segos_pipeline.descriptions import Critique
+    from segos_pipeline.evolution.descriptions import Critique
 
     out = GroundedEditor(max_terms=2).propose(
         "Base text.", Critique("s", "q", ["alpha", "beta", "gamma"], ""), ""
@@ -187,7 +187,7 @@ def test_model_editor_needs_configuration_and_unreachable_endpoint_is_an_editor_
 
 
 def test_description_changes_appear_in_the_diff(store):
-    from segos_pipeline.build import commit_derived
+    from segos_pipeline.graph.build import commit_derived
 
     r = _round(store, [_trace("t1", WITNESS, ["reporter"], ["archiver"])])
     parent = store.load()

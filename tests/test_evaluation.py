@@ -11,8 +11,16 @@ import pytest
 from click.testing import CliRunner
 
 from segos_pipeline import RetrievalConfig, Retriever, SnapshotStore, build_cold_start
-from segos_pipeline.adapters import iter_records
-from segos_pipeline.evaluation import (
+from segos_pipeline.evaluation.metrics import (
+    leakage_bucket,
+    overlap_fraction,
+    pair_corecovery,
+    paired_bootstrap,
+    query_metrics,
+    rank_by_score,
+)
+from segos_pipeline.evaluation.replay import EvalQuery
+from segos_pipeline.evaluation.study import (
     CELLS,
     Hydration,
     QueryResult,
@@ -25,19 +33,11 @@ from segos_pipeline.evaluation import (
     split_tasks,
     summarize,
 )
-from segos_pipeline.ingest import TraceStore
-from segos_pipeline.metrics import (
-    leakage_bucket,
-    overlap_fraction,
-    pair_corecovery,
-    paired_bootstrap,
-    query_metrics,
-    rank_by_score,
-)
-from segos_pipeline.naming import SkillNames
+from segos_pipeline.evolution.adapters import iter_records
+from segos_pipeline.evolution.ingest import TraceStore
+from segos_pipeline.evolution.traces import resolve_skills, trace_frame
 from segos_pipeline.paths import DATA_DIR
-from segos_pipeline.replay import EvalQuery
-from segos_pipeline.traces import resolve_skills, trace_frame
+from segos_pipeline.text.names import SkillNames
 
 from .conftest import simple_library
 
@@ -280,8 +280,8 @@ def test_factorial_has_eight_cells_from_the_same_traces(demo_store):
 def eval_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]:
     """`segos eval` on the project's demo data: a committed evolved version, an ingested window, a trace
     file and a little simulated traffic."""
-    from segos_pipeline.cli_eval import eval_cmd
-    from segos_pipeline.evolve import evolve
+    from segos_pipeline.cli.evaluate import eval_cmd
+    from segos_pipeline.evolution.round import evolve
     from segos_pipeline.paths import DEFAULT_LIBRARY
 
     root = tmp_path_factory.mktemp("eval")
@@ -350,7 +350,7 @@ def test_eval_json_shape(eval_run):
 
 
 def test_eval_without_traces_compares_the_trace_free_methods(demo_store, tmp_path):
-    from segos_pipeline.cli_eval import eval_cmd
+    from segos_pipeline.cli.evaluate import eval_cmd
 
     out = tmp_path / "out"
     args = ["--store", str(demo_store), "--queries", str(DATA_DIR / "queries" / "demo.jsonl")]
@@ -362,7 +362,7 @@ def test_eval_without_traces_compares_the_trace_free_methods(demo_store, tmp_pat
 
 
 def test_eval_reports_a_bad_query_file(demo_store, tmp_path):
-    from segos_pipeline.cli_eval import eval_cmd
+    from segos_pipeline.cli.evaluate import eval_cmd
 
     bad = tmp_path / "q.jsonl"
     bad.write_text('{"query": "x"}\n')

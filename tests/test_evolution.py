@@ -4,12 +4,12 @@ import polars as pl
 import pytest
 
 from segos_pipeline import SnapshotStore, build_cold_start
-from segos_pipeline.build import commit_derived
 from segos_pipeline.config import EvolutionConfig
-from segos_pipeline.diff import diff_versions, to_markdown
-from segos_pipeline.edges import EDGE_SCHEMA, violations
-from segos_pipeline.evolve import evolve, evolve_round, select_attempts
-from segos_pipeline.traces import QueryRecord, TraceRecord, trace_frame
+from segos_pipeline.evolution.round import evolve, evolve_round, select_attempts
+from segos_pipeline.evolution.traces import QueryRecord, TraceRecord, trace_frame
+from segos_pipeline.graph.build import commit_derived
+from segos_pipeline.graph.edges import EDGE_SCHEMA, violations
+from segos_pipeline.store.diff import diff_versions, to_markdown
 
 from .conftest import write_skill
 
@@ -236,7 +236,7 @@ def test_layers_switch_off_independently(store):
 
 
 def test_round_commits_child_version_with_lineage_and_diff(store, tmp_path):
-    from segos_pipeline.ingest import TraceStore
+    from segos_pipeline.evolution.ingest import TraceStore
 
     TraceStore(store).ingest(
         [

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from segos_pipeline.config import GraphConfig, TransitionConfig
-from segos_pipeline.edges import EDGE_SCHEMA, violations
-from segos_pipeline.semantic import semantic_edges, topk_jaccard
-from segos_pipeline.transition import transition_matrix
+from segos_pipeline.graph.edges import EDGE_SCHEMA, violations
+from segos_pipeline.graph.semantic_edges import semantic_edges, topk_jaccard
+from segos_pipeline.graph.transition import transition_matrix
 
 
 def _sig(sets: list[set[int]], vocab: int) -> sp.csr_matrix:
@@ -55,7 +55,7 @@ def test_blocked_join_equals_single_block(monkeypatch):
     rng = np.random.default_rng(0)
     sets = [set(rng.choice(40, size=rng.integers(1, 8), replace=False).tolist()) for _ in range(300)]
     full = topk_jaccard(_sig(sets, 40), GraphConfig(knn_k=2))
-    monkeypatch.setattr("segos_pipeline.semantic._PAIRS_PER_BLOCK", 50)
+    monkeypatch.setattr("segos_pipeline.graph.semantic_edges._PAIRS_PER_BLOCK", 50)
     blocked = topk_jaccard(_sig(sets, 40), GraphConfig(knn_k=2, join_block_rows=7))
     for a, b in zip(full[:3], blocked[:3], strict=True):
         np.testing.assert_array_equal(a, b)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from segos_pipeline.incidence import Incidence
+from segos_pipeline.retrieval.incidence import Incidence
 
 
 def _by_definition(edges: pl.DataFrame, skill: str) -> list[tuple[str, str, str, float]]:
@@ -44,9 +44,9 @@ def test_every_skill_gets_exactly_its_edges_in_table_order():
 def test_matches_the_definition_on_an_evolved_version(tmp_path):
     """All relations of a real round (workflow, dependency, avoid next to semantic edges)."""
     from segos_pipeline import SnapshotStore, build_cold_start
-    from segos_pipeline.adapters import iter_records
-    from segos_pipeline.evolve import evolve
-    from segos_pipeline.ingest import TraceStore
+    from segos_pipeline.evolution.adapters import iter_records
+    from segos_pipeline.evolution.ingest import TraceStore
+    from segos_pipeline.evolution.round import evolve
     from segos_pipeline.paths import DATA_DIR, DEFAULT_LIBRARY
 
     store = SnapshotStore(tmp_path / "store")

@@ -10,12 +10,12 @@ import pytest
 from click.testing import CliRunner
 
 from segos_pipeline import SnapshotStore, build_cold_start
-from segos_pipeline import snapshot as snapshot_mod
-from segos_pipeline.build import commit_derived
 from segos_pipeline.cli import main as service_cli
 from segos_pipeline.config import BuildConfig, GraphConfig
-from segos_pipeline.incremental import IncrementalError, apply_change
-from segos_pipeline.snapshot import DamagedSnapshot, Snapshot
+from segos_pipeline.graph.build import commit_derived
+from segos_pipeline.graph.incremental import IncrementalError, apply_change
+from segos_pipeline.store import snapshot as snapshot_mod
+from segos_pipeline.store.snapshot import DamagedSnapshot, Snapshot
 
 from .conftest import damage, write_format1, write_skill
 

@@ -5,10 +5,10 @@ import json
 import pytest
 
 from segos_pipeline import SnapshotStore, build_cold_start
-from segos_pipeline.adapters import iter_records
-from segos_pipeline.ingest import TraceStore
+from segos_pipeline.evolution.adapters import iter_records
+from segos_pipeline.evolution.ingest import TraceStore
+from segos_pipeline.evolution.traces import TraceError, ctrf_reward, parse_native
 from segos_pipeline.paths import DATA_DIR, DEFAULT_LIBRARY
-from segos_pipeline.traces import TraceError, ctrf_reward, parse_native
 
 OK = {"trace_id": "t1", "task_id": "task", "queries": [{"text": "q"}], "used": ["a"], "reward": 1.0}
 
@@ -87,7 +87,7 @@ def test_explicit_window_and_unknown_window(store, tmp_path):
     ts = TraceStore(store)
     report = ts.ingest(iter_records(path, "native"), window="2026-12-01")
     assert report.windows["2026-12-01"]["accepted"] == 1
-    from segos_pipeline.snapshot import SnapshotError
+    from segos_pipeline.store.snapshot import SnapshotError
 
     with pytest.raises(SnapshotError, match="no traces ingested"):
         ts.load("2030-01-01")

@@ -19,11 +19,11 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from segos_pipeline import SnapshotStore, build_cold_start
-from segos_pipeline.adapters import iter_records
-from segos_pipeline.evolve import evolve
-from segos_pipeline.ingest import TraceStore
-from segos_pipeline.mcp_server import _WireIn, _WireOut
+from segos_pipeline.evolution.adapters import iter_records
+from segos_pipeline.evolution.ingest import TraceStore
+from segos_pipeline.evolution.round import evolve
 from segos_pipeline.paths import DEFAULT_LIBRARY, PROJECT_ROOT
+from segos_pipeline.service.mcp_server import _WireIn, _WireOut
 
 from .conftest import commit_copy
 
@@ -315,8 +315,8 @@ def test_streamable_http_serves_the_same_tools_on_loopback(store: Path, tmp_path
 
 
 def test_http_refuses_a_non_loopback_host(store: Path):
-    from segos_pipeline.api import SegosService
-    from segos_pipeline.mcp_server import serve
+    from segos_pipeline.service.api import SegosService
+    from segos_pipeline.service.mcp_server import serve
 
     with pytest.raises(ValueError, match="loopback"):
         serve(SegosService(store), http=True, host="0.0.0.0")

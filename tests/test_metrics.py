@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from segos_pipeline.metrics import aggregate, percentile, query_metrics
-from segos_pipeline.replay import load_queries
+from segos_pipeline.evaluation.metrics import aggregate, percentile, query_metrics
+from segos_pipeline.evaluation.replay import load_queries
 
 
 def test_hand_computed_single_query():

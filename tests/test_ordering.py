@@ -5,7 +5,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from segos_pipeline.ordering import (
+from segos_pipeline.retrieval.ordering import (
     Precedence,
     apibank_study,
     execution_order,

@@ -4,7 +4,7 @@ from pathlib import Path
 import polars as pl
 
 from segos_pipeline.config import ParseConfig
-from segos_pipeline.parsing import NODE_SCHEMA, REPORT_SCHEMA, parse_library, split_frontmatter
+from segos_pipeline.graph.parsing import NODE_SCHEMA, REPORT_SCHEMA, parse_library, split_frontmatter
 
 from .conftest import write_skill
 
@@ -191,7 +191,7 @@ def test_demo_library_parses_with_reported_malformed_packages():
 
 
 def test_parallel_parse_equals_serial(tmp_path, monkeypatch):
-    import segos_pipeline.parsing as parsing
+    import segos_pipeline.graph.parsing as parsing
 
     for i in range(30):
         write_skill(tmp_path, f"d{i % 3}/s{i}", f"name: s{i}\ndescription: skill {i}", "body")
@@ -205,7 +205,7 @@ def test_parallel_parse_equals_serial(tmp_path, monkeypatch):
 
 
 def test_chunked_tokenisation_equals_one_pass(monkeypatch):
-    import segos_pipeline.lexicon as lexicon
+    import segos_pipeline.text.lexicon as lexicon
     from segos_pipeline.paths import DEFAULT_LIBRARY
 
     nodes = parse_library(DEFAULT_LIBRARY).nodes
@@ -216,7 +216,7 @@ def test_chunked_tokenisation_equals_one_pass(monkeypatch):
 
 
 def test_pool_that_cannot_start_falls_back_to_serial(tmp_path, monkeypatch):
-    import segos_pipeline.parsing as parsing
+    import segos_pipeline.graph.parsing as parsing
 
     for i in range(6):
         write_skill(tmp_path, f"s{i}", f"name: s{i}\ndescription: skill {i}", "body")

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from segos_pipeline import RetrievalConfig, Retriever, SnapshotStore, build_cold_start
-from segos_pipeline.build import commit_derived
-from segos_pipeline.edges import EDGE_SCHEMA
+from segos_pipeline.graph.build import commit_derived
+from segos_pipeline.graph.edges import EDGE_SCHEMA
 
 from .conftest import simple_library, write_skill
 
@@ -174,7 +174,7 @@ def test_retrieval_is_deterministic_and_bounded(shared_store, words):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from([0.0, 0.1, 0.5, 0.5, 1.0, 2.0]), min_size=0, max_size=40), st.integers(0, 12))
 def test_top_k_equals_a_full_sort_with_ties_to_the_smaller_index(values, k):
-    from segos_pipeline.retrieval import top_k
+    from segos_pipeline.retrieval.ranker import top_k
 
     v = np.array(values, dtype=float)
     cand = np.flatnonzero(v > 0)
@@ -183,7 +183,7 @@ def test_top_k_equals_a_full_sort_with_ties_to_the_smaller_index(values, k):
 
 
 def test_lexical_index_cache_is_used_equal_and_self_healing(store):
-    from segos_pipeline.lexical import LexicalIndex, index_for
+    from segos_pipeline.retrieval.lexical import LexicalIndex, index_for
 
     snap = store.load()
     cfg = RetrievalConfig()
@@ -209,7 +209,7 @@ def test_lexical_index_cache_is_used_equal_and_self_healing(store):
 
 @pytest.mark.parametrize("kernel", [True, False], ids=["sparsetools-kernel", "public-operator"])
 def test_power_iteration_is_the_textbook_loop_bit_for_bit(kernel, monkeypatch):
-    import segos_pipeline.retrieval as retrieval_mod
+    import segos_pipeline.retrieval.ranker as retrieval_mod
 
     if not kernel:
         monkeypatch.setattr(retrieval_mod, "_csr_matvec", None)
@@ -239,7 +239,7 @@ def test_power_iteration_is_the_textbook_loop_bit_for_bit(kernel, monkeypatch):
 
 
 def test_closed_submatrix_equals_the_fancy_index():
-    from segos_pipeline.retrieval import closed_submatrix
+    from segos_pipeline.retrieval.ranker import closed_submatrix
 
     rng = np.random.default_rng(3)
     # three components (blocks) of a random sparse matrix; any union of whole blocks is closed
@@ -258,7 +258,7 @@ def test_closed_submatrix_equals_the_fancy_index():
 def test_bm25f_matrix_equals_the_formula_row_by_row():
     """The vectorised index against SPEC §6 written out per (skill, token), including a field without a
     weight (it counts for lengths and df but adds no term) and a skill that lacks a field."""
-    from segos_pipeline.lexical import LexicalIndex
+    from segos_pipeline.retrieval.lexical import LexicalIndex
 
     rows = [  # node, field, token, tf
         (0, "name", "csv", 1),

@@ -4,8 +4,8 @@ import polars as pl
 import pytest
 
 from segos_pipeline import Retriever, SnapshotStore, build_cold_start
-from segos_pipeline.edges import violations
-from segos_pipeline.replay import load_queries, replay
+from segos_pipeline.evaluation.replay import load_queries, replay
+from segos_pipeline.graph.edges import violations
 
 pytestmark = pytest.mark.shared
 

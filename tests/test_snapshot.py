@@ -6,10 +6,10 @@ import polars as pl
 import pytest
 
 from segos_pipeline import build_cold_start
-from segos_pipeline import snapshot as snapshot_mod
-from segos_pipeline.build import commit_derived
-from segos_pipeline.lexicon import signature_matrix, token_table
-from segos_pipeline.snapshot import MANIFEST, DamagedSnapshot, SnapshotStore, UnknownVersion
+from segos_pipeline.graph.build import commit_derived
+from segos_pipeline.store import snapshot as snapshot_mod
+from segos_pipeline.store.snapshot import MANIFEST, DamagedSnapshot, SnapshotStore, UnknownVersion
+from segos_pipeline.text.lexicon import signature_matrix, token_table
 
 from .conftest import damage, simple_library, write_format1
 

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from segos_pipeline import Retriever, SnapshotStore, build_cold_start
-from segos_pipeline.synthetic import PARAMS_FILE, generate_library, generate_queries, main
-from segos_pipeline.text import normalize_name
+from segos_pipeline.evaluation.synthetic import PARAMS_FILE, generate_library, generate_queries, main
+from segos_pipeline.text.tokens import normalize_name
 
 N = 200
 

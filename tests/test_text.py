@@ -2,8 +2,15 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from segos_pipeline.naming import SkillNames
-from segos_pipeline.text import normalize_name, normalize_names, stem, stem_frame, tokenize, tokenize_column
+from segos_pipeline.text.names import SkillNames
+from segos_pipeline.text.tokens import (
+    normalize_name,
+    normalize_names,
+    stem,
+    stem_frame,
+    tokenize,
+    tokenize_column,
+)
 
 
 def test_stemmer_folds_plurals_without_mangling():

@@ -1,0 +1,413 @@
+"""The `segos` command line. Interfaces here (commands, flags, JSON shapes) are relied on by other tools:
+add to them freely, never change what exists."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..config import EvolutionConfig
+from ..evolution.adapters import FORMATS, iter_records, write_library
+from ..paths import DEFAULT_LIBRARY
+from .common import (
+    _emit_json,
+    _fail,
+    _load_retriever,
+    _progress,
+    _store,
+    friendly_errors,
+    store_option,
+    version_option,
+)
+from .evaluate import eval_cmd
+from .service import COMMANDS as SERVICE_COMMANDS
+
+# The library modules a command needs are imported in the command, so that every `segos ...` pays only for
+# what it runs (an incremental `segos update` on a big library is bounded by start-up time otherwise).
+
+
+@click.group()
+@click.version_option(package_name="segos", prog_name="segos")
+def main() -> None:
+    """segos: a self-evolving Graph-of-Skills retrieval layer."""
+
+
+@main.command()
+@click.argument("library", required=False, type=click.Path(path_type=Path))
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest instead of a summary.")
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@friendly_errors
+def build(library: Path | None, store: Path | None, as_json: bool, quiet: bool) -> None:
+    """Build the cold-start graph version of LIBRARY (default: the demo library in data/)."""
+    from ..graph.build import build_cold_start
+
+    library = library or DEFAULT_LIBRARY
+    if not library.is_dir():
+        _fail(f"skill library folder not found: {library} (give a folder that contains SKILL.md packages)")
+    manifest = build_cold_start(library, _store(store), progress=_progress(quiet or as_json))
+    if as_json:
+        _emit_json(manifest)
+        return
+    counts = manifest["counts"]
+    sem = counts["semantic"]
+    click.echo(f"skills: {counts['skills']}   problems reported: {counts['problems']}")
+    click.echo(
+        f"semantic edges: {sem['directed_edges']} directed, {sem['unordered_pairs']} unordered pairs, "
+        f"max degree {sem['max_degree']}, {sem['isolated']} isolated"
+    )
+    if counts["problems"]:
+        click.echo(f"see the build report: segos report {manifest['version']} --store {_store(store).root}")
+    click.echo(manifest["version"])
+
+
+@main.command()
+@store_option
+@click.option("--json", "as_json", is_flag=True)
+@friendly_errors
+def versions(store: Path | None, as_json: bool) -> None:
+    """List the versions in a store, oldest first."""
+    st = _store(store)
+    manifests = st.list_versions()
+    for vid, why in sorted(st.unreadable_versions().items()):  # on stderr: --json's stdout keeps its shape
+        click.echo(f"warning: {vid} is not listed: {why} (`segos verify --all` reports it)", err=True)
+    if as_json:
+        _emit_json(manifests)
+        return
+    if not manifests:
+        click.echo("no versions yet; run `segos build`")
+        return
+    click.echo(
+        f"{'version':<16} {'kind':<11} {'parent':<16} {'window':<12} {'skills':>7} {'edges':>8}  created"
+    )
+    for m in manifests:
+        c = m.get("counts", {})
+        click.echo(
+            f"{m['version']:<16} {m.get('kind', ''):<11} {m.get('parent') or '-':<16} "
+            f"{m.get('window') or '-':<12} {c.get('skills', 0):>7} {c.get('edges', 0):>8}  {m['created_at']}"
+        )
+
+
+@main.command()
+@click.argument("version", required=False)
+@store_option
+@click.option("--json", "as_json", is_flag=True)
+@friendly_errors
+def report(version: str | None, store: Path | None, as_json: bool) -> None:
+    """Show the build report (every parsing problem and what was done) of VERSION."""
+    snap = _store(store).load(version)
+    table = snap.read_extra("report.parquet")
+    if as_json:
+        _emit_json({"version": snap.version, "problems": table.to_dicts()})
+        return
+    if table.is_empty():
+        click.echo(f"{snap.version}: no problems")
+        return
+    for row in table.iter_rows(named=True):
+        click.echo(f"[{row['severity']}] {row['file']}: {row['problem']} -> {row['action']}")
+
+
+@main.command()
+@click.argument("version", required=False)
+@store_option
+@click.option("--all", "every", is_flag=True, help="Check every version, and report unreadable manifests.")
+@friendly_errors
+def verify(version: str | None, store: Path | None, every: bool) -> None:
+    """Check VERSION's files (default: the newest version's) against the sha256 hashes in its manifest."""
+    st = _store(store)
+    if not every:
+        vid = st.resolve(version)
+        bad = st.verify(vid)
+        if bad:
+            _fail(f"version {vid} is damaged: {', '.join(bad)} differ from the manifest")
+        click.echo(f"{vid}: ok")
+        return
+    if version is not None:
+        _fail("give a VERSION or --all, not both")
+    problems = st.unreadable_versions()
+    for m in st.list_versions():
+        bad = st.verify(m["version"])
+        if bad:
+            problems[m["version"]] = f"{', '.join(bad)} differ from the manifest"
+        else:
+            click.echo(f"{m['version']}: ok")
+    for vid, why in sorted(problems.items()):
+        click.echo(f"{vid}: DAMAGED: {why}")
+    if problems:
+        _fail(
+            f"{len(problems)} damaged version(s); snapshots are never repaired in place: restore them from a "
+            "backup, or delete their folders and rebuild"
+        )
+
+
+@main.command()
+@click.argument("query")
+@store_option
+@version_option
+@click.option("--top-n", type=int, default=None, help="Bundle size (default 5).")
+@click.option("--max-chars", type=int, default=None, help="Global character budget (default 9000).")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--show-text", is_flag=True, help="Print the hydrated skill texts.")
+@friendly_errors
+def retrieve(
+    query: str,
+    store: Path | None,
+    version: str | None,
+    top_n: int | None,
+    max_chars: int | None,
+    as_json: bool,
+    show_text: bool,
+) -> None:
+    """Retrieve the skill bundle for QUERY."""
+    if not query.strip():
+        _fail("the query is empty; describe the task to retrieve skills for")
+    retriever = _load_retriever(store, version, top_n=top_n, total_chars=max_chars)
+    bundle = retriever.retrieve(query)
+    if as_json:
+        _emit_json(bundle.to_dict())
+        return
+    click.echo(f"version {bundle.version}: {len(bundle.skills)} skill(s), {bundle.chars} chars")
+    for s in bundle.skills:
+        mark = "seed" if s.seed else "graph" if s.lexical == 0 else ""
+        click.echo(f"{s.rank:>2}. {s.name:<36} {s.score:8.4f} {mark:<5} {s.id}")
+    for p in bundle.pruned:
+        click.echo(f"    pruned {p['id']} (avoid edge with {p['avoided_with']})")
+    if show_text:
+        for s in bundle.skills:
+            click.echo("\n" + s.text)
+
+
+@main.command(name="replay")
+@click.argument("queries", type=click.Path(path_type=Path))
+@store_option
+@version_option
+@click.option("--k", type=int, default=5, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--details", is_flag=True, help="Include per-query rankings.")
+@friendly_errors
+def replay_cmd(
+    queries: Path, store: Path | None, version: str | None, k: int, as_json: bool, details: bool
+) -> None:
+    """Replay QUERIES (JSONL with `query`/`instruction` and `gold`) against a version."""
+    if k < 1:
+        _fail("--k must be at least 1")
+    from ..evaluation.replay import load_queries, replay
+
+    retriever = _load_retriever(store, version)
+    qf = load_queries(queries)
+    if not qf.queries:
+        _fail(f"no usable queries in {queries} ({len(qf.skipped)} line(s) skipped)")
+    result = replay(retriever, qf, k=k, details=details)
+    for s in qf.skipped:
+        click.echo(f"warning: {queries}:{s['line']}: skipped, {s['reason']}", err=True)
+    if result["unknown_gold"]:
+        click.echo(f"warning: gold names not in the library: {', '.join(result['unknown_gold'])}", err=True)
+    if as_json:
+        _emit_json(result)
+        return
+    mbr = result["mean_best_rank"]
+    click.echo(f"version {result['version']}  k={k}  queries={result['n']}")
+    click.echo(
+        f"hit@{k} {result['hit']:.3f}  recall@{k} {result['recall']:.3f}  COMP@{k} {result['comp']:.3f}  "
+        f"MRR {result['mrr']:.3f}  mean best rank {mbr if mbr is None else round(mbr, 3)}"
+    )
+    click.echo(f"latency ms p50 {result['latency_ms']['p50']:.3f}  p95 {result['latency_ms']['p95']:.3f}")
+
+
+def _parse_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """`--set key=value` pairs; values are read as JSON when they parse (numbers, booleans), else text."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set expects key=value, got {pair!r}")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
+@main.command()
+@click.argument("traces", type=click.Path(path_type=Path))
+@store_option
+@click.option(
+    "--window", default=None, help="Window id (e.g. 2026-11-29); default: each trace's timestamp date."
+)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="native", show_default=True)
+@click.option(
+    "--queries",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Eval JSONL giving the query text by task id (skillsbench-trials).",
+)
+@click.option(
+    "--version", "version", default=None, help="Version whose skills names resolve against (default: latest)."
+)
+@click.option("--json", "as_json", is_flag=True)
+@friendly_errors
+def ingest(
+    traces: Path,
+    store: Path | None,
+    window: str | None,
+    fmt: str,
+    queries: Path | None,
+    version: str | None,
+    as_json: bool,
+) -> None:
+    """Validate TRACES (a file or folder) into the store's per-window trace tables."""
+    if not traces.exists():
+        _fail(f"trace source not found: {traces}")
+    from ..evolution.ingest import TraceStore
+
+    report = TraceStore(_store(store)).ingest(
+        iter_records(traces, fmt, queries=queries), window=window, version=version
+    )
+    if as_json:
+        _emit_json(report.to_dict())
+        return
+    click.echo(
+        f"read {report.read}: {report.accepted} accepted, {report.duplicates} duplicate(s) skipped, "
+        f"{report.quarantined} quarantined (skills resolved against {report.version})"
+    )
+    for w, c in sorted(report.windows.items()):
+        click.echo(f"  window {w}: +{c['accepted']} (total {c['total']}), {c['quarantined']} quarantined")
+    for reason, n in report.quarantine_reasons.items():
+        click.echo(f"  quarantined x{n}: {reason}")
+    if report.unknown_skills:
+        click.echo(f"  unknown skills (dropped from the traces): {', '.join(report.unknown_skills)}")
+
+
+@main.command()
+@store_option
+@click.option("--window", required=True, help="The window of ingested traces to evolve on.")
+@click.option("--from", "from_version", default=None, help="Parent version (default: latest).")
+@click.option("--pool", is_flag=True, help="Pool all attempts instead of the final one per (task, agent).")
+@click.option("--no-l1", is_flag=True, help="Skip the topology update.")
+@click.option("--no-l2", is_flag=True, help="Skip the edge-weight update.")
+@click.option("--no-l3", is_flag=True, help="Skip the description update.")
+@click.option("--set", "settings", multiple=True, help="Evolution setting key=value (e.g. --set blend=true).")
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest (with per-rule counters).")
+@click.option("--quiet", is_flag=True)
+@friendly_errors
+def evolve(
+    store: Path | None,
+    window: str,
+    from_version: str | None,
+    pool: bool,
+    no_l1: bool,
+    no_l2: bool,
+    no_l3: bool,
+    settings: tuple[str, ...],
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Make version N+1 from version N and a window of traces; prints the new version id last."""
+    config = EvolutionConfig().with_overrides(**_parse_settings(settings))
+    config = config.with_overrides(
+        pool_attempts=pool or config.pool_attempts,
+        l1_topology=config.l1_topology and not no_l1,
+        l2_weights=config.l2_weights and not no_l2,
+        l3_descriptions=config.l3_descriptions and not no_l3,
+    )
+    from ..evolution.round import evolve as run_evolution
+
+    manifest = run_evolution(
+        _store(store), window, from_version, config, progress=_progress(quiet or as_json)
+    )
+    if as_json:
+        _emit_json(manifest)
+        return
+    click.echo(f"{manifest['parent']} + window {window} -> round {manifest['round']}")
+    for layer, rules in manifest["counters"].items():
+        click.echo(f"  {layer}: {json.dumps(rules)}")
+    click.echo(manifest["version"])
+
+
+@main.command()
+@click.argument("v1")
+@click.argument("v2")
+@store_option
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--markdown", is_flag=True)
+@click.option("--limit", type=int, default=15, show_default=True, help="Rows in the largest-changes listing.")
+@friendly_errors
+def diff(v1: str, v2: str, store: Path | None, as_json: bool, markdown: bool, limit: int) -> None:
+    """What changed from version V1 to version V2."""
+    from ..store.diff import diff_versions
+    from ..store.diff import to_markdown as diff_markdown
+    from ..store.diff import to_table as diff_table
+
+    st = _store(store)
+    result = diff_versions(st.load(v1), st.load(v2))
+    if as_json:
+        _emit_json(result)
+    elif markdown:
+        click.echo(diff_markdown(result, limit))
+    else:
+        click.echo(diff_table(result, limit))
+
+
+@main.command()
+@click.option(
+    "--queries",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Tasks with gold skills (JSONL; default: data/queries/demo.jsonl).",
+)
+@store_option
+@version_option
+@click.option("--traces", "n_traces", type=int, default=1000, show_default=True)
+@click.option("--window", default="2026-11-29", show_default=True, help="Date the simulated traces carry.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--out", type=click.Path(path_type=Path), required=True, help="JSONL file to write (native format)."
+)
+@friendly_errors
+def simulate(
+    queries: Path | None,
+    store: Path | None,
+    version: str | None,
+    n_traces: int,
+    window: str,
+    seed: int,
+    out: Path,
+) -> None:
+    """Write SIMULATED traces (labelled `simulated: true`) for TASKS against a version."""
+    from ..evaluation.replay import load_queries
+    from ..evaluation.simulate import SimulationConfig, to_native
+    from ..evaluation.simulate import simulate as run_simulation
+    from ..paths import DEFAULT_QUERIES
+
+    retriever = _load_retriever(store, version)
+    tasks = load_queries(queries or DEFAULT_QUERIES).queries
+    records = run_simulation(retriever, tasks, SimulationConfig(traces=n_traces, seed=seed, window=window))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", encoding="utf-8") as fh:
+        for r in records:
+            fh.write(json.dumps(to_native(r)) + "\n")
+    ok = sum(r.reward >= 0.9 for r in records)
+    click.echo(f"wrote {len(records)} SIMULATED traces ({ok} successful) for {len(tasks)} tasks to {out}")
+
+
+@main.command(name="generate-library")
+@click.argument("source", type=click.Path(path_type=Path))
+@click.argument("out_dir", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["apibank", "toolbench"]), required=True)
+@click.option("--json", "as_json", is_flag=True)
+@friendly_errors
+def generate_library(source: Path, out_dir: Path, fmt: str, as_json: bool) -> None:
+    """Write a SKILL.md library generated from a trace source's APIs (API-Bank, ToolBench)."""
+    summary = write_library(source, fmt, out_dir)
+    if as_json:
+        _emit_json(summary)
+    else:
+        click.echo(json.dumps(summary, indent=2, default=str))
+
+
+main.add_command(eval_cmd)
+for _cmd in SERVICE_COMMANDS:  # segos mcp | add | update | remove
+    main.add_command(_cmd)

@@ -1,0 +1,1 @@
+"""Evaluation layer: replay metrics, simulated and synthetic data, the evaluation study and its reports."""

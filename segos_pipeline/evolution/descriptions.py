@@ -1,0 +1,397 @@
+"""L3 description update (SPEC §8): candidates → critic → editor → gates → committed revisions.
+
+- Candidate: a skill used on a successful trace whose rank for that trace's query is outside the top-N.
+- Critic: names what the description lacks: words of the skill's own package that the witnessing query
+  needs and the description, capability and name do not contain (rarest first).
+- Editor: proposes a revision. The default `GroundedEditor` needs no model and may only add words that
+  occur in the package text; a model-backed editor (OpenAI-compatible endpoint) sits behind the same
+  interface and its output must pass the same grounding check, so neither can paste a query's
+  vocabulary into a description.
+- Gate 1: commit only if replaying the witnessing query lifts the skill's rank.
+- Gate 2: no committed revision may lower the skill's rank on any other query of the window on which
+  the skill was used.
+Revisions are tried against the round's graph with a patched lexical row (cheap); the chosen set is then
+verified against an index rebuilt with all revisions applied, and any revision that fails there is
+dropped (until the set is stable). Every attempt is recorded: before, after, evidence, ranks, outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import polars as pl
+
+from ..config import EvolutionConfig
+from ..retrieval.ranker import Retriever
+from ..text.lexicon import token_table
+from ..text.tokens import keep_word, stem
+
+_WORD = re.compile(r"[^\W_]+")
+
+REVISION_SCHEMA: dict[str, pl.DataType] = {
+    "skill": pl.String,
+    "query": pl.String,
+    "evidence_traces": pl.List(pl.String),
+    "missing_terms": pl.List(pl.String),
+    "before": pl.String,
+    "after": pl.String,
+    "editor": pl.String,
+    "rank_before": pl.Int64,  # null: the skill had no evidence for the query at all
+    "rank_after": pl.Int64,
+    "other_queries": pl.Int64,
+    "worst_other_change": pl.Int64,  # max over other queries of (rank_after − rank_before); > 0 is a loss
+    "committed": pl.Boolean,
+    "outcome": pl.String,
+}
+
+
+@dataclass
+class Critique:
+    skill: str
+    query: str
+    missing: list[str]  # surface words from the package, rarest first
+    note: str
+
+
+class Editor(Protocol):
+    name: str
+
+    def propose(self, before: str, critique: Critique, package_text: str) -> str | None: ...
+
+
+class GroundedEditor:
+    """Appends the critic's missing package words to the description, in the package's own spelling."""
+
+    name = "grounded"
+
+    def __init__(self, max_terms: int = 6):
+        self.max_terms = max_terms
+
+    def propose(self, before: str, critique: Critique, package_text: str) -> str | None:
+        terms = critique.missing[: self.max_terms]
+        if not terms:
+            return None
+        base = before.rstrip()
+        return f"{base} ({', '.join(terms)})" if base else ", ".join(terms)
+
+
+class OpenAICompatibleEditor:
+    """A model-backed editor over an OpenAI-compatible `/chat/completions` endpoint.
+
+    Only constructed when an endpoint is configured; its revision must still pass the grounding check.
+    """
+
+    name = "openai"
+
+    def __init__(self, endpoint: str, model: str, api_key: str | None = None, timeout: float = 30.0):
+        self.url = endpoint.rstrip("/") + "/chat/completions"
+        self.model = model
+        self.api_key = api_key
+        self.timeout = timeout
+
+    def propose(self, before: str, critique: Critique, package_text: str) -> str | None:
+        prompt = {
+            "description": before,
+            "missing_words": critique.missing,
+            "critique": critique.note,
+            "package_excerpt": package_text[:6000],
+        }
+        body = {
+            "model": self.model,
+            "temperature": 0,
+            "messages": [
+                {
+                    "role": "system",
+                    "content": "Rewrite the skill description so an agent can tell when to use the skill. "
+                    "Use only words that occur in the package excerpt. Reply with the description only.",
+                },
+                {"role": "user", "content": json.dumps(prompt)},
+            ],
+        }
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        request = urllib.request.Request(self.url, json.dumps(body).encode(), headers, method="POST")
+        with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            reply = json.loads(response.read())
+        text = reply["choices"][0]["message"]["content"]
+        return " ".join(str(text).split()) or None
+
+
+def make_editor(config: EvolutionConfig) -> Editor:
+    if config.editor == "grounded":
+        return GroundedEditor(config.l3_max_terms)
+    if config.editor == "openai":
+        if not config.editor_endpoint or not config.editor_model:
+            raise ValueError(
+                "the openai editor needs editor_endpoint and editor_model in the evolution config"
+            )
+        key = os.environ.get(config.editor_api_key_env)
+        return OpenAICompatibleEditor(
+            config.editor_endpoint, config.editor_model, key, config.editor_timeout_s
+        )
+    raise ValueError(f"unknown editor {config.editor!r}: use 'grounded' or 'openai'")
+
+
+# ------------------------------------------------------------------------------------------------ critic
+
+
+def package_text(row: dict[str, Any]) -> str:
+    parts = [row["name"], row["description"] or "", row["capability"] or "", row["body"] or ""]
+    for key in ("domain_tags", "tooling", "inputs", "outputs", "example_tasks", "entrypoints"):
+        parts.extend(row[key] or [])
+    return "\n".join(parts)
+
+
+def words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+def ungrounded_words(before: str, after: str, package: str) -> set[str]:
+    """Content words of `after` that are neither in `before` nor anywhere in the package text.
+
+    Stopwords and numbers are exempt: the tokenizer drops them, so they cannot move a skill's rank.
+    """
+    return {w for w in words(after) if keep_word(w)} - set(words(before)) - set(words(package))
+
+
+def critique(row: dict[str, Any], query: str, idf: Callable[[str], float]) -> Critique:
+    """Package words the query needs that the description, capability and name lack (rarest first)."""
+    described = {
+        stem(w) for w in words(" ".join([row["name"], row["description"] or "", row["capability"] or ""]))
+    }
+    surface: dict[str, Counter[str]] = {}
+    for w in words(package_text(row)):
+        if keep_word(w):
+            surface.setdefault(stem(w), Counter())[w] += 1
+    wanted = {stem(w) for w in words(query) if keep_word(w)}
+    missing = [t for t in wanted if t in surface and t not in described]
+    missing.sort(key=lambda t: (-idf(t), t))
+    chosen = [surface[t].most_common(1)[0][0] for t in missing]
+    note = f"the description lacks {', '.join(chosen)}" if chosen else "nothing in the package fits the query"
+    return Critique(row["id"], query, chosen, note)
+
+
+# ------------------------------------------------------------------------------------------------- round
+
+
+@dataclass
+class L3Result:
+    nodes: pl.DataFrame
+    tokens: pl.DataFrame
+    revisions: pl.DataFrame
+    counters: dict[str, int] = field(default_factory=dict)
+
+
+def _node_tokens(nodes: pl.DataFrame, i: int, description: str) -> pl.DataFrame:
+    one = nodes.slice(i, 1).with_columns(description=pl.lit(description))
+    return token_table(one).drop("node")
+
+
+def _usage_queries(traces: pl.DataFrame) -> pl.DataFrame:
+    """(trace, success, skill, query text, retrieved) for every query of every trace that used the skill."""
+    return (
+        traces.select("trace_id", "success", "used", "queries")
+        .explode("queries")
+        .drop_nulls("queries")
+        .with_columns(
+            text=pl.col("queries").struct.field("text"),
+            retrieved=pl.col("queries")
+            .struct.field("retrieved")
+            .fill_null(pl.lit([], dtype=pl.List(pl.String))),
+        )
+        .drop("queries")
+        .explode("used")
+        .drop_nulls("used")
+        .rename({"used": "skill"})
+    )
+
+
+def description_update(
+    retriever: Retriever,
+    traces: pl.DataFrame,
+    config: EvolutionConfig,
+    top_n: int,
+    editor: Editor | None = None,
+    rebuild: Callable[[pl.DataFrame, pl.DataFrame], Retriever] | None = None,
+) -> L3Result:
+    """Run L3 on the round's graph (`retriever`); `rebuild(nodes, tokens)` gives a retriever over revised
+    nodes for the exact verification pass."""
+    editor = editor or make_editor(config)
+    nodes, tokens = retriever.snapshot.nodes, retriever.snapshot.tokens
+    usage = _usage_queries(traces)
+    # Candidates from what the retriever returned on the trace (recorded or reconstructed): a skill used
+    # on a successful trace but absent from that query's top-N. No replay is needed to find them.
+    missed = usage.filter(
+        pl.col("success") & ~pl.col("retrieved").list.head(top_n).list.contains(pl.col("skill"))
+    )
+    witnessed = missed.group_by("skill", "text").agg(traces=pl.col("trace_id").unique().sort())
+    ranks: dict[tuple[str, str], int | None] = {}
+    index = {skill_id: i for i, skill_id in enumerate(nodes["id"].to_list())}
+
+    def rank(text: str, skill: str) -> int | None:
+        if (text, skill) not in ranks:
+            ranks[(text, skill)] = retriever.rank_of(text, index[skill])
+        return ranks[(text, skill)]
+
+    cands = [
+        row
+        for row in witnessed.sort(
+            pl.col("traces").list.len(), "skill", "text", descending=[True, False, False]
+        ).iter_rows()
+        if row[0] in index
+    ]
+    counters = {
+        "candidates": len(cands),
+        "examined": 0,
+        "already_in_top_n": 0,
+        "no_missing_words": 0,
+        "editor_declined": 0,
+        "editor_errors": 0,
+        "rejected_ungrounded": 0,
+        "failed_gate_rank": 0,
+        "failed_gate_other_queries": 0,
+        "committed": 0,
+        "reverted_on_verification": 0,
+    }
+    idf = retriever.lexical.idf
+    records: list[dict[str, Any]] = []
+    accepted: dict[str, dict[str, Any]] = {}
+    seen_skills: set[str] = set()
+    other_by_skill = usage.group_by("skill").agg(texts=pl.col("text").unique().sort())
+    others = dict(other_by_skill.iter_rows())
+    for skill, text, trace_ids in cands:
+        if skill in seen_skills:
+            continue  # one revision per skill per round, for its most witnessed query
+        if counters["examined"] >= config.l3_max_candidates:
+            break
+        seen_skills.add(skill)
+        counters["examined"] += 1
+        i = index[skill]
+        r_before = rank(text, skill)
+        if r_before is not None and r_before <= top_n:
+            counters["already_in_top_n"] += 1  # this round's edges already lifted it: nothing to rewrite
+            continue
+        row = nodes.row(i, named=True)
+        crit = critique(row, text, idf)
+        base = {
+            "skill": skill,
+            "query": text,
+            "evidence_traces": trace_ids,
+            "missing_terms": crit.missing,
+            "before": row["description"],
+            "after": None,
+            "editor": editor.name,
+            "rank_before": r_before,
+            "rank_after": None,
+            "other_queries": 0,
+            "worst_other_change": None,
+            "committed": False,
+        }
+        if not crit.missing and editor.name == "grounded":
+            counters["no_missing_words"] += 1
+            records.append({**base, "outcome": "critic found no package word the query needs"})
+            continue
+        pkg = package_text(row)
+        try:
+            after = editor.propose(row["description"] or "", crit, pkg)
+        except (OSError, urllib.error.URLError, KeyError, ValueError, json.JSONDecodeError) as exc:
+            counters["editor_errors"] += 1
+            records.append({**base, "outcome": f"editor error: {exc}"[:200]})
+            continue
+        if not after or after == row["description"]:
+            counters["editor_declined"] += 1
+            records.append({**base, "outcome": "editor proposed no change"})
+            continue
+        stray = ungrounded_words(row["description"] or "", after, pkg)
+        if stray:
+            counters["rejected_ungrounded"] += 1
+            records.append(
+                {**base, "after": after, "outcome": f"ungrounded words: {', '.join(sorted(stray)[:8])}"}
+            )
+            continue
+        patch = {i: retriever.lexical.row_patch(_node_tokens(nodes, i, after))}
+        r_after = retriever.rank_of(text, i, patch)
+        base = {**base, "after": after, "rank_after": r_after}
+        if not _improves(r_before, r_after):
+            counters["failed_gate_rank"] += 1
+            records.append({**base, "outcome": "gate 1: witnessing query rank did not improve"})
+            continue
+        other_texts = [t for t in others.get(skill, []) if t != text]
+        worst = max((_delta(rank(t, skill), retriever.rank_of(t, i, patch)) for t in other_texts), default=0)
+        base = {**base, "other_queries": len(other_texts), "worst_other_change": worst}
+        if worst > 0:
+            counters["failed_gate_other_queries"] += 1
+            records.append({**base, "outcome": "gate 2: lowered the skill's rank on another query"})
+            continue
+        accepted[skill] = {
+            **base,
+            "other_texts": other_texts,
+            "rank_before_others": {t: rank(t, skill) for t in other_texts},
+        }
+
+    new_nodes, new_tokens = nodes, tokens
+    while accepted:  # exact verification with every accepted revision applied at once
+        new_nodes = _apply(nodes, {s: a["after"] for s, a in accepted.items()}, index)
+        new_tokens = token_table(new_nodes)
+        if rebuild is None:
+            break
+        exact = rebuild(new_nodes, new_tokens)
+        failed = []
+        for skill, a in accepted.items():
+            i = index[skill]
+            r_after = exact.rank_of(a["query"], i)
+            worst = max(
+                (_delta(a["rank_before_others"][t], exact.rank_of(t, i)) for t in a["other_texts"]), default=0
+            )
+            a["rank_after"], a["worst_other_change"] = r_after, worst
+            if not _improves(a["rank_before"], r_after) or worst > 0:
+                failed.append(skill)
+        if not failed:
+            break
+        for skill in failed:
+            a = accepted.pop(skill)
+            counters["reverted_on_verification"] += 1
+            records.append({**_record(a), "outcome": "reverted: failed a gate on the rebuilt index"})
+        new_nodes, new_tokens = nodes, tokens
+    for a in accepted.values():
+        records.append({**_record(a), "committed": True, "outcome": "committed"})
+    counters["committed"] = len(accepted)
+    revisions = (
+        pl.DataFrame(records, schema=REVISION_SCHEMA) if records else pl.DataFrame(schema=REVISION_SCHEMA)
+    )
+    return L3Result(nodes=new_nodes, tokens=new_tokens, revisions=revisions, counters=counters)
+
+
+def _record(a: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in a.items() if k in REVISION_SCHEMA}
+
+
+def _apply(nodes: pl.DataFrame, revised: dict[str, str], index: dict[str, int]) -> pl.DataFrame:
+    descriptions = nodes["description"].to_list()
+    for skill, after in revised.items():
+        descriptions[index[skill]] = after
+    return nodes.with_columns(description=pl.Series(descriptions, dtype=pl.String))
+
+
+def _improves(before: int | None, after: int | None) -> bool:
+    if after is None:
+        return False
+    return before is None or after < before
+
+
+def _delta(before: int | None, after: int | None) -> int:
+    """Rank change (positive = worse); losing all evidence counts as a large loss."""
+    if before is None:
+        return 0 if after is None else -1
+    if after is None:
+        return 10**6
+    return after - before

@@ -1,0 +1,1 @@
+"""Graph layer: SKILL.md parsing, typed and semantic edges, transition matrix, full and incremental builds."""

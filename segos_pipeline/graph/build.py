@@ -1,0 +1,184 @@
+"""Cold-start build: library folder → node table → semantic edges → operator → a committed version."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import scipy.sparse as sp
+
+from ..config import BuildConfig, TransitionConfig
+from ..store.snapshot import REPORT, Snapshot, SnapshotStore
+from ..text.lexicon import Signature, token_table
+from .edges import counts_by_relation
+from .parsing import ParsedLibrary, parse_library
+from .semantic_edges import SemanticStats, semantic_edges
+from .transition import transition_matrix
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class GraphTables:
+    """Everything a version holds besides its manifest."""
+
+    nodes: pl.DataFrame
+    tokens: pl.DataFrame
+    edges: pl.DataFrame
+    transition: sp.csr_matrix
+    semantic: SemanticStats
+    signature: Signature | None = None  # stored with the version; derived from the tokens when absent
+
+
+def library_fingerprint(nodes: pl.DataFrame) -> str:
+    """sha256 over `id NUL content_hash LF` of every skill in id order (one string, hashed once)."""
+    if nodes.height == 0:
+        return hashlib.sha256().hexdigest()
+    lines = nodes.sort("id").select(pl.concat_str("id", pl.lit("\0"), "content_hash", pl.lit("\n")))
+    return hashlib.sha256(lines.to_series().str.join("").item().encode()).hexdigest()
+
+
+def graph_tables(nodes: pl.DataFrame, config: BuildConfig, progress: Progress | None = None) -> GraphTables:
+    """Tokens, semantic edges and operator of a node table (the pure core of a cold-start build)."""
+    say = progress or (lambda _msg: None)
+    tokens = token_table(nodes)
+    say(f"tokenised {nodes.height} skills into {tokens.height} (skill, field, token) rows")
+    signature = Signature.of(tokens, nodes.height)
+    edges, stats = semantic_edges(
+        nodes["id"],
+        signature.matrix,
+        config.graph,
+        progress=lambda i, n: say(f"similarity join block {i}/{n}") if n > 1 else None,
+    )
+    say(
+        f"semantic graph: {stats.directed_edges} edges, {stats.unordered_pairs} pairs, "
+        f"{len(signature.vocab)} tokens"
+    )
+    transition = transition_matrix(edges, nodes["id"], config.transition)
+    return GraphTables(nodes, tokens, edges, transition, stats, signature)
+
+
+def cold_start_manifest(
+    parsed: ParsedLibrary, tables: GraphTables, config: BuildConfig, timings: dict[str, float]
+) -> dict[str, Any]:
+    severity = dict(parsed.report.group_by("severity").len().iter_rows()) if parsed.report.height else {}
+    return {
+        "kind": "cold_start",
+        "parent": None,
+        "round": 0,
+        "window": None,
+        "library": {
+            "root": str(parsed.root.resolve()),
+            "fingerprint": library_fingerprint(tables.nodes),
+            "skills": tables.nodes.height,
+        },
+        "config": config.to_dict(),
+        "counts": {
+            "skills": tables.nodes.height,
+            "edges": tables.edges.height,
+            "edges_by_relation": counts_by_relation(tables.edges),
+            "semantic": tables.semantic.as_dict(),
+            "transition_nnz": int(tables.transition.nnz),
+            "problems": parsed.report.height,
+            "problems_by_severity": {k: int(v) for k, v in severity.items()},
+        },
+        "timings_s": {k: round(v, 4) for k, v in timings.items()},
+    }
+
+
+def commit_cold_start(
+    store: SnapshotStore,
+    parsed: ParsedLibrary,
+    tables: GraphTables,
+    config: BuildConfig,
+    timings: dict[str, float],
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write a cold-start version: the graph tables, the build report, and its manifest last."""
+    return store.write(
+        nodes=tables.nodes,
+        tokens=tables.tokens,
+        edges=tables.edges,
+        transition=tables.transition,
+        signature=tables.signature,
+        manifest={**cold_start_manifest(parsed, tables, config, timings), **(extra or {})},
+        extra_tables={REPORT: parsed.report},
+    )
+
+
+def build_cold_start(
+    library: str | Path,
+    store: str | Path | SnapshotStore,
+    config: BuildConfig | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Parse `library`, build the cold-start graph and commit it as a new version; returns the manifest."""
+    config = config or BuildConfig()
+    store = store if isinstance(store, SnapshotStore) else SnapshotStore(store)
+    say = progress or (lambda _msg: None)
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    parsed = parse_library(library, config.parse, progress=lambda n: say(f"parsed {n} packages"))
+    timings["parse"] = time.perf_counter() - t0
+    say(f"parsed {parsed.nodes.height} skills; {parsed.n_problems} problem(s) in the build report")
+    t1 = time.perf_counter()
+    tables = graph_tables(parsed.nodes, config, say)
+    timings["graph"] = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    manifest = commit_cold_start(store, parsed, tables, config, timings)
+    timings["write"] = time.perf_counter() - t2
+    say(f"committed {manifest['version']} in {time.perf_counter() - t0:.2f}s")
+    return manifest
+
+
+def commit_derived(
+    store: SnapshotStore,
+    parent: Snapshot,
+    edges: pl.DataFrame,
+    *,
+    kind: str,
+    nodes: pl.DataFrame | None = None,
+    tokens: pl.DataFrame | None = None,
+    extra: dict[str, Any] | None = None,
+    extra_tables: dict[str, pl.DataFrame] | None = None,
+) -> dict[str, Any]:
+    """Commit a child of `parent` with a new edge table (and optionally new nodes/tokens).
+
+    The operator is rebuilt here, once per version, with the parent's transition config. Node and token
+    parts equal to the parent's are linked from it rather than written again.
+    """
+    nodes = parent.nodes if nodes is None else nodes
+    tokens = parent.tokens if tokens is None else tokens
+    tconf = TransitionConfig(**parent.manifest.get("config", {}).get("transition", {}))
+    transition = transition_matrix(edges, nodes["id"], tconf)
+    inherited = {k: parent.manifest[k] for k in ("library", "config") if k in parent.manifest}
+    manifest = {
+        "kind": kind,
+        "parent": parent.version,
+        "round": parent.round,
+        "window": None,
+        **inherited,
+        **(extra or {}),
+    }
+    manifest.setdefault("counts", {})
+    manifest["counts"] = {
+        **manifest["counts"],
+        "skills": nodes.height,
+        "edges": edges.height,
+        "edges_by_relation": counts_by_relation(edges),
+        "transition_nnz": int(transition.nnz),
+    }
+    return store.write(
+        nodes=nodes,
+        tokens=tokens,
+        edges=edges,
+        transition=transition,
+        manifest=manifest,
+        base=parent,
+        extra_tables=extra_tables,
+    )

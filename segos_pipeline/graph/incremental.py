@@ -1,0 +1,759 @@
+"""Incremental library updates: add, update or remove one skill without rebuilding the library.
+
+A full rebuild re-parses every package, re-tokenises every skill and re-runs the similarity join. One
+changed skill cannot change most of that, so an incremental version reuses the parent's files and redoes
+only what the change can reach:
+
+* nodes / tokens: the changed package is parsed and tokenised alone and spliced into the one stored part
+  that holds it (store/snapshot.py); every other part is hard-linked from the parent, unread;
+* the signature (the binary skill × token matrix the Jaccard graph is made of) is stored with each version:
+  its row for the skill is replaced, inserted or deleted, and tokens it never saw are appended;
+* semantic edges (top-k Jaccard, SPEC §4): the only skills whose top-k can change are those that can have
+  the changed skill u as a join candidate, i.e. that share a join token with it. Among them,
+  - a skill that had u in its top-k (a parent semantic edge v→u) loses or changes that entry and is
+    recomputed exactly from its candidates (as is u itself);
+  - every other one keeps its candidates' Jaccard scores, so its new top-k is its old top-k merged with
+    (u, J(v, u)): dropping a candidate that was not in the top-k cannot change the top-k;
+  - the df cap (join tokens are those with df ≤ max(1,000, 1% of n)) can flip a token between joined and
+    skipped when u adds or removes it or when n moves the cap; every skill holding a flipped token is then
+    recomputed exactly (found by comparing every column's df before and after, so nothing is missed);
+* the edge table: the recomputed skills' semantic rows are replaced (a row whose pair and Jaccard are
+  unchanged is kept as it was, with any evolution state); trace-induced edges of existing skills are kept;
+  every edge of a removed skill is dropped;
+* the operator: rows of the nodes incident to a changed edge are recomputed and spliced into the parent's
+  operator after shifting its indices.
+
+Of the parent it reads the key columns of the node parts, the changed part, the signature, the edge table
+and the operator, and verifies each against the manifest first. A test checks the result equals a full
+rebuild of the changed library (nodes, tokens, semantic edges and operator), ties included.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import scipy.sparse as sp
+
+from ..config import AVOID, SEMANTIC, TRAVERSABLE, GraphConfig, ParseConfig, TransitionConfig
+from ..store import snapshot as snapshot_mod
+from ..store.snapshot import (
+    EDGES,
+    REPORT,
+    SIGNATURE,
+    TRANSITION,
+    VOCAB,
+    NewPart,
+    SamePart,
+    SnapshotError,
+    SnapshotStore,
+    VersionFiles,
+    local_tokens,
+    split_rows,
+)
+from ..text.lexicon import SIGNATURE_FIELDS, TOKEN_SCHEMA, Signature, token_table
+from .build import library_fingerprint
+from .edges import EDGE_SCHEMA, counts_by_relation
+from .parsing import (
+    _SKIP_DIRS,
+    NODE_SCHEMA,
+    REPORT_SCHEMA,
+    SKILL_FILE,
+    _duplicate_names,
+    parse_package,
+    report_frame,
+)
+from .semantic_edges import SemanticStats, _row_topk, _stats, df_cap
+from .transition import edge_indices, transition_matrix
+
+ACTIONS = ("add", "update", "remove")
+# The node columns an update reads of every skill (ids for indices, names for duplicate-name warnings,
+# content hashes for the library fingerprint); whole rows are read of the changed skill's part only.
+KEY_COLUMNS = ("id", "name", "folder", "source_path", "content_hash")
+Progress = Callable[[str], None]
+
+
+class IncrementalError(SnapshotError):
+    """A change that cannot be applied as asked (the message says what to do instead)."""
+
+
+@dataclass
+class IncrementalResult:
+    action: str
+    skill: str
+    changed: bool
+    version: str  # the new version (or the parent's when nothing changed)
+    parent: str
+    manifest: dict[str, Any] | None
+    counters: dict[str, Any]
+    timings_s: dict[str, float]
+    problems: list[dict[str, str]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+# ----------------------------------------------------------------------------------------- the package
+
+
+def _library_root(parent: VersionFiles, library: str | Path | None) -> Path:
+    if library is not None:
+        root = Path(library)
+    else:
+        recorded = parent.manifest.get("library", {}).get("root")
+        if not recorded:
+            raise IncrementalError(
+                f"version {parent.version} records no library root; pass --library ROOT (the folder the "
+                "skill ids are relative to)"
+            )
+        root = Path(recorded)
+    if not root.is_dir():
+        raise IncrementalError(f"library root not found: {root} (pass --library ROOT)")
+    return root
+
+
+def skill_id_of(skill_dir: str | Path, root: Path) -> str:
+    """The skill id a package folder gets in a full build of `root` (its path relative to the root).
+
+    Refuses a folder a full build would not read (outside the root, hidden or vendored, behind a
+    symlinked directory), since the incremental version must equal that build.
+    """
+    path = Path(skill_dir)
+    path = path if path.is_absolute() else Path.cwd() / path
+    try:
+        rel = path.absolute().relative_to(root.absolute())
+    except ValueError:
+        try:
+            rel = path.resolve().relative_to(root.resolve())
+        except ValueError:
+            raise IncrementalError(
+                f"{skill_dir} is not inside the library root {root}; put the package in the library "
+                "first (the library folder is the source of truth a full rebuild reads)"
+            ) from None
+    if not rel.parts:
+        raise IncrementalError("the skill folder is the library root itself; give the package folder")
+    for i, part in enumerate(rel.parts):
+        if part.startswith(".") or part in _SKIP_DIRS:
+            raise IncrementalError(f"{skill_dir}: a full build skips folders named {part!r}")
+        if i < len(rel.parts) - 1 and (root / Path(*rel.parts[: i + 1])).is_symlink():
+            raise IncrementalError(f"{skill_dir}: a full build does not descend the symlinked folder {part}")
+    return rel.as_posix()
+
+
+def _resolve_existing(parent: VersionFiles, keys: pl.DataFrame, skill_id: str, ref: str) -> str:
+    ids = keys["id"]
+    if (ids == skill_id).any():
+        return skill_id
+    from ..text.names import SkillNames  # only needed when the folder is not a known id
+
+    found = SkillNames(keys).resolve(ref)
+    if len(found) == 1:
+        return str(ids[found[0]])
+    raise IncrementalError(
+        f"skill {skill_id!r} is not in version {parent.version}; use `segos add` for a new one"
+    )
+
+
+# ------------------------------------------------------------------------------------------ the parts
+
+
+def _position(ids: pl.Series, skill_id: str) -> tuple[int, bool]:
+    """Where `skill_id` is (or would be inserted) in the sorted ids, and whether it is there."""
+    idx = int(ids.search_sorted(skill_id, side="left"))
+    return idx, idx < len(ids) and ids[idx] == skill_id
+
+
+def _shift(old: np.ndarray, action: str, idx: int) -> np.ndarray:
+    """New index of each old node index (−1 for the removed node)."""
+    if action == "add":
+        return old + (old >= idx)
+    if action == "remove":
+        out = old - (old > idx)
+        out[old == idx] = -1
+        return out
+    return old.copy()
+
+
+def _splice(df: pl.DataFrame, idx: int, row: pl.DataFrame | None, replace: bool) -> pl.DataFrame:
+    tail_start = idx + 1 if replace else idx
+    parts = [df[:idx]] + ([row] if row is not None else []) + [df[tail_start:]]
+    return pl.concat(parts, how="vertical")
+
+
+def _change_part(
+    parent: VersionFiles,
+    idx: int,
+    present: bool,
+    new_row: pl.DataFrame | None,
+    new_tokens: pl.DataFrame | None,
+) -> list[NewPart | SamePart]:
+    """Splice the skill into the one part that holds it; every other part is linked from the parent.
+
+    A part that grows past twice `PART_ROWS` is split again and one that empties is dropped, so part sizes
+    stay bounded under any sequence of updates.
+    """
+    n_parts = len(parent.parts)
+    p, start = parent.part_at(idx)
+    if n_parts:
+        part_nodes, part_tokens = parent.read_part(p)
+    else:  # a format-1 version of an empty library has no part at all
+        part_nodes, part_tokens = pl.DataFrame(schema=NODE_SCHEMA), pl.DataFrame(schema=TOKEN_SCHEMA)
+    local = idx - start
+    nodes = _splice(part_nodes, local, new_row, replace=present)
+    node_col = part_tokens["node"]
+    a = int(node_col.search_sorted(local, side="left"))
+    b = int(node_col.search_sorted(local, side="right")) if present else a
+    delta = (new_row is not None) - present
+    tail = part_tokens[b:]
+    if delta:
+        tail = tail.with_columns((pl.col("node").cast(pl.Int64) + delta).cast(pl.UInt32))
+    if new_tokens is not None:
+        new_tokens = new_tokens.with_columns(node=pl.lit(local, dtype=pl.UInt32))
+    pieces = [t for t in (part_tokens[:a], new_tokens, tail) if t is not None and t.height]
+    tokens = pl.concat(pieces, how="vertical") if pieces else part_tokens.clear()
+    if nodes.height > 2 * snapshot_mod.PART_ROWS:
+        middle = [NewPart(nodes[x:y], local_tokens(tokens, x, y)) for x, y in split_rows(nodes.height)]
+    elif nodes.height == 0 and n_parts > 1:
+        middle = []
+    else:
+        middle = [NewPart(nodes, tokens)]
+    plan = [parent.same_part(i) for i in range(p)] + middle
+    return plan + [parent.same_part(i) for i in range(p + 1, n_parts)]
+
+
+# -------------------------------------------------------------------------------------- the signature
+
+
+def _patch_signature(
+    sig: Signature, idx: int, present: bool, new_tokens: pl.DataFrame | None
+) -> tuple[Signature, np.ndarray, np.ndarray]:
+    """The child's signature (row idx replaced, inserted or deleted; unseen tokens appended to the
+    vocabulary) and the skill's old and new token columns."""
+    m = sig.matrix
+    indptr, indices = m.indptr.astype(np.int64), m.indices.astype(np.int64)
+    lo = int(indptr[idx])  # idx == n (appending) is indptr's last entry
+    hi = int(indptr[idx + 1]) if present else lo
+    old_cols = indices[lo:hi]
+    vocab = sig.vocab
+    new_cols = np.empty(0, dtype=np.int64)
+    if new_tokens is not None:
+        words = new_tokens.filter(pl.col("field").is_in(SIGNATURE_FIELDS))["token"].unique()
+        known = (
+            pl.DataFrame({"token": vocab})
+            .with_row_index("col")
+            .filter(pl.col("token").is_in(words.implode()))
+        )
+        unseen = words.filter(~words.is_in(known["token"].implode())).sort()
+        new_cols = np.sort(
+            np.concatenate(
+                [
+                    known["col"].to_numpy().astype(np.int64),
+                    len(vocab) + np.arange(len(unseen), dtype=np.int64),
+                ]
+            )
+        )
+        if len(unseen):
+            vocab = pl.concat([vocab, unseen.rename(vocab.name)])
+    lengths = np.diff(indptr)
+    head, tail = lengths[:idx], (lengths[idx + 1 :] if present else lengths[idx:])
+    mid = [len(new_cols)] if new_tokens is not None else []
+    new_lengths = np.concatenate([head, np.array(mid, dtype=np.int64), tail])
+    new_indptr = np.concatenate([[0], np.cumsum(new_lengths)]).astype(np.int64)
+    new_indices = np.concatenate([indices[:lo], new_cols, indices[hi:]])
+    shape = (len(new_lengths), len(vocab))
+    matrix = sp.csr_matrix(
+        (np.ones(len(new_indices), dtype=np.float32), new_indices, new_indptr), shape=shape
+    )
+    return Signature(matrix, vocab), old_cols, new_cols
+
+
+def _topk_of_rows(
+    join: sp.csr_matrix, sizes: np.ndarray, rows: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, sp.csr_matrix]:
+    """Exact top-k (node, neighbour, Jaccard) of `rows` over the joined tokens, ties to the smaller index
+    (the full build's rule, on the same integer arithmetic), and the rows' intersection counts.
+
+    X·X_Eᵀ is one pass over X (X_E has a handful of columns), where X_E·Xᵀ would transpose all of X first.
+    """
+    inter = (join @ join[rows].T).T.tocsr()
+    lengths = np.diff(inter.indptr)
+    local = np.repeat(np.arange(len(rows), dtype=np.int64), lengths)
+    node = rows[local]
+    cols = inter.indices.astype(np.int64)
+    shared = inter.data.astype(np.float64)
+    jac = shared / (sizes[node] + sizes[cols] - shared)
+    jac[cols == node] = 0.0
+    r, c, w = _row_topk(local, cols, jac, inter.indptr, k)
+    return rows[r], c, w, inter
+
+
+def _topk_rows(pairs: pl.DataFrame, k: int) -> pl.DataFrame:
+    """Top-k of each `node` over (node, cand, jac), jac > 0, ties to the smaller candidate index."""
+    return (
+        pairs.filter((pl.col("jac") > 0) & (pl.col("node") != pl.col("cand")))
+        .sort(["node", "jac", "cand"], descending=[False, True, False])
+        .group_by("node", maintain_order=True)
+        .head(k)
+    )
+
+
+# -------------------------------------------------------------------------------------------- the patch
+
+
+@dataclass
+class Patched:
+    """The child version of one change, ready to write, and what the change touched."""
+
+    parts: list[NewPart | SamePart]
+    keys: pl.DataFrame  # KEY_COLUMNS of every skill of the child, in node order
+    signature: Signature
+    edges: pl.DataFrame
+    transition: sp.csr_matrix
+    stats: SemanticStats
+    counters: dict[str, Any] = field(default_factory=dict)
+
+
+def patch_version(
+    parent: VersionFiles,
+    action: str,
+    skill_id: str,
+    row: dict[str, Any] | None,
+    graph: GraphConfig | None = None,
+    tconf: TransitionConfig | None = None,
+    progress: Progress | None = None,
+    keys: pl.DataFrame | None = None,
+) -> Patched:
+    """The child of `parent` after `action` on `skill_id` (`row` is the parsed node row for add/update).
+
+    Reads only the key columns of the node parts, the one part the skill lives in, the signature, the edge
+    table and the operator of the parent.
+    """
+    if action not in ACTIONS:
+        raise ValueError(f"unknown action {action!r}; expected one of {', '.join(ACTIONS)}")
+    graph = graph or GraphConfig()
+    tconf = tconf or TransitionConfig()
+    say = progress or (lambda _m: None)
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    keys_old = parent.read_nodes(KEY_COLUMNS) if keys is None else keys
+    ids_old = keys_old["id"]
+    idx, present = _position(ids_old, skill_id)
+    if action == "add" and present:
+        raise IncrementalError(
+            f"skill {skill_id!r} is already in version {parent.version}; use `segos update`"
+        )
+    if action != "add" and not present:
+        raise IncrementalError(f"skill {skill_id!r} is not in version {parent.version}; use `segos add`")
+    n_old = keys_old.height
+    new_row = pl.DataFrame([row], schema=NODE_SCHEMA) if row is not None else None
+    new_tokens = token_table(new_row) if new_row is not None else None  # the one skill tokenised
+    plan = _change_part(parent, idx, present, new_row, new_tokens)
+    new_keys = new_row.select(KEY_COLUMNS) if new_row is not None else None
+    keys = _splice(keys_old, idx, new_keys, replace=present)
+    n_new = keys.height
+    timings["parts"] = time.perf_counter() - t0
+
+    # ---- the signature, and which skills' top-k can change
+    t1 = time.perf_counter()
+    old_sig = (
+        parent.read_signature()
+        if parent.has_signature()
+        else Signature.of(parent.read_tokens(), n_old)  # format 1: derive it once (slow path)
+    )
+    sig, old_cols, new_cols = _patch_signature(old_sig, idx, present, new_tokens)
+    vocab_size = sig.matrix.shape[1]
+    df_old = np.bincount(old_sig.matrix.indices, minlength=vocab_size)
+    df_new = df_old.copy()
+    np.subtract.at(df_new, old_cols, 1)
+    np.add.at(df_new, new_cols, 1)
+    cap_old, cap_new = df_cap(n_old, graph), df_cap(n_new, graph)
+    joined = df_new <= cap_new  # an empty column joins nothing, whatever its flag
+    flipped = np.flatnonzero((df_old <= cap_old) != joined)
+    m = sig.matrix
+    sizes = np.diff(m.indptr).astype(np.float64)
+    # copies: eliminate_zeros works in place, and the signature's arrays are written out as they are
+    join = sp.csr_matrix(
+        (joined[m.indices].astype(np.float32), m.indices.copy(), m.indptr.copy()), shape=m.shape
+    )
+    join.eliminate_zeros()
+    new_u = idx if new_row is not None else None
+
+    # parent semantic edges with integer endpoints in the NEW numbering (-1: the removed skill)
+    e = parent.read_edges()
+    sem = edge_indices(e.filter(pl.col("relation") == SEMANTIC), ids_old)
+    su = _shift(sem["u"].to_numpy(), action, idx)
+    sv = _shift(sem["v"].to_numpy(), action, idx)
+    # exact recompute: u itself, skills that had (old) u in their top-k, holders of a flipped token
+    exact = [np.array([new_u] if new_u is not None else [], dtype=np.int64)]
+    if present:
+        exact.append(su[(sv == (idx if action == "update" else -1)) & (su >= 0)])
+    if len(flipped):
+        exact.append(_holders(m, flipped))
+    exact_arr = np.unique(np.concatenate(exact)).astype(np.int64)
+    timings["affected"] = time.perf_counter() - t1
+
+    # ---- new top-k rows of the affected skills
+    t2 = time.perf_counter()
+    k = graph.knn_k
+    r, c, w, inter = _topk_of_rows(join, sizes, exact_arr, k)
+    exact_rows = pl.DataFrame(
+        {"node": r.astype(np.uint32), "cand": c.astype(np.uint32), "jac": w},
+        schema={"node": pl.UInt32, "cand": pl.UInt32, "jac": pl.Float64},
+    )
+    merge_nodes = np.empty(0, dtype=np.int64)
+    merged_rows = exact_rows.clear()
+    if new_u is not None:
+        # u is one more candidate of every skill sharing a joined token with it: J(v, u) = J(u, v)
+        u_row = inter[int(np.searchsorted(exact_arr, new_u))]
+        v = u_row.indices.astype(np.int64)
+        shared = u_row.data.astype(np.float64)
+        keep = ~np.isin(v, exact_arr)
+        v, shared = v[keep], shared[keep]
+        merge_nodes = v
+        cand_u = pl.DataFrame(
+            {
+                "node": v.astype(np.uint32),
+                "cand": np.full(len(v), new_u, dtype=np.uint32),
+                "jac": shared / (sizes[v] + sizes[new_u] - shared),
+            }
+        )
+        keep_old = np.isin(su, merge_nodes)
+        old_lists = pl.DataFrame(
+            {
+                "node": su[keep_old].astype(np.uint32),
+                "cand": sv[keep_old].astype(np.uint32),
+                "jac": sem["w0"].to_numpy()[keep_old],
+            }
+        )
+        merged_rows = _topk_rows(pl.concat([old_lists, cand_u], how="vertical"), k)
+    recomputed = pl.concat([exact_rows, merged_rows], how="vertical")
+    sources = np.union1d(exact_arr, merge_nodes).astype(np.int64)
+    timings["topk"] = time.perf_counter() - t2
+    say(f"{action} {skill_id}: {len(exact_arr)} skill(s) recomputed exactly, {len(merge_nodes)} merged")
+
+    # ---- edge table and operator
+    t3 = time.perf_counter()
+    ids_new = keys["id"].to_numpy()
+    edges, edge_counts = _patch_edges(e, recomputed, ids_new, sources, skill_id, action, _round_of(parent))
+    timings["edges"] = time.perf_counter() - t3
+    t4 = time.perf_counter()
+    transition, touched = _patch_operator_for(
+        e, edges, parent.read_transition(), action, idx, n_new, keys["id"], skill_id, new_u, tconf
+    )
+    timings["operator"] = time.perf_counter() - t4
+
+    capped = int((df_new > cap_new).sum())
+    sem_i = edge_indices(edges.filter(pl.col("relation") == SEMANTIC), keys["id"])
+    stats = _stats(n_new, sem_i["u"].to_numpy(), sem_i["v"].to_numpy(), cap_new, capped)
+    counters = {
+        "action": action,
+        "skill": skill_id,
+        "recomputed_exact": len(exact_arr),
+        "merged": len(merge_nodes),
+        "flipped_tokens": len(flipped),
+        "df_cap": {"before": cap_old, "after": cap_new},
+        **edge_counts,
+        "operator_rows_recomputed": touched,
+        "parts": {"total": len(plan), "written": sum(isinstance(x, NewPart) for x in plan)},
+        "timings_s": {k2: round(v2, 4) for k2, v2 in timings.items()},
+    }
+    return Patched(plan, keys, sig, edges, transition, stats, counters)
+
+
+def _round_of(parent: VersionFiles) -> int:
+    return int(parent.manifest.get("round", 0))
+
+
+def _holders(m: sp.csr_matrix, cols: np.ndarray) -> np.ndarray:
+    """Rows of `m` with a non-zero in any of `cols`."""
+    hit = np.isin(m.indices, cols)
+    rows = np.repeat(np.arange(m.shape[0], dtype=np.int64), np.diff(m.indptr))
+    return np.unique(rows[hit])
+
+
+def _patch_edges(
+    e: pl.DataFrame,
+    recomputed: pl.DataFrame,
+    ids_new: np.ndarray,
+    sources: np.ndarray,
+    skill_id: str,
+    action: str,
+    round_: int,
+) -> tuple[pl.DataFrame, dict[str, int]]:
+    """The parent's edges without the removed skill's, with the recomputed sources' semantic rows replaced.
+
+    A row whose pair and Jaccard are unchanged is kept as it was (with any evolution state on it); trace-
+    induced edges of existing skills are kept; a pair with an avoid edge gets no navigation edge (SPEC §8).
+    """
+    src_ids = ids_new[sources].tolist() if len(sources) else []
+    edges = e
+    if action == "remove":
+        edges = edges.filter((pl.col("src") != skill_id) & (pl.col("dst") != skill_id))
+    dropped_with_skill = e.height - edges.height
+    is_sem_src = (pl.col("relation") == SEMANTIC) & pl.col("src").is_in(src_ids)
+    old_sem_of_sources = edges.filter(is_sem_src)
+    edges = edges.filter(~is_sem_src)
+    fresh = pl.DataFrame(
+        {
+            "src": ids_new[recomputed["node"].to_numpy().astype(np.int64)] if recomputed.height else [],
+            "dst": ids_new[recomputed["cand"].to_numpy().astype(np.int64)] if recomputed.height else [],
+            "w0_new": recomputed["jac"],
+        },
+        schema={"src": pl.String, "dst": pl.String, "w0_new": pl.Float64},
+    )
+    kept = old_sem_of_sources.join(fresh, on=["src", "dst"], how="inner").filter(
+        pl.col("w0") == pl.col("w0_new")
+    )
+    new_rows = fresh.join(kept.select("src", "dst"), on=["src", "dst"], how="anti").select(
+        "src",
+        "dst",
+        relation=pl.lit(SEMANTIC),
+        weight="w0_new",
+        w0="w0_new",
+        n_e=pl.lit(0, dtype=pl.Int64),
+        round_created=pl.lit(round_, dtype=pl.Int64),
+        round_updated=pl.lit(round_, dtype=pl.Int64),
+        w_raw="w0_new",
+    )
+    avoid = edges.filter(pl.col("relation") == AVOID).select(lo="src", hi="dst")
+    pair = new_rows.with_columns(lo=pl.min_horizontal("src", "dst"), hi=pl.max_horizontal("src", "dst"))
+    blocked = pair.join(avoid, on=["lo", "hi"], how="semi").height
+    new_rows = pair.join(avoid, on=["lo", "hi"], how="anti").drop("lo", "hi")
+    edges = pl.concat([edges, kept.select(list(EDGE_SCHEMA)), new_rows.cast(EDGE_SCHEMA)], how="vertical")
+    counts = {
+        "semantic_rows_replaced": int(old_sem_of_sources.height - kept.height),
+        "semantic_rows_added": int(new_rows.height),
+        "semantic_blocked_by_avoid": int(blocked),
+        "edges_dropped_with_skill": int(dropped_with_skill),
+    }
+    return edges.sort("src", "dst", "relation"), counts
+
+
+def _patch_operator_for(
+    before_edges: pl.DataFrame,
+    edges: pl.DataFrame,
+    old: sp.csr_matrix,
+    action: str,
+    idx: int,
+    n_new: int,
+    node_ids: pl.Series,
+    skill_id: str,
+    new_u: int | None,
+    tconf: TransitionConfig,
+) -> tuple[sp.csr_matrix, int]:
+    """The operator after the edge change: rows of every endpoint of a changed traversable edge rebuilt."""
+    cols = ["src", "dst", "relation", "weight"]
+    before = before_edges.filter(pl.col("relation").is_in(TRAVERSABLE)).select(cols)
+    after = edges.filter(pl.col("relation").is_in(TRAVERSABLE)).select(cols)
+    changed = pl.concat([before.join(after, on=cols, how="anti"), after.join(before, on=cols, how="anti")])
+    touched_ids = set(changed["src"].to_list()) | set(changed["dst"].to_list())
+    touched_ids.discard(skill_id if action == "remove" else "")
+    if new_u is not None:
+        touched_ids.add(skill_id)
+    return _patch_operator(old, action, idx, n_new, edges, node_ids, touched_ids, tconf), len(touched_ids)
+
+
+def _patch_operator(
+    old: sp.csr_matrix,
+    action: str,
+    idx: int,
+    n_new: int,
+    edges: pl.DataFrame,
+    node_ids: pl.Series,
+    touched_ids: set[str],
+    tconf: TransitionConfig,
+) -> sp.csr_matrix:
+    """The parent's operator re-indexed for the new node set, with the touched nodes' rows rebuilt.
+
+    A row of T gets mass from a node's out-edges (A→) and in-edges (A←, reverse), so rebuilding the rows of
+    every endpoint of a changed edge from all edges incident to them gives exactly the full operator's rows.
+    """
+    coo = old.tocoo()
+    r, c = _shift(coo.row.astype(np.int64), action, idx), _shift(coo.col.astype(np.int64), action, idx)
+    ok = (r >= 0) & (c >= 0)
+    r, c, d = r[ok], c[ok], coo.data[ok]
+    index = pl.DataFrame({"id": node_ids, "i": pl.int_range(len(node_ids), dtype=pl.Int64, eager=True)})
+    touched = (
+        np.sort(index.filter(pl.col("id").is_in(sorted(touched_ids)))["i"].to_numpy())
+        if touched_ids
+        else np.empty(0, np.int64)
+    )
+    keep = ~np.isin(r, touched)
+    r, c, d = r[keep], c[keep], d[keep]
+    if len(touched):
+        tids = sorted(touched_ids)
+        incident = edges.filter(pl.col("src").is_in(tids) | pl.col("dst").is_in(tids))
+        sub = transition_matrix(incident, node_ids, tconf).tocsr()
+        rows = sub[touched].tocoo()
+        r = np.concatenate([r, touched[rows.row]])
+        c = np.concatenate([c, rows.col.astype(np.int64)])
+        d = np.concatenate([d, rows.data])
+    out = sp.csr_matrix((d, (r, c)), shape=(n_new, n_new))
+    out.sort_indices()
+    return out
+
+
+# ------------------------------------------------------------------------------------------ committing
+
+
+def _report(parent: VersionFiles, keys: pl.DataFrame, source: str, problems: list[Any]) -> pl.DataFrame:
+    """The parent's build report with the changed package's rows replaced and duplicate names redone."""
+    try:
+        old = parent.read_extra(REPORT)
+    except SnapshotError:
+        old = pl.DataFrame(schema=REPORT_SCHEMA)
+    is_dup = pl.col("problem").str.contains(r"^name '.*' is also used by ")
+    rest = old.filter((pl.col("file") != source) & ~is_dup)
+    return pl.concat([rest, report_frame([*problems, *_duplicate_names(keys)])], how="vertical")
+
+
+def _read_files(parent: VersionFiles) -> list[str]:
+    """The parent's files an update reads whole, verified before use (the changed part is verified when it
+    is read, see `VersionFiles.read_part`). Parts linked unread keep their recorded hashes, so damage to
+    them stays detectable in the child without hashing them here."""
+    names = [*parent.node_files(), EDGES, TRANSITION, REPORT]
+    names += [SIGNATURE, VOCAB] if parent.has_signature() else [p["tokens"] for p in parent.parts]
+    return [n for n in names if n in parent.manifest.get("files", {})]
+
+
+def apply_change(
+    store: SnapshotStore | str | Path,
+    action: str,
+    skill_dir: str | Path,
+    *,
+    library: str | Path | None = None,
+    from_version: str | None = None,
+    progress: Progress | None = None,
+) -> IncrementalResult:
+    """Make a new version (kind `incremental`, parent = `from_version` or the latest) with one skill
+    added, updated or removed. `skill_dir` is the package folder inside the library root (for `remove`
+    its folder must be deleted first). Returns the result with the new manifest."""
+    t0 = time.perf_counter()
+    store = store if isinstance(store, SnapshotStore) else SnapshotStore(store)
+    say = progress or (lambda _m: None)
+    if action not in ACTIONS:
+        raise ValueError(f"unknown action {action!r}; expected one of {', '.join(ACTIONS)}")
+    timings: dict[str, float] = {}
+    parent = store.files(from_version)
+    parent.check(_read_files(parent))
+    timings["verify_parent"] = time.perf_counter() - t0
+    root = _library_root(parent, library)
+    skill_id = skill_id_of(skill_dir, root)
+    config = parent.manifest.get("config", {})
+    pconf = ParseConfig(**config.get("parse", {}))
+    gconf = GraphConfig(**config.get("graph", {}))
+    tconf = TransitionConfig(**config.get("transition", {}))
+    t = time.perf_counter()
+    keys = parent.read_nodes(KEY_COLUMNS)
+    row: dict[str, Any] | None = None
+    problems: list[Any] = []
+    source = f"{skill_id}/{SKILL_FILE}"
+    if action == "remove":
+        skill_id = _resolve_existing(parent, keys, skill_id, Path(skill_dir).name)
+        source = f"{skill_id}/{SKILL_FILE}"
+        if (root / source).is_file():
+            # the library folder is the source of truth: a version without a skill that is still on disk
+            # would differ from every later full build of the same library
+            raise IncrementalError(
+                f"{root / source} still exists; delete the package folder first, then run `segos remove`"
+            )
+    else:
+        pkg = root / skill_id
+        if not (pkg / SKILL_FILE).is_file():
+            raise IncrementalError(f"{pkg} has no {SKILL_FILE}; a skill package is a folder with a SKILL.md")
+        row, problems = parse_package(pkg, root, pconf)
+        if row is None:
+            reasons = "; ".join(p.problem for p in problems) or "unreadable"
+            raise IncrementalError(f"cannot read {pkg / SKILL_FILE}: {reasons}")
+    timings["parse"] = time.perf_counter() - t
+    if action == "update" and _stored_row(parent, keys, skill_id) == row:
+        return IncrementalResult(
+            action,
+            skill_id,
+            False,
+            parent.version,
+            parent.version,
+            None,
+            {"note": "the package is unchanged; no version was made"},
+            {k: round(v, 4) for k, v in timings.items()},
+            [],
+        )
+    t = time.perf_counter()
+    patched = patch_version(parent, action, skill_id, row, gconf, tconf, say, keys=keys)
+    timings["patch"] = time.perf_counter() - t
+    t = time.perf_counter()
+    report = _report(parent, patched.keys, source, problems)
+    n = patched.keys.height
+    timings["report"] = time.perf_counter() - t
+    manifest = {
+        "kind": "incremental",
+        "parent": parent.version,
+        "round": _round_of(parent),
+        "window": None,
+        "library": {
+            "root": str(root.resolve()),
+            "fingerprint": library_fingerprint(patched.keys),
+            "skills": n,
+        },
+        "config": config,
+        "change": {"action": action, "skill": skill_id, "source": source},
+        "counters": patched.counters,
+        "counts": {
+            "skills": n,
+            "edges": patched.edges.height,
+            "edges_by_relation": counts_by_relation(patched.edges),
+            "semantic": patched.stats.as_dict(),
+            "transition_nnz": int(patched.transition.nnz),
+            "problems": report.height,
+        },
+        "timings_s": {k: round(v, 4) for k, v in timings.items()},
+    }
+    t = time.perf_counter()
+    written = store.write_parts(
+        parts=patched.parts,
+        signature=patched.signature,
+        edges=patched.edges,
+        transition=patched.transition,
+        manifest=manifest,
+        extra_tables={REPORT: report},
+    )
+    timings["write"] = time.perf_counter() - t
+    timings["total"] = time.perf_counter() - t0
+    say(f"committed {written['version']} ({action} {skill_id}) in {timings['total']:.2f}s")
+    return IncrementalResult(
+        action=action,
+        skill=skill_id,
+        changed=True,
+        version=written["version"],
+        parent=parent.version,
+        manifest=written,
+        counters=patched.counters,
+        timings_s={k: round(v, 4) for k, v in timings.items()},
+        problems=[{"file": p.file, "problem": p.problem, "action": p.action} for p in problems],
+    )
+
+
+def _stored_row(parent: VersionFiles, keys: pl.DataFrame, skill_id: str) -> dict[str, Any] | None:
+    """The parent's node row of `skill_id` (read from the one part that holds it)."""
+    idx, present = _position(keys["id"], skill_id)
+    if not present:
+        return None
+    part, start = parent.part_at(idx)
+    return parent.read_part(part)[0][idx - start].to_dicts()[0]
+
+
+def add_skill(store: SnapshotStore | str | Path, skill_dir: str | Path, **kw: Any) -> IncrementalResult:
+    return apply_change(store, "add", skill_dir, **kw)
+
+
+def update_skill(store: SnapshotStore | str | Path, skill_dir: str | Path, **kw: Any) -> IncrementalResult:
+    return apply_change(store, "update", skill_dir, **kw)
+
+
+def remove_skill(store: SnapshotStore | str | Path, skill_dir: str | Path, **kw: Any) -> IncrementalResult:
+    return apply_change(store, "remove", skill_dir, **kw)

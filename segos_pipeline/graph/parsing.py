@@ -1,0 +1,550 @@
+"""SKILL.md packages → the node table and its build report (SPEC §3).
+
+Every problem becomes a row of the build report (file, problem, action, severity). A bad package is read
+as far as possible and recorded; it never aborts the build and is never dropped without a report row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import os
+import re
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import yaml
+
+from ..config import ParseConfig
+from ..text.tokens import normalize_names
+
+try:  # libyaml's loader is ~10x faster; both are safe loaders (no arbitrary object construction)
+    _SafeLoader: type = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover - depends on how PyYAML was built
+    _SafeLoader = yaml.SafeLoader
+
+SKILL_FILE = "SKILL.md"
+ENTRYPOINT_SUFFIXES = (".py", ".sh", ".js", ".ts")
+_SKIP_DIRS = {"node_modules", "__pycache__"}
+
+NODE_SCHEMA: dict[str, pl.DataType] = {
+    "id": pl.String,  # package folder relative to the library root (POSIX)
+    "name": pl.String,  # frontmatter `name`, else the folder name
+    "folder": pl.String,  # last component of id; also matched when a skill is named
+    "description": pl.String,
+    "capability": pl.String,
+    "domain_tags": pl.List(pl.String),
+    "tooling": pl.List(pl.String),
+    "inputs": pl.List(pl.String),
+    "outputs": pl.List(pl.String),
+    "example_tasks": pl.List(pl.String),
+    "entrypoints": pl.List(pl.String),  # files under scripts/ ending .py .sh .js .ts, package-relative
+    "compatibility": pl.String,
+    "allowed_tools": pl.List(pl.String),
+    "license": pl.String,
+    "source_path": pl.String,  # SKILL.md path relative to the library root
+    "content_hash": pl.String,  # sha256 of the SKILL.md bytes and the entrypoint names
+    "body": pl.String,
+    "body_chars": pl.Int64,
+    "problems": pl.List(pl.String),  # short codes; the build report has the full rows
+}
+
+REPORT_SCHEMA: dict[str, pl.DataType] = {
+    "file": pl.String,
+    "problem": pl.String,
+    "action": pl.String,
+    "severity": pl.String,  # "error": content lost or replaced; "warning": derived a missing field
+}
+
+
+@dataclass
+class Problem:
+    file: str
+    problem: str
+    action: str
+    severity: str = "warning"
+    code: str = ""
+
+
+@dataclass
+class ParsedLibrary:
+    nodes: pl.DataFrame
+    report: pl.DataFrame
+    root: Path
+
+    @property
+    def n_problems(self) -> int:
+        return self.report.height
+
+
+@dataclass
+class _Frontmatter:
+    data: dict[str, Any] = field(default_factory=dict)
+    body: str = ""
+    problems: list[tuple[str, str, str, str]] = field(default_factory=list)  # code, problem, action, sev
+
+
+# ---------------------------------------------------------------------------------------------- discovery
+
+
+def discover_packages(root: Path) -> Iterator[Path]:
+    """Folders under `root` that hold a SKILL.md, in sorted order; hidden and vendored dirs skipped.
+
+    Symlinked directories are not descended, so a link can neither leave the root nor loop.
+    """
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in _SKIP_DIRS)
+        if SKILL_FILE in filenames:
+            yield Path(dirpath)
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+# -------------------------------------------------------------------------------------------- frontmatter
+
+_FENCE = re.compile(r"^(?:---|\.\.\.)\s*$", re.MULTILINE)
+_SALVAGE = re.compile(r"^(name|description)\s*:\s*(.+?)\s*$", re.MULTILINE)
+
+
+def split_frontmatter(text: str) -> _Frontmatter:
+    """Split YAML frontmatter from the Markdown body, loading it with a safe loader only."""
+    out = _Frontmatter()
+    stripped = text.lstrip("\ufeff").lstrip()
+    if not stripped.startswith("---"):
+        out.body = text.strip()
+        if text.strip():
+            out.problems.append(
+                (
+                    "no_frontmatter",
+                    "no YAML frontmatter",
+                    "fields derived from folder name and body",
+                    "warning",
+                )
+            )
+        return out
+    first_nl = stripped.find("\n")
+    if first_nl < 0:
+        out.problems.append(
+            ("unterminated_frontmatter", "frontmatter fence never closed", "read as body", "error")
+        )
+        return out
+    close = _FENCE.search(stripped, first_nl + 1)
+    if close is None:
+        out.body = stripped[first_nl + 1 :].strip()
+        out.problems.append(
+            ("unterminated_frontmatter", "frontmatter fence never closed", "whole file read as body", "error")
+        )
+        return out
+    raw = stripped[first_nl + 1 : close.start()]
+    out.body = stripped[close.end() :].strip()
+    try:
+        data = yaml.load(raw, Loader=_SafeLoader)
+    except yaml.YAMLError as exc:
+        reason = " ".join(str(getattr(exc, "problem", None) or exc).split())[:160]
+        out.data = _salvage(raw)
+        salvaged = ", ".join(sorted(out.data)) or "nothing"
+        out.problems.append(
+            (
+                "invalid_yaml",
+                f"frontmatter is not valid (safe) YAML: {reason}",
+                f"salvaged {salvaged}",
+                "error",
+            )
+        )
+        return out
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        out.problems.append(
+            (
+                "frontmatter_not_mapping",
+                f"frontmatter is a YAML {type(data).__name__}, not a mapping",
+                "frontmatter ignored; fields derived from folder name and body",
+                "error",
+            )
+        )
+        data = {}
+    out.data = {str(k): v for k, v in data.items()}
+    return out
+
+
+def _salvage(raw: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for key, value in _SALVAGE.findall(raw):
+        found.setdefault(key, value.strip().strip("'\""))
+    return found
+
+
+# ------------------------------------------------------------------------------------------ field helpers
+
+_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$", re.MULTILINE)
+_BULLET = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+(.*\S)\s*$")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9`\"'(])")
+# Markdown emphasis and code marks; underscores inside words (snake_case field names) are kept.
+_MARKUP = re.compile(r"`|\*{1,3}|(?<!\w)_{1,2}|_{1,2}(?!\w)")
+
+
+def markdown_sections(body: str) -> dict[str, str]:
+    """Heading title (lowercased) → the text under it, up to the next heading of any level."""
+    sections: dict[str, str] = {}
+    matches = list(_HEADING.finditer(body))
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(body)
+        title = m.group(2).strip().lower()
+        sections.setdefault(title, body[m.end() : end].strip())
+    return sections
+
+
+def section_items(text: str) -> list[str]:
+    """Bullet items of a section, or its non-empty lines when it has no bullets."""
+    bullets = [m.group(1) for line in text.splitlines() if (m := _BULLET.match(line))]
+    lines = bullets or [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("```")]
+    return [_MARKUP.sub("", item).strip() for item in lines if item.strip()]
+
+
+def as_str_list(value: Any, split_words: bool = False) -> list[str]:
+    """Normalise a frontmatter value (string, list, mapping, list of mappings) to a list of strings."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        parts = re.split(r"[,\s]+" if split_words else r"\s*,\s*|\n", value)
+        return [p.strip() for p in parts if p.strip()]
+    if isinstance(value, dict):
+        return [f"{k}: {_scalar(v)}" if v not in (None, "") else str(k) for k, v in value.items()]
+    if isinstance(value, Iterable):
+        items: list[str] = []
+        for item in value:
+            if isinstance(item, dict):
+                items.append(_mapping_item(item))
+            elif item is not None:
+                items.append(_scalar(item))
+        return [i for i in items if i]
+    return [_scalar(value)]
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return ", ".join(_scalar(v) for v in value)
+    if isinstance(value, dict):
+        return _mapping_item(value)
+    return str(value).strip()
+
+
+def _mapping_item(item: dict[Any, Any]) -> str:
+    """An I/O-style mapping such as {name: df, type: DataFrame, description: ...} as "df: DataFrame"."""
+    name = item.get("name") or item.get("id") or item.get("field")
+    if name is None and len(item) == 1:
+        key, value = next(iter(item.items()))
+        return f"{key}: {_scalar(value)}" if value not in (None, "") else str(key)
+    if name is None:
+        return "; ".join(f"{k}: {_scalar(v)}" for k, v in item.items())
+    kind = item.get("type") or item.get("format")
+    return f"{name}: {_scalar(kind)}" if kind else str(name)
+
+
+def first_sentence(text: str) -> str:
+    text = " ".join(text.split())
+    return _SENTENCE_END.split(text, maxsplit=1)[0] if text else ""
+
+
+def first_paragraph(body: str, limit: int = 500) -> str:
+    for block in re.split(r"\n\s*\n", body):
+        block = block.strip()
+        if block and not block.startswith(("#", "```", "|", "---")):
+            return " ".join(_MARKUP.sub("", block).split())[:limit]
+    return ""
+
+
+def _first(data: dict[str, Any], *keys: str) -> Any:
+    for key in keys:
+        if data.get(key) not in (None, "", [], {}):
+            return data[key]
+    return None
+
+
+def _from_keys_or_section(
+    data: dict[str, Any], sections: dict[str, str], keys: tuple[str, ...], titles: tuple[str, ...]
+) -> list[str]:
+    value = _first(data, *keys)
+    if value is not None:
+        return as_str_list(value)
+    for title in titles:
+        if title in sections:
+            return section_items(sections[title])
+    return []
+
+
+def domain_tags(data: dict[str, Any]) -> list[str]:
+    tags: list[str] = []
+    for key in ("domain", "domains", "tags", "category", "categories"):
+        tags.extend(as_str_list(data.get(key)))
+    metadata = data.get("metadata")
+    if isinstance(metadata, dict):
+        tags.extend(as_str_list(metadata.get("tags")))
+        for value in metadata.values():
+            if isinstance(value, dict):
+                tags.extend(as_str_list(value.get("tags")))
+    return list(dict.fromkeys(tags))  # de-duplicated, first-seen order
+
+
+# ----------------------------------------------------------------------------------------------- packages
+
+
+def _read_limited(path: Path, limit: int) -> tuple[bytes, bool]:
+    with path.open("rb") as fh:
+        data = fh.read(limit + 1)
+    return data[:limit], len(data) > limit
+
+
+def _entrypoints(pkg: Path, root: Path) -> list[str]:
+    scripts = pkg / "scripts"
+    if not scripts.is_dir() or scripts.is_symlink():
+        return []
+    found = []
+    for dirpath, dirnames, filenames in os.walk(scripts, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in filenames:
+            path = Path(dirpath) / name
+            if name.endswith(ENTRYPOINT_SUFFIXES) and (not path.is_symlink() or _inside(path, root)):
+                found.append(path.relative_to(pkg).as_posix())
+    return sorted(found)
+
+
+def parse_package(
+    pkg: Path, root: Path, config: ParseConfig | None = None
+) -> tuple[dict[str, Any] | None, list[Problem]]:
+    """Parse one package folder into a node row (None when it cannot be read at all) and its problems."""
+    config = config or ParseConfig()
+    rel = pkg.relative_to(root).as_posix() if pkg != root else "."
+    skill_path = pkg / SKILL_FILE
+    source = (pkg / SKILL_FILE).relative_to(root).as_posix()
+    problems: list[Problem] = []
+
+    def report(code: str, problem: str, action: str, severity: str = "warning") -> None:
+        problems.append(Problem(source, problem, action, severity, code))
+
+    if skill_path.is_symlink() and not _inside(skill_path, root):
+        report(
+            "symlink_outside_root",
+            "SKILL.md is a symlink that leaves the library root",
+            "package skipped; nothing outside the root is read",
+            "error",
+        )
+        return None, problems
+    try:
+        raw, truncated = _read_limited(skill_path, config.max_skill_md_bytes)
+    except OSError as exc:
+        report("unreadable", f"cannot read SKILL.md: {exc.strerror or exc}", "package skipped", "error")
+        return None, problems
+    if truncated:
+        report(
+            "too_large",
+            f"SKILL.md exceeds {config.max_skill_md_bytes} bytes",
+            f"read the first {config.max_skill_md_bytes} bytes",
+            "error",
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("utf-8", errors="replace")
+        report(
+            "invalid_utf8", "SKILL.md is not valid UTF-8", "undecodable bytes replaced with U+FFFD", "error"
+        )
+    if not text.strip():
+        report("empty", "SKILL.md is empty", "node built from the folder name only", "error")
+
+    fm = split_frontmatter(text)
+    for code, problem, action, severity in fm.problems:
+        report(code, problem, action, severity)
+    data, body = fm.data, fm.body[: config.max_body_chars]
+    sections = markdown_sections(body)
+    folder = pkg.name if rel != "." else root.name
+
+    name = _first(data, "name")
+    if name is None or not str(name).strip():
+        name = folder
+        if text.strip() and not any(p.code == "invalid_yaml" for p in problems):
+            report("missing_name", "frontmatter has no `name`", "used the folder name")
+    name = str(name).strip()
+
+    description = _first(data, "description")
+    if description is None:
+        description = first_paragraph(body)
+        if text.strip():
+            action = (
+                "used the first paragraph of the body" if description else "left empty (body has no text)"
+            )
+            report("missing_description", "no `description`", action)
+    description = " ".join(str(description).split())
+
+    capability = _first(data, "one_line_capability", "capability", "summary")
+    capability = " ".join(str(capability).split()) if capability is not None else first_sentence(description)
+
+    entrypoints = _entrypoints(pkg, root)
+    digest = hashlib.sha256(raw)
+    digest.update("\0".join(entrypoints).encode())
+    row = {
+        "id": rel,
+        "name": name,
+        "folder": folder,
+        "description": description,
+        "capability": capability,
+        "domain_tags": domain_tags(data),
+        "tooling": _from_keys_or_section(
+            data, sections, ("tooling", "libraries", "dependencies"), ("tooling", "dependencies", "libraries")
+        ),
+        "inputs": _from_keys_or_section(data, sections, ("inputs", "input"), ("inputs", "input")),
+        "outputs": _from_keys_or_section(data, sections, ("outputs", "output"), ("outputs", "output")),
+        "example_tasks": _from_keys_or_section(
+            data, sections, ("examples", "example_tasks"), ("examples", "example tasks", "example")
+        ),
+        "entrypoints": entrypoints,
+        "compatibility": _opt_str(data.get("compatibility")),
+        "allowed_tools": as_str_list(data.get("allowed-tools", data.get("allowed_tools")), split_words=True),
+        "license": _opt_str(data.get("license")),
+        "source_path": source,
+        "content_hash": digest.hexdigest(),
+        "body": body,
+        "body_chars": len(body),
+        "problems": [p.code for p in problems],
+    }
+    return row, problems
+
+
+def _opt_str(value: Any) -> str | None:
+    if value in (None, ""):
+        return None
+    return _scalar(value)
+
+
+# -------------------------------------------------------------------------------------------------- library
+
+
+def _parse_chunk(args: tuple[list[str], str, ParseConfig]) -> tuple[pl.DataFrame, list[Problem]]:
+    """Parse a chunk of packages into a node frame (a worker's unit of work; must stay picklable).
+
+    The frame is built in the worker: converting Python rows to columns is a large share of parsing, and
+    a frame crosses the process boundary as Arrow buffers rather than millions of Python objects.
+    """
+    pkgs, root_str, config = args
+    root = Path(root_str)
+    columns: dict[str, list[Any]] = {name: [] for name in NODE_SCHEMA}
+    problems: list[Problem] = []
+    for pkg in pkgs:
+        row, found = parse_package(Path(pkg), root, config)
+        problems.extend(found)
+        if row is not None:
+            for name in NODE_SCHEMA:
+                columns[name].append(row[name])
+    return _frame(columns), problems
+
+
+def _frame(columns: dict[str, list[Any]]) -> pl.DataFrame:
+    """Python columns → node frame through Arrow, which converts list-of-string columns ~30x faster than
+    polars' Python-object path."""
+    arrays = {
+        name: pa.array(
+            columns[name],
+            type=pa.list_(pa.string())
+            if isinstance(dtype, pl.List)
+            else pa.int64()
+            if dtype == pl.Int64
+            else pa.string(),
+        )
+        for name, dtype in NODE_SCHEMA.items()
+    }
+    return pl.from_arrow(pa.table(arrays)).cast(NODE_SCHEMA)  # type: ignore[return-value]
+
+
+def _parse_in_pool(
+    chunks: list[tuple[list[str], str, ParseConfig]], workers: int
+) -> list[tuple[pl.DataFrame, list[Problem]]]:
+    """Parse chunks in spawned worker processes; [] when a pool cannot run here (the caller then parses
+    serially). Spawned, not forked: polars and Arrow keep thread pools, and a forked child can deadlock on
+    their locks. Spawning needs an importable __main__ (not a script piped on stdin), hence the fallback.
+    """
+    try:
+        with ProcessPoolExecutor(
+            max_workers=workers, mp_context=multiprocessing.get_context("spawn")
+        ) as pool:
+            return list(pool.map(_parse_chunk, chunks))
+    except (BrokenProcessPool, OSError):
+        return []
+
+
+# Below this many packages a worker pool costs more than it saves.
+_PARALLEL_MIN = 4_000
+_CHUNK = 2_000
+
+
+def parse_library(
+    root: str | Path, config: ParseConfig | None = None, progress: Any = None, workers: int | None = None
+) -> ParsedLibrary:
+    """Parse every package under `root` into the node table (sorted by id) and the build report.
+
+    Large libraries are parsed by a process pool (`workers`, default: the CPUs this process may use);
+    the result does not depend on the number of workers.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"skill library folder not found: {root}")
+    config = config or ParseConfig()
+    pkgs = [str(p) for p in discover_packages(root)]
+    chunks = [(pkgs[i : i + _CHUNK], str(root), config) for i in range(0, len(pkgs), _CHUNK)]
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    parts: list[tuple[pl.DataFrame, list[Problem]]] = []
+    if len(pkgs) >= _PARALLEL_MIN and workers > 1:
+        parts = _parse_in_pool(chunks, workers)
+    if not parts:
+        for chunk in chunks:
+            parts.append(_parse_chunk(chunk))
+            if progress is not None:
+                progress(sum(len(c[0]) for c in chunks[: len(parts)]))
+    frames = [part[0] for part in parts]
+    problems = [p for part in parts for p in part[1]]
+    nodes = pl.concat(frames) if frames else pl.DataFrame(schema=NODE_SCHEMA)
+    nodes = nodes.sort("id")
+    problems.extend(_duplicate_names(nodes))
+    return ParsedLibrary(nodes=nodes, report=report_frame(problems), root=root)
+
+
+def report_frame(problems: list[Problem]) -> pl.DataFrame:
+    """Problems as build-report rows (REPORT_SCHEMA)."""
+    return pl.DataFrame(
+        [(p.file, p.problem, p.action, p.severity) for p in problems], schema=REPORT_SCHEMA, orient="row"
+    )
+
+
+def _duplicate_names(nodes: pl.DataFrame) -> list[Problem]:
+    if nodes.is_empty():
+        return []
+    keyed = nodes.select("id", "source_path", key=normalize_names(nodes["name"]))
+    dup = keyed.filter(pl.col("key").is_duplicated()).sort("id")
+    out = []
+    for key, group in dup.group_by("key", maintain_order=True):
+        ids = group["id"].to_list()
+        for source, skill_id in zip(group["source_path"], ids, strict=True):
+            others = ", ".join(i for i in ids if i != skill_id)
+            out.append(
+                Problem(
+                    source,
+                    f"name '{key[0]}' is also used by {others}",
+                    "kept; naming this skill matches every package with the name",
+                    "warning",
+                    "duplicate_name",
+                )
+            )
+    return out

@@ -1,0 +1,1 @@
+"""Pipeline layer (top, beside cli): the stage functions the Dagster code location in assets/ runs."""

@@ -1,0 +1,1 @@
+"""Retrieval layer: lexical seeding, graph propagation into a bounded bundle, incidence, execution order."""

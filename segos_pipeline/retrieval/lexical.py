@@ -1,0 +1,231 @@
+"""Field-weighted BM25F lexical evidence (SPEC §6 steps 1 and 7), precomputed as one sparse matrix.
+
+For each (skill, token): tf̃ = Σ_f w_f · tf_f / (1 − b + b·len_f/avglen_f) over the GoS fields, and the
+stored value is idf(t)·tf̃·(k1+1)/(k1+tf̃). A query's score is then the sum of the matrix columns of its
+distinct tokens: rare terms outweigh common ones, repeated terms saturate, and the GoS field weights stay.
+Everything is built once per (version, config); a query touches only its own tokens' columns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import polars as pl
+import scipy.sparse as sp
+
+from ..config import RetrievalConfig
+from ..text.lexicon import Vocabulary
+from ..text.tokens import tokenize
+
+if TYPE_CHECKING:
+    from ..store.snapshot import Snapshot
+
+_CACHE_FORMAT = 2  # 2: the matrix is built with bincounts and sparse sums (last-bit differences)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Per-query lexical evidence over all skills (dense arrays of length n)."""
+
+    score: np.ndarray  # raw BM25F score
+    name_match: np.ndarray  # bool: every token of the skill's name occurs in the query
+    evidence: np.ndarray  # m_i(q): score / max score, plus the name bonus
+    n_query_tokens: int
+
+
+def _column_sum(m: sp.csc_matrix, cols: np.ndarray, n: int) -> np.ndarray:
+    if len(cols) == 0:
+        return np.zeros(n)
+    starts, stops = m.indptr[cols], m.indptr[cols + 1]
+    lengths = stops - starts
+    if lengths.sum() == 0:
+        return np.zeros(n)
+    # Indices of all selected column entries without a Python loop: a ragged arange.
+    offsets = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+    pos = np.arange(lengths.sum()) + offsets
+    return np.bincount(m.indices[pos], weights=m.data[pos], minlength=n)
+
+
+def _idf(n: int, df: np.ndarray) -> np.ndarray:
+    """BM25 idf of document frequencies among n skills (a token no skill has gets the highest)."""
+    return np.log(1 + (n - df + 0.5) / (df + 0.5))
+
+
+def _field_codes(fields: pl.Series) -> tuple[np.ndarray, list[str]]:
+    """Small integer codes of a field column, and the field of each code."""
+    names = fields.unique().sort()
+    return fields.cast(pl.Enum(names)).to_physical().to_numpy().astype(np.int64), names.to_list()
+
+
+class LexicalIndex:
+    def __init__(self, tokens: pl.DataFrame, n_nodes: int, config: RetrievalConfig | None = None):
+        config = config or RetrievalConfig()
+        self.n = n = n_nodes
+        self.config = config
+        self.vocab = Vocabulary(tokens["token"])
+        # Whole-table arithmetic on integer arrays: one join maps each token to its column in the sorted
+        # vocabulary, fields become small codes, and every per-(skill, field) or per-(skill, token) sum is
+        # a bincount or a sparse matrix (which sums duplicate entries), not a group-by.
+        rows = tokens.join(self.vocab.lookup, on="token").select("node", "field", "tf", "col")
+        node = rows["node"].to_numpy().astype(np.int64)
+        col = rows["col"].to_numpy()
+        tf = rows["tf"].to_numpy().astype(np.float64)
+        code, fields = _field_codes(rows["field"])
+        lengths = np.bincount(node * len(fields) + code, weights=tf, minlength=n * len(fields))
+        lengths = lengths.reshape(n, len(fields))
+        avg = lengths.sum(axis=0) / max(n, 1)  # per skill, counting skills without the field as 0
+        self.avg: dict[str, float] = dict(zip(fields, avg.tolist(), strict=True))
+        # df: skills holding the token in any field (each (skill, token) pair counted once)
+        self.df = np.diff(self._matrix(node, col, np.ones(len(node))).indptr).astype(np.int64)
+        self.matrix = self._bm25f(node, col, tf, code, fields, lengths[node, code])
+        is_name = code == (fields.index("name") if "name" in fields else -1)
+        name_matrix = self._matrix(node[is_name], col[is_name], np.ones(int(is_name.sum())))
+        name_matrix.data[:] = 1.0
+        self.name_matrix = name_matrix
+        self.name_len = np.bincount(node[is_name], minlength=n)
+
+    def _bm25f(
+        self,
+        node: np.ndarray,
+        col: np.ndarray,
+        tf: np.ndarray,
+        code: np.ndarray,
+        fields: list[str],
+        flen: np.ndarray,
+    ) -> sp.csc_matrix:
+        """The BM25F matrix of token rows (SPEC §6), with this index's df and average field lengths; rows
+        of a field without a weight (or without an average in this index) are left out."""
+        k1, b = self.config.bm25_k1, self.config.bm25_b
+        weights = self.config.field_weights
+        scored = [f in weights and f in self.avg for f in fields]
+        fw = np.array([weights[f] if ok else 0.0 for f, ok in zip(fields, scored, strict=True)])
+        avg = np.array([self.avg[f] if ok else 1.0 for f, ok in zip(fields, scored, strict=True)])
+        keep = np.asarray(scored, dtype=bool)[code]
+        c = code[keep]
+        w = fw[c] * tf[keep] / (1 - b + b * flen[keep] / avg[c])
+        m = self._matrix(node[keep], col[keep], w)  # tf̃ per (skill, token): the field terms summed
+        df = np.repeat(self.df, np.diff(m.indptr))
+        m.data = _idf(self.n, df) * m.data * (k1 + 1) / (k1 + m.data)
+        return m
+
+    def _matrix(self, rows: np.ndarray, cols: np.ndarray, values: np.ndarray) -> sp.csc_matrix:
+        """(skill, column) entries as a CSC matrix, duplicate entries summed."""
+        m = sp.csc_matrix((values, (rows, cols)), shape=(self.n, len(self.vocab)))
+        m.sum_duplicates()
+        return m
+
+    def idf(self, token: str) -> float:
+        """The BM25 idf of a token in this version (a token no skill has gets the highest idf)."""
+        col = self.vocab.index.get(token)
+        return float(_idf(self.n, np.asarray(self.df[col] if col is not None else 0)))
+
+    def row_patch(self, node_tokens: pl.DataFrame) -> dict[int, float]:
+        """{token column: value} of one skill re-scored from new token rows (field, token, tf).
+
+        Used to try a description revision without rebuilding the index: idf and average lengths stay
+        those of the version (the exact index is rebuilt once the round's revisions are chosen). Tokens
+        outside the vocabulary cannot match any query token of the index and are left out.
+        """
+        known = node_tokens.filter(pl.col("token").is_in(self.vocab.tokens.implode()))
+        code, fields = _field_codes(known["field"])
+        tf = known["tf"].to_numpy().astype(np.float64)
+        flen = np.bincount(code, weights=tf, minlength=len(fields))[code]
+        col = self.vocab.column(known["token"]).astype(np.int64)
+        m = self._bm25f(np.zeros(len(col), dtype=np.int64), col, tf, code, fields, flen)
+        cols = np.flatnonzero(np.diff(m.indptr))
+        return dict(zip(cols.tolist(), m.data.tolist(), strict=True))
+
+    def evidence(self, query: str, patch: dict[int, dict[int, float]] | None = None) -> Evidence:
+        """Lexical evidence of every skill; `patch` replaces whole rows ({node: {column: value}})."""
+        q_tokens = tokenize(query)
+        cols = self.vocab.ids(q_tokens)
+        score = _column_sum(self.matrix, cols, self.n)
+        for node, row in (patch or {}).items():
+            score[node] = sum(row.get(int(c), 0.0) for c in cols)
+        matched = _column_sum(self.name_matrix, cols, self.n)
+        name_match = (self.name_len > 0) & (matched >= self.name_len)
+        top = score.max() if self.n else 0.0
+        evidence = score / top if top > 0 else np.zeros(self.n)
+        evidence = evidence + self.config.name_bonus * name_match
+        return Evidence(score=score, name_match=name_match, evidence=evidence, n_query_tokens=len(q_tokens))
+
+    # ------------------------------------------------------------------------------------- persistence
+
+    def save(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        sp.save_npz(folder / "matrix.npz", self.matrix.tocsc(), compressed=False)
+        sp.save_npz(folder / "names.npz", self.name_matrix.tocsc(), compressed=False)
+        np.save(folder / "df.npy", self.df)
+        np.save(folder / "name_len.npy", self.name_len)
+        pl.DataFrame({"token": self.vocab.tokens}).write_parquet(folder / "vocab.parquet")
+        pl.DataFrame(
+            {"field": list(self.avg), "avg": list(self.avg.values())},
+            schema={"field": pl.String, "avg": pl.Float64},
+        ).write_parquet(folder / "avg.parquet")
+
+    @classmethod
+    def load(cls, folder: Path, n_nodes: int, config: RetrievalConfig) -> LexicalIndex:
+        index = cls.__new__(cls)
+        index.n = n_nodes
+        index.config = config
+        index.vocab = Vocabulary(pl.read_parquet(folder / "vocab.parquet")["token"])
+        avg = pl.read_parquet(folder / "avg.parquet")
+        index.avg = dict(zip(avg["field"].to_list(), avg["avg"].to_list(), strict=True))
+        index.df = np.load(folder / "df.npy")
+        index.matrix = sp.load_npz(folder / "matrix.npz").tocsc()
+        index.name_matrix = sp.load_npz(folder / "names.npz").tocsc()
+        index.name_len = np.load(folder / "name_len.npy")
+        if index.matrix.shape != (n_nodes, len(index.vocab)) or len(index.df) != len(index.vocab):
+            raise ValueError("cached lexical index does not match the version")
+        return index
+
+
+def index_for(snapshot: Snapshot, config: RetrievalConfig) -> LexicalIndex:
+    """The lexical index of a version, from the store's cache when it holds one for this configuration.
+
+    The cache (`STORE/cache/lexical/<key>/`) is derived data outside the immutable version folders: its key
+    is the version's token-table hash plus the scoring settings, it is written atomically (staged folder,
+    then rename), a damaged or mismatching entry is rebuilt, and a store that cannot be written to simply
+    goes without. It saves rebuilding the index on every process start (seconds on 100k skills).
+    """
+    n = snapshot.nodes.height
+    tokens_key = snapshot.content_key("tokens")
+    if snapshot.path is None or tokens_key is None:
+        return LexicalIndex(snapshot.tokens, n, config)
+    key_data = {
+        "format": _CACHE_FORMAT,
+        "tokens": tokens_key,
+        "weights": config.field_weights,
+        "k1": config.bm25_k1,
+        "b": config.bm25_b,
+    }
+    key = hashlib.sha256(json.dumps(key_data, sort_keys=True).encode()).hexdigest()[:20]
+    root = snapshot.path.parent.parent / "cache" / "lexical"
+    folder = root / key
+    if (folder / "complete").is_file():
+        try:
+            return LexicalIndex.load(folder, n, config)
+        except (OSError, ValueError, KeyError):
+            pass  # damaged or foreign: rebuild below and replace it
+    index = LexicalIndex(snapshot.tokens, n, config)
+    stage = root / f".{key}.{uuid.uuid4().hex}"
+    try:
+        index.save(stage)
+        (stage / "complete").write_text(json.dumps(key_data))
+        if folder.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+        os.rename(stage, folder)
+    except OSError:
+        pass  # a read-only or racing store: the index in memory is all this process needs
+    finally:
+        if stage.exists():
+            shutil.rmtree(stage, ignore_errors=True)
+    return index

@@ -1,0 +1,332 @@
+"""Bundle retrieval over a loaded snapshot (SPEC §6).
+
+lexical seeds → reverse-aware PPR → rerank ρ = s* + μ·m → top-N with avoid-pair pruning → hydration under
+per-skill and global character budgets. Everything that does not depend on the query (lexical matrix,
+operator, its transpose, connected components, avoid adjacency) is built once in `Retriever.__init__`.
+
+PPR mass can only reach the weakly connected components of the seeds, so the iteration runs on the
+union of those components: the result is the same as the full-graph iteration, at a cost that grows
+with the seeds' neighbourhood rather than the library.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import polars as pl
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
+
+try:  # the kernel behind `csr @ vector`: PPR calls it up to 50 times a query, and on a few hundred skills
+    # scipy's per-call dispatch around it costs more than the product itself
+    from scipy.sparse._sparsetools import csr_matvec as _csr_matvec
+except ImportError:  # pragma: no cover - a scipy that moved it: the public operator gives the same numbers
+    _csr_matvec = None
+
+from ..config import AVOID, RetrievalConfig, TransitionConfig
+from ..graph.transition import edge_indices, transition_matrix
+from ..store.snapshot import Snapshot
+from ..text.names import SkillNames
+from .lexical import Evidence, index_for
+
+
+@dataclass
+class BundleSkill:
+    id: str
+    name: str
+    rank: int
+    score: float  # ρ, the rerank score
+    chars: int  # characters of the hydrated text (0 when not hydrated)
+    seed: bool
+    lexical: float  # m_i(q), field evidence
+    graph: float  # s*_i, PPR mass
+    source_path: str
+    capability: str
+    text: str = ""
+
+
+@dataclass
+class Bundle:
+    version: str
+    query: str
+    skills: list[BundleSkill]
+    chars: int
+    pruned: list[dict[str, str]] = field(default_factory=list)  # {"id", "avoided_with"} (avoid pruning)
+    over_budget: list[str] = field(default_factory=list)  # ids cut by the global character budget
+
+    @property
+    def ids(self) -> list[str]:
+        return [s.id for s in self.skills]
+
+    def to_dict(self, with_text: bool = True) -> dict[str, Any]:
+        skills = [asdict(s) for s in self.skills]
+        if not with_text:
+            for s in skills:
+                s.pop("text")
+        return {
+            "version": self.version,
+            "query": self.query,
+            "skills": skills,
+            "chars": self.chars,
+            "pruned": self.pruned,
+            "over_budget": self.over_budget,
+        }
+
+
+def top_k(values: np.ndarray, candidates: np.ndarray, k: int) -> np.ndarray:
+    """The k candidates with the largest values, best first, ties to the smaller index.
+
+    A partial selection plus a sort of the (few) survivors: linear in the candidates, so a query that
+    matches half of a 100k-skill library does not pay for sorting all of them.
+    """
+    if k <= 0 or len(candidates) == 0:
+        return candidates[:0]
+    if len(candidates) > k:
+        vals = values[candidates]
+        threshold = vals[np.argpartition(-vals, k - 1)[:k]].min()
+        candidates = candidates[vals >= threshold]  # keeps every tie at the threshold
+    return candidates[np.lexsort((candidates, -values[candidates]))][:k]
+
+
+class Ranking:
+    """The ranking of one query: ρ over the skills with evidence (indices into the node table)."""
+
+    def __init__(
+        self,
+        rho: np.ndarray,
+        candidates: np.ndarray,
+        seeds: np.ndarray,
+        graph: np.ndarray,
+        evidence: Evidence,
+    ):
+        self.rho = rho
+        self.candidates = candidates  # skills with seed or graph mass; nothing else is ever ranked
+        self.seeds = seeds
+        self.graph = graph  # s* over all nodes (dense)
+        self.evidence = evidence
+
+    def top(self, n: int) -> np.ndarray:
+        return top_k(self.rho, self.candidates, n)
+
+    @cached_property
+    def order(self) -> np.ndarray:
+        """Every candidate, best first (a full sort: for rank lookups, not for bundles)."""
+        c = self.candidates
+        return c[np.lexsort((c, -self.rho[c]))]
+
+
+def closed_submatrix(m: sp.csr_matrix, sub: np.ndarray) -> sp.csr_matrix:
+    """`m[sub][:, sub]` for a sorted `sub` that no row of it leaves (a union of weakly connected
+    components): the selected rows already hold only columns in `sub`, which are renumbered by binary
+    search. Entries keep their order within each row, so products over it round exactly like the fancy
+    index (test); it skips two general fancy-index passes per query."""
+    starts, ends = m.indptr[sub].astype(np.int64), m.indptr[sub + 1].astype(np.int64)
+    lengths = ends - starts
+    indptr = np.zeros(len(sub) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    take = np.repeat(starts - indptr[:-1], lengths) + np.arange(indptr[-1], dtype=np.int64)
+    indices = np.searchsorted(sub, m.indices[take]).astype(m.indices.dtype)
+    return sp.csr_matrix((m.data[take], indices, indptr.astype(m.indices.dtype)), shape=(len(sub), len(sub)))
+
+
+def power_iteration(
+    tt: sp.csr_matrix, p: np.ndarray, dangling: np.ndarray, alpha: float, tol: float, max_iter: int
+) -> np.ndarray:
+    """s ← α·p + (1−α)·(Tᵀs + (mass on dangling rows)·p) from s = p, until the L1 change < tol or
+    max_iter steps (SPEC §5). In-place steps over two buffers: the same floating-point operations as the
+    textbook expression, without its temporaries."""
+    s, nxt, diff = p.copy(), np.empty_like(p), np.empty_like(p)
+    ap = alpha * p
+    for _ in range(max_iter):
+        if _csr_matvec is not None:
+            nxt.fill(0.0)
+            _csr_matvec(tt.shape[0], tt.shape[1], tt.indptr, tt.indices, tt.data, s, nxt)
+        else:
+            nxt[:] = tt @ s
+        if len(dangling):  # most query subgraphs have none; adding 0·p would change no bit
+            nxt += s[dangling].sum() * p
+        nxt *= 1 - alpha
+        nxt += ap
+        np.subtract(nxt, s, out=diff)
+        delta = np.abs(diff, out=diff).sum()
+        s, nxt = nxt, s
+        if delta < tol:
+            break
+    return s
+
+
+class Retriever:
+    """Answers many queries against one snapshot; construction does all query-independent work."""
+
+    def __init__(self, snapshot: Snapshot, config: RetrievalConfig | None = None):
+        self.snapshot = snapshot
+        self.config = config or RetrievalConfig()
+        nodes = snapshot.nodes
+        self.n = nodes.height
+        self.ids = nodes["id"].to_numpy()
+        self._nodes = nodes
+        self.names = SkillNames(nodes)
+        self.lexical = index_for(snapshot, self.config)
+        if self.config.reverse:
+            operator = snapshot.transition
+        else:
+            gamma = snapshot.manifest.get("config", {}).get("transition", {}).get("gamma")
+            tconf = TransitionConfig(gamma=gamma) if gamma else TransitionConfig()
+            operator = transition_matrix(snapshot.edges, nodes["id"], tconf, reverse=False)
+        self.operator = operator.tocsr()
+        self.operator_t = self.operator.T.tocsr()  # PPR iterates s ← α·p + (1−α)·Tᵀs
+        self.dangling = np.asarray(self.operator.sum(axis=1)).ravel() == 0
+        n_comp, labels = connected_components(self.operator, directed=True, connection="weak")
+        self._comp_labels = labels
+        self._comp_order = np.argsort(labels, kind="stable")
+        self._comp_start = np.searchsorted(labels[self._comp_order], np.arange(n_comp + 1))
+        self.avoid = self._avoid_matrix(snapshot.edges)
+
+    # ------------------------------------------------------------------------------------------- setup
+
+    def _avoid_matrix(self, edges: pl.DataFrame) -> sp.csr_matrix:
+        e = edge_indices(edges.filter(pl.col("relation") == AVOID), self._nodes["id"])
+        u, v = e["u"].to_numpy(), e["v"].to_numpy()
+        data = np.ones(2 * len(u), dtype=np.int8)
+        m = sp.csr_matrix((data, (np.concatenate([u, v]), np.concatenate([v, u]))), shape=(self.n, self.n))
+        m.sum_duplicates()
+        return m
+
+    def _component_nodes(self, seeds: np.ndarray) -> np.ndarray:
+        comps = np.unique(self._comp_labels[seeds])
+        parts = [self._comp_order[self._comp_start[c] : self._comp_start[c + 1]] for c in comps]
+        return np.sort(np.concatenate(parts))
+
+    # ---------------------------------------------------------------------------------------- ranking
+
+    def ppr(self, seeds: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """Personalized PageRank from `seeds` (p ∝ weights), dense over all nodes."""
+        cfg = self.config
+        out = np.zeros(self.n)
+        if len(seeds) == 0:
+            return out
+        sub = self._component_nodes(seeds)
+        if len(sub) > self.n // 2:
+            sub = np.arange(self.n)
+            tt, dangling = self.operator_t, self.dangling
+        else:
+            tt = closed_submatrix(self.operator_t, sub)
+            dangling = self.dangling[sub]
+        p = np.zeros(len(sub))
+        p[np.searchsorted(sub, seeds)] = weights / weights.sum()
+        out[sub] = power_iteration(tt, p, np.flatnonzero(dangling), cfg.alpha, cfg.tol, cfg.max_iter)
+        return out
+
+    def rank(self, query: str, patch: dict[int, dict[int, float]] | None = None) -> Ranking:
+        """All skills with evidence for `query`, ranked by ρ = s* + μ·m (ties to the smaller id).
+
+        `patch` re-scores some skills' lexical rows (see `LexicalIndex.row_patch`), to try a description
+        revision without rebuilding anything.
+        """
+        cfg = self.config
+        ev = self.lexical.evidence(query, patch)
+        m = ev.evidence
+        seeds = np.sort(top_k(m, np.flatnonzero(m > 0), cfg.seed_k))
+        graph = self.ppr(seeds, m[seeds]) if cfg.propagate and len(seeds) else np.zeros(self.n)
+        rho = graph + cfg.rerank_mu * m
+        cand = np.flatnonzero((graph > 0) | (m > 0))  # never rank a skill with no evidence at all
+        return Ranking(rho, cand, seeds, graph, ev)
+
+    def select(self, ranking: Ranking, top_n: int) -> tuple[list[int], list[dict[str, str]]]:
+        """The top-N after avoid pruning: a candidate whose avoid partner is already chosen is dropped,
+        and nothing is backfilled from below the top-N (a bundle may be smaller)."""
+        chosen: list[int] = []
+        pruned = []
+        indptr, indices = self.avoid.indptr, self.avoid.indices
+        for i in ranking.top(top_n):
+            partners = indices[indptr[i] : indptr[i + 1]]
+            partner_set = set(partners.tolist())
+            clash = [j for j in chosen if j in partner_set]
+            if clash:
+                pruned.append({"id": str(self.ids[i]), "avoided_with": str(self.ids[clash[0]])})
+            else:
+                chosen.append(int(i))
+        return chosen, pruned
+
+    def rank_of(self, query: str, node: int, patch: dict[int, dict[int, float]] | None = None) -> int | None:
+        """1-based position of `node` in the ranking of `query` (None when it has no evidence)."""
+        order = self.rank(query, patch).order
+        hits = np.flatnonzero(order == node)
+        return int(hits[0]) + 1 if len(hits) else None
+
+    def ranked_ids(self, query: str, k: int) -> list[str]:
+        """The first k skills after avoid pruning, without hydration (what replay measures)."""
+        chosen, _ = self.select(self.rank(query), k)
+        return [str(self.ids[i]) for i in chosen]
+
+    # -------------------------------------------------------------------------------------- bundles
+
+    def retrieve(self, query: str, top_n: int | None = None, hydrate: bool = True) -> Bundle:
+        cfg = self.config
+        ranking = self.rank(query)
+        chosen, pruned = self.select(ranking, top_n or cfg.top_n)
+        seeds = set(ranking.seeds.tolist())
+        rows = self._nodes[chosen].to_dicts() if chosen else []
+        if hydrate:
+            kept, over = hydrate_rows(rows, cfg.per_skill_chars, cfg.total_chars)
+        else:
+            kept, over = [(pos, "") for pos in range(len(rows))], []
+        skills = []
+        for rank, (pos, text) in enumerate(kept, start=1):
+            i, row = chosen[pos], rows[pos]
+            skills.append(
+                BundleSkill(
+                    id=row["id"],
+                    name=row["name"],
+                    rank=rank,
+                    score=float(ranking.rho[i]),
+                    chars=len(text),
+                    seed=i in seeds,
+                    lexical=float(ranking.evidence.evidence[i]),
+                    graph=float(ranking.graph[i]),
+                    source_path=row["source_path"],
+                    capability=row["capability"] or "",
+                    text=text,
+                )
+            )
+        total = sum(s.chars for s in skills)
+        return Bundle(self.snapshot.version, query, skills, total, pruned, over)
+
+
+def render_skill(row: dict[str, Any]) -> str:
+    """The hydrated form an agent reads: identity, provenance, contract, then the body."""
+    lines = [f"### {row['name']} (`{row['id']}`)", f"Source: {row['source_path']}"]
+    if row.get("capability"):
+        lines.append(f"Capability: {row['capability']}")
+    for label, key in (("Inputs", "inputs"), ("Outputs", "outputs"), ("Entrypoints", "entrypoints")):
+        if row.get(key):
+            lines.append(f"{label}: {'; '.join(row[key])}")
+    return "\n".join(lines) + "\n\n" + (row.get("body") or row.get("description") or "")
+
+
+def hydrate_rows(
+    rows: list[dict[str, Any]], per_skill_chars: int, total_chars: int
+) -> tuple[list[tuple[int, str]], list[str]]:
+    """Hydrated texts under the budgets, in the given order: ([(position in rows, text)], ids that no
+    longer fit the global budget). Earlier rows get the budget first."""
+    kept: list[tuple[int, str]] = []
+    over: list[str] = []
+    used = 0
+    for pos, row in enumerate(rows):
+        budget = min(per_skill_chars, total_chars - used)
+        if budget <= 0:
+            over.append(row["id"])
+            continue
+        text = clip(render_skill(row), budget)
+        used += len(text)
+        kept.append((pos, text))
+    return kept, over
+
+
+def clip(text: str, budget: int) -> str:
+    if len(text) <= budget:
+        return text
+    return text[: max(budget - 1, 0)] + "…"

@@ -1,0 +1,715 @@
+"""The Python API of the agent-facing service: what `segos mcp` serves and the CLI calls.
+
+`SegosService` answers requests against one version of a store. Pinned (`version=...`) it always serves
+that version; otherwise it serves the newest and switches to a newer version once one is committed, at the
+start of a request. Versions are committed atomically (manifest last, folder renamed into place), so a
+half-written version is never visible; a new version whose files fail their hash check is not switched to
+(the service keeps serving the old one and reports why in `status()`), and at start one is passed over for
+the newest version that loads. The check between requests is a
+`stat` of the store's `versions/` folder, so serving the newest version costs nothing until one lands.
+
+Loading a version (verify, read, build the retriever) takes seconds on a large library (on 100k skills
+about 2 s, 5-6 s when its lexical index is not cached yet, as after every `segos update`). With
+`reload="background"` (the default) a new version is loaded on a thread while requests go on being answered
+from the old one, and it is swapped in at the start of the first request after it is ready; no request
+waits for a load. `reload="sync"` loads it inside the request that notices it.
+
+Every method returns plain JSON-ready dicts (the MCP tools return them unchanged). Expected failures raise
+`ServiceError` (or a `SnapshotError`), whose message says what to do; the MCP server turns them into tool
+errors.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..config import AVOID, DEPENDENCY, RELATIONS, SEMANTIC, WORKFLOW, RetrievalConfig
+from ..evolution.traces import TraceError, parse_native, resolve_skills
+from ..paths import default_landing
+from ..retrieval.incidence import Edge, Incidence
+from ..retrieval.ordering import ExecutionOrder, Precedence, execution_order, lineage_precedence
+from ..retrieval.ranker import Retriever, hydrate_rows
+from ..store.snapshot import Snapshot, SnapshotError, SnapshotStore
+from ..text.names import SkillNames
+
+log = logging.getLogger(__name__)  # version switches; `segos mcp` shows them on stderr
+MAX_TOP = 100  # bounds of top_k / top_n a caller may ask for
+_STABLE_AFTER_NS = 2_000_000_000  # a versions/ mtime older than this cannot hide a same-tick commit
+
+# Why a skill is in a bundle, strongest first (the first that applies is the headline `why`).
+REASON_PRIORITY = (
+    "seed",
+    "prerequisite",
+    "consumer",
+    "workflow",
+    "lexical",
+    "semantic",
+    "alternative",
+    "graph",
+)
+
+
+class ServiceError(ValueError):
+    """A request that cannot be answered as asked (unknown skill, bad argument, malformed trace)."""
+
+
+class UnknownSkill(ServiceError):
+    pass
+
+
+class TraceRejected(ServiceError):
+    pass
+
+
+@dataclass
+class _Loaded:
+    """One loaded version with everything requests need, built once per version."""
+
+    snapshot: Snapshot
+    retriever: Retriever
+    precedence: Precedence
+    loaded_at: str
+    incidence: Incidence  # every edge touching each skill
+
+    @property
+    def version(self) -> str:
+        return self.snapshot.version
+
+    @property
+    def names(self) -> SkillNames:
+        return self.retriever.names
+
+    def touching(self, skill_id: str) -> list[Edge]:
+        """Every edge (src, dst, relation, weight) that touches a skill, in edge-table order."""
+        i = self.names.row_of(skill_id)
+        return self.incidence.of(i) if i is not None else []
+
+    def edges_among(self, members: list[str]) -> list[Edge]:
+        """Every edge (src, dst, relation, weight) with both ends in `members`, by pair then relation."""
+        inside = set(members)
+        return sorted(
+            {e for m in members for e in self.touching(m) if e[0] in inside and e[1] in inside},
+            key=lambda e: (e[0], e[1], RELATIONS.index(e[2]) if e[2] in RELATIONS else 99),
+        )
+
+
+class SegosService:
+    """Skill search, ordered bundles, skill details and trace recording over a snapshot store.
+
+    `version`: a version id / prefix / `vN` to pin, or None to follow the newest version (at start, the
+    newest that loads). `landing`: the folder `record_trace` appends to (default `$SEGOS_LANDING`, else
+    `data/traces/`). `config`: retrieval settings. `cache_size`: how many loaded versions to keep (requests
+    may name older ones). `reload`: "background" or "sync", see the module docstring.
+    """
+
+    def __init__(
+        self,
+        store: SnapshotStore | str | Path,
+        version: str | None = None,
+        *,
+        config: RetrievalConfig | None = None,
+        landing: str | Path | None = None,
+        verify: bool = True,
+        cache_size: int = 4,
+        reload: str = "background",
+    ):
+        self.store = store if isinstance(store, SnapshotStore) else SnapshotStore(store)
+        self.config = config or RetrievalConfig()
+        self.landing = Path(landing) if landing is not None else default_landing()
+        self.verify = verify
+        if reload not in ("background", "sync"):
+            raise ServiceError(f"reload must be 'background' or 'sync', not {reload!r}")
+        self.reload = reload
+        self.pinned: str | None = self.store.resolve(version) if version not in (None, "", "latest") else None
+        self._lock = threading.RLock()  # guards the cache and the switching state; never held during a load
+        self._cache: OrderedDict[str, _Loaded] = OrderedDict()
+        self._cache_size = max(cache_size, 1)
+        self._seen_mtime: int | None = None
+        self._failed: dict[str, str] = {}  # version → why it could not be loaded (not retried)
+        self.switches = 0
+        self.last_reload_error: str | None = None
+        self.loading: str | None = None  # the version being loaded to be switched to, if any
+        self._loader: threading.Thread | None = None
+        self._ready: _Loaded | None = None  # loaded in the background, swapped in by the next request
+        self._served = self._load(self.pinned) if self.pinned is not None else self._newest_servable()
+
+    # ------------------------------------------------------------------------------------ versions
+
+    @property
+    def version(self) -> str:
+        """The version requests are answered from right now."""
+        return self._served.version
+
+    def _load(self, vid: str) -> _Loaded:
+        with self._lock:
+            if vid in self._cache:
+                self._cache.move_to_end(vid)
+                return self._cache[vid]
+        # Outside the lock, so requests go on while a version loads; two threads loading the same version
+        # at once waste work but keep one result.
+        snap = self.store.load(vid, verify=self.verify)
+        precedence = lineage_precedence(self.store, snap)
+        if precedence.skipped:
+            log.warning(
+                "version %s: the round traces of %s are damaged and do not count towards execution order "
+                "(run `segos verify` on them)",
+                vid,
+                ", ".join(precedence.skipped),
+            )
+        retriever = Retriever(snap, self.config)
+        loaded = _Loaded(
+            snapshot=snap,
+            retriever=retriever,
+            precedence=precedence,
+            loaded_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            incidence=Incidence(snap.edges, snap.nodes["id"], retriever.names.ids),
+        )
+        with self._lock:
+            loaded = self._cache.setdefault(vid, loaded)
+            self._cache.move_to_end(vid)
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return loaded
+
+    def _newest_servable(self) -> _Loaded:
+        """Following the newest version, at start: the newest one that loads. A damaged newer one is passed
+        over, logged and recorded like a running service records one it cannot switch to (not retried):
+        an agent's client starts its server by itself, and a server that refused to start would leave the
+        agent with no skills at all, where the version before serves."""
+        # one listing of the store; without versions, latest() fails with how to make one
+        versions = [m["version"] for m in self.store.list_versions()] or [self.store.latest()]
+        for vid in reversed(versions):
+            try:
+                return self._load(vid)
+            except (SnapshotError, OSError, ValueError) as exc:
+                self._failed[vid] = f"{type(exc).__name__}: {exc}"
+                log.warning("version %s cannot be served, trying the one before: %s", vid, exc)
+        raise SnapshotError(
+            f"no version of {self.store.root} can be served (newest {versions[-1]}); run `segos verify` on "
+            "them, or `segos build` a new one"
+        )
+
+    def refresh(self, wait: bool | None = None) -> bool:
+        """Switch to the newest committed version if it differs from the one served; True if switched.
+
+        Cheap when nothing changed: one `stat` of `versions/` (a commit renames a folder into it, which
+        updates its mtime). The store is listed only when the mtime moved or is too recent to trust.
+        `wait`: load a new version here and switch before returning (default: `reload == "sync"`);
+        otherwise it is loaded on a background thread and swapped in by a later call once ready.
+        """
+        if self.pinned is not None:
+            return False
+        wait = self.reload == "sync" if wait is None else wait
+        switched = self._adopt()
+        while True:
+            loader = self._loader
+            if loader is None or not loader.is_alive():  # one load at a time, whoever asks
+                loader = self._start_load()
+            if loader is None or not wait:
+                return switched
+            loader.join()  # waiting callers look at the store again afterwards: it may hold a newer one
+            switched = self._adopt() or switched
+
+    def _start_load(self) -> threading.Thread | None:
+        """Start loading the newest version on a thread if it is new; None when there is nothing to load."""
+        try:
+            mtime = os.stat(self.store.versions_dir).st_mtime_ns
+        except OSError:
+            return None
+        if mtime == self._seen_mtime and time.time_ns() - mtime > _STABLE_AFTER_NS:
+            return None
+        with self._lock:
+            if self._loader is not None and self._loader.is_alive():
+                return self._loader  # another caller started one meanwhile
+            try:
+                latest = self.store.latest()
+            except SnapshotError:
+                return None
+            if latest == self._served.version or latest in self._failed:
+                self._seen_mtime = mtime
+                return None
+            self.loading = latest
+            log.info("version %s committed; loading it (serving %s meanwhile)", latest, self._served.version)
+            self._loader = threading.Thread(
+                target=self._fetch, args=(latest, mtime), name=f"segos-load-{latest}", daemon=True
+            )
+            self._loader.start()
+            return self._loader
+
+    def _fetch(self, vid: str, mtime: int) -> None:
+        """Load `vid` to be swapped in (`_ready`), or record why it cannot be (a damaged or unreadable
+        version: the old one stays served and the failed one is not retried)."""
+        started = time.perf_counter()
+        try:
+            loaded = self._load(vid)
+        except Exception as exc:
+            log.warning("could not switch to %s, still serving %s: %s", vid, self._served.version, exc)
+            with self._lock:
+                self._failed[vid] = f"{type(exc).__name__}: {exc}"
+                self.last_reload_error = f"could not switch to {vid}: {exc}"
+                self._seen_mtime, self.loading = mtime, None
+            return
+        log.info("version %s loaded in %.1f s", vid, time.perf_counter() - started)
+        with self._lock:
+            self._ready, self._seen_mtime, self.loading = loaded, mtime, None
+
+    def _adopt(self) -> bool:
+        """Swap in a version loaded in the background; called only between requests."""
+        with self._lock:
+            if self._loader is not None and not self._loader.is_alive():
+                self._loader = None
+            ready, self._ready = self._ready, None
+            if ready is None or ready.version == self._served.version:
+                return False
+            log.info("now serving %s (was %s)", ready.version, self._served.version)
+            # The replaced version leaves the cache: a version is ~1 GiB in memory on 100k skills, and a
+            # server following the newest would otherwise keep `cache_size` of them. Asked for by
+            # `version=`, it is loaded again.
+            self._cache.pop(self._served.version, None)
+            self._served = ready
+            self.switches += 1
+            self.last_reload_error = None
+            return True
+
+    def _request(self, version: str | None = None) -> _Loaded:
+        """The version one request is answered from, fixed for the whole request."""
+        if version not in (None, ""):
+            return self._load(self.store.resolve(version))
+        self.refresh()
+        return self._served
+
+    def list_versions(self) -> dict[str, Any]:
+        self.refresh()
+        out = []
+        for m in self.store.list_versions():
+            c = m.get("counts", {})
+            out.append(
+                {
+                    "version": m["version"],
+                    "kind": m.get("kind"),
+                    "parent": m.get("parent"),
+                    "round": m.get("round", 0),
+                    "window": m.get("window"),
+                    "created_at": m.get("created_at"),
+                    "skills": c.get("skills"),
+                    "edges": c.get("edges"),
+                    "served": m["version"] == self.version,
+                }
+            )
+        return {"served": self.version, "latest": out[-1]["version"] if out else None, "versions": out}
+
+    def status(self) -> dict[str, Any]:
+        lo = self._request()
+        m = lo.snapshot.manifest
+        try:
+            latest = self.store.latest()
+        except SnapshotError:
+            latest = None
+        return {
+            "store": str(self.store.root),
+            "version": lo.version,
+            "mode": "pinned" if self.pinned else "latest",
+            "latest": latest,
+            "kind": m.get("kind"),
+            "parent": m.get("parent"),
+            "round": m.get("round", 0),
+            "window": m.get("window"),
+            "created_at": m.get("created_at"),
+            "counts": m.get("counts", {}),
+            "config": {"retrieval": asdict(self.config), "build": m.get("config", {})},
+            "ordering": {"precedence": lo.precedence.as_dict()},
+            "landing": str(self.landing),
+            "loaded_at": lo.loaded_at,
+            "switches": self.switches,
+            "loading": self.loading,
+            "in_memory": list(dict.fromkeys([lo.version, *self._cache])),
+            "last_reload_error": self.last_reload_error,
+            "unservable": dict(self._failed),  # version → why it could not be loaded (not retried)
+        }
+
+    # ----------------------------------------------------------------------------------------- skills
+
+    def _resolve(self, lo: _Loaded, name: str) -> tuple[int, list[str]]:
+        """Row index of a skill named by id or name (most specific first) and the other matches."""
+        if not isinstance(name, str) or not name.strip():
+            raise ServiceError("give a skill id or name")
+        found = lo.names.resolve(name.strip())
+        if not found:
+            ids = lo.names.ids
+            names = lo.snapshot.nodes["name"].to_list()
+            close = list(dict.fromkeys(difflib.get_close_matches(name, ids + names, n=5, cutoff=0.6)))[:3]
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            raise UnknownSkill(f"unknown skill {name!r} in version {lo.version}{hint}")
+        return found[0], [lo.names.ids[i] for i in found[1:]]
+
+    def search(self, query: str, top_k: int = 10, version: str | None = None) -> dict[str, Any]:
+        """Ranked overview of the skills for `query`: id, name, capability, score; no bodies."""
+        query = _query(query)
+        top_k = _bounded("top_k", top_k)
+        lo = self._request(version)
+        r = lo.retriever
+        ranking = r.rank(query)
+        chosen, pruned = r.select(ranking, top_k)
+        seeds = set(ranking.seeds.tolist())
+        caps = lo.snapshot.nodes["capability"]
+        names = lo.snapshot.nodes["name"]
+        results = [
+            {
+                "rank": rank,
+                "id": str(r.ids[i]),
+                "name": names[i],
+                "capability": caps[i] or "",
+                "score": round(float(ranking.rho[i]), 6),
+                "seed": i in seeds,
+            }
+            for rank, i in enumerate(chosen, start=1)
+        ]
+        return {"version": lo.version, "query": query, "results": results, "pruned": pruned}
+
+    def retrieve_bundle(
+        self,
+        query: str,
+        top_n: int | None = None,
+        max_chars: int | None = None,
+        version: str | None = None,
+    ) -> dict[str, Any]:
+        """The hydrated bundle for `query` under the budgets, in execution order, with the edges among its
+        members and why each skill is included."""
+        query = _query(query)
+        lo = self._request(version)
+        r = lo.retriever
+        cfg = r.config
+        top_n = _bounded("top_n", top_n if top_n is not None else cfg.top_n)
+        total = _max_chars(cfg, max_chars)
+        ranking = r.rank(query)
+        chosen, pruned = r.select(ranking, top_n)
+        seeds = [int(i) for i in ranking.seeds]
+        nodes = lo.snapshot.nodes
+        rows = nodes[chosen].to_dicts() if chosen else []
+        ev, graph = ranking.evidence.evidence, ranking.graph
+        # Hydrate in retrieval rank, so the budget goes to the best-supported skills first; then order.
+        kept: list[dict[str, Any]] = []
+        hydrated, over = hydrate_rows(rows, cfg.per_skill_chars, total)
+        for rank, (pos, text) in enumerate(hydrated, start=1):
+            i, row = chosen[pos], rows[pos]
+            kept.append(
+                {
+                    "id": row["id"],
+                    "name": row["name"],
+                    "rank": rank,
+                    "score": round(float(ranking.rho[i]), 6),
+                    "seed": i in seeds,
+                    "lexical": round(float(ev[i]), 6),
+                    "graph": round(float(graph[i]), 6),
+                    "capability": row["capability"] or "",
+                    "source_path": row["source_path"],
+                    "inputs": row["inputs"],
+                    "outputs": row["outputs"],
+                    "chars": len(text),
+                    "text": text,
+                }
+            )
+        members = [s["id"] for s in kept]
+        seed_ids = [str(r.ids[i]) for i in seeds]
+        among = lo.edges_among(members)
+        order = execution_order(
+            members,
+            {s["id"]: s["score"] for s in kept},
+            [(s, d, rel) for s, d, rel, _w in among],
+            lo.precedence,
+        )
+        by_id = {s["id"]: s for s in kept}
+        link = set(members) | set(seed_ids)
+        skills = []
+        for pos, sid in enumerate(order.order, start=1):
+            s = by_id[sid]
+            reasons = _reasons(sid, s, link, lo.touching(sid))
+            skills.append({"position": pos, **s, "why": _headline(reasons), "reasons": reasons})
+            skills[-1]["after"] = sorted(c.before for c in order.constraints if c.after == sid)
+        return {
+            "version": lo.version,
+            "query": query,
+            "order": order.order,
+            "skills": skills,
+            "edges": [{"src": s, "dst": d, "relation": rel, "weight": round(w, 6)} for s, d, rel, w in among],
+            "ordering": _ordering_summary(order, lo.precedence),
+            "seeds": seed_ids,
+            "chars": sum(s["chars"] for s in kept),
+            "budget": {"per_skill_chars": cfg.per_skill_chars, "max_chars": total, "top_n": top_n},
+            "pruned": pruned,
+            "over_budget": over,
+        }
+
+    def hydrate(
+        self, names: list[str], max_chars: int | None = None, version: str | None = None
+    ) -> dict[str, Any]:
+        """The hydrated text of named skills, in the order given, under the per-skill and global budgets."""
+        if isinstance(names, str):
+            names = [names]
+        if not names:
+            raise ServiceError("give at least one skill id or name")
+        lo = self._request(version)
+        cfg = lo.retriever.config
+        total = _max_chars(cfg, max_chars)
+        unknown, idx = [], []
+        for n in names:
+            try:
+                idx.append(self._resolve(lo, n)[0])
+            except UnknownSkill as exc:
+                unknown.append(str(exc))
+        if unknown:
+            raise UnknownSkill("; ".join(unknown))
+        idx = list(dict.fromkeys(idx))
+        rows = lo.snapshot.nodes[idx].to_dicts()
+        hydrated, over = hydrate_rows(rows, cfg.per_skill_chars, total)
+        out = [
+            {"id": rows[pos]["id"], "name": rows[pos]["name"], "chars": len(text), "text": text}
+            for pos, text in hydrated
+        ]
+        return {
+            "version": lo.version,
+            "skills": out,
+            "chars": sum(s["chars"] for s in out),
+            "over_budget": over,
+        }
+
+    def skill_detail(self, name: str, version: str | None = None) -> dict[str, Any]:
+        """Every parsed field of one skill (full body) and its edge counts by relation."""
+        lo = self._request(version)
+        i, others = self._resolve(lo, name)
+        row = lo.snapshot.nodes[i].to_dicts()[0]
+        sid = row["id"]
+        deg_out = {r: 0 for r in RELATIONS}
+        deg_in = {r: 0 for r in RELATIONS}
+        for src, dst, rel, _w in lo.incidence.of(i):
+            if src == sid:
+                deg_out[rel] = deg_out.get(rel, 0) + 1
+            if dst == sid:
+                deg_in[rel] = deg_in.get(rel, 0) + 1
+        return {
+            "version": lo.version,
+            "skill": row,
+            "degree": {"out": deg_out, "in": deg_in},
+            "also_matches": others,
+        }
+
+    def neighbors(self, name: str, version: str | None = None) -> dict[str, Any]:
+        """Typed out- and in-edges of one skill (avoid edges, being unordered, are listed on both sides)."""
+        lo = self._request(version)
+        i, others = self._resolve(lo, name)
+        sid = lo.names.ids[i]
+        names = lo.snapshot.nodes["name"]
+        mine = lo.incidence.rows_of(i).to_dicts()
+        out: list[dict[str, Any]] = []
+        inc: list[dict[str, Any]] = []
+
+        def item(other: str, edge: dict[str, Any]) -> dict[str, Any]:
+            j = lo.names.row_of(other)
+            return {
+                "id": other,
+                "name": names[j] if j is not None else other,
+                "relation": edge["relation"],
+                "weight": round(float(edge["weight"]), 6),
+                "w0": round(float(edge["w0"]), 6),
+                "n_e": int(edge["n_e"]),
+                "round_created": int(edge["round_created"]),
+                "round_updated": int(edge["round_updated"]),
+            }
+
+        for edge in mine:
+            src, dst = edge["src"], edge["dst"]
+            if edge["relation"] == AVOID:  # unordered (stored once, smaller id first): on both sides
+                both = item(dst if src == sid else src, edge)
+                out.append(both)
+                inc.append(dict(both))
+                continue
+            if src == sid:
+                out.append(item(dst, edge))
+            if dst == sid:
+                inc.append(item(src, edge))
+
+        def key(x: dict[str, Any]) -> tuple[int, float, str]:
+            return (RELATIONS.index(x["relation"]), -x["weight"], x["id"])
+
+        return {
+            "version": lo.version,
+            "skill": sid,
+            "out": sorted(out, key=key),
+            "in": sorted(inc, key=key),
+            "also_matches": others,
+        }
+
+    # ----------------------------------------------------------------------------------------- traces
+
+    def record_trace(
+        self,
+        task_id: str,
+        queries: list[Any],
+        used: list[str],
+        reward: float | None = None,
+        ctrf: dict[str, Any] | None = None,
+        agent: str | None = None,
+        *,
+        trace_id: str | None = None,
+        attempt: int | None = None,
+        timestamp: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Validate one trace like ingestion does and append it to `<landing>/<YYYY-MM-DD>.jsonl`.
+
+        The next `segos ingest <landing>` reads it into its window (the date of its timestamp, UTC; now
+        when none is given). Unknown skill names do not reject a trace (ingestion keeps it and reports them);
+        they are listed in the result.
+        """
+        if reward is not None and ctrf is not None:
+            raise TraceRejected(
+                "give `reward` or `ctrf`, not both (the reward is derived from a CTRF report)"
+            )
+        obj: dict[str, Any] = dict(extra or {})
+        obj.update(
+            {
+                "trace_id": trace_id or f"mcp-{uuid.uuid4().hex[:16]}",
+                "task_id": task_id,
+                "attempt": 1 if attempt is None else attempt,
+                "timestamp": timestamp
+                or datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+                "queries": queries,
+                "used": used,
+            }
+        )
+        if agent is not None:
+            obj["agent"] = agent
+        if reward is not None:
+            obj["reward"] = reward
+        if ctrf is not None:
+            obj["ctrf"] = ctrf
+        try:
+            record = parse_native(obj, source="mcp")
+        except TraceError as exc:
+            raise TraceRejected(f"trace rejected: {exc}") from None
+        lo = self._request()
+        check = parse_native(obj, source="mcp")  # a second copy: resolving names rewrites the record
+        resolve_skills(check, lo.names)
+        obj.setdefault("served_version", lo.version)
+        window = (record.timestamp or "")[:10]
+        self.landing.mkdir(parents=True, exist_ok=True)
+        path = self.landing / f"{window}.jsonl"
+        line = (json.dumps(obj, ensure_ascii=False, sort_keys=True, default=str) + "\n").encode()
+        # One write() on an O_APPEND descriptor: concurrent recorders never interleave inside a line.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return {
+            "trace_id": record.trace_id,
+            "task_id": record.task_id,
+            "agent": record.agent,
+            "reward": record.reward,
+            "reward_source": record.reward_source,
+            "window": window,
+            "file": str(path),
+            "unknown_skills": check.unknown_skills,
+            "version": lo.version,
+            "next": f"segos ingest {self.landing} --store {self.store.root} ; "
+            f"segos evolve --window {window} --store {self.store.root}",
+        }
+
+
+# ------------------------------------------------------------------------------------------- helpers
+
+
+def _query(query: Any) -> str:
+    if not isinstance(query, str) or not query.strip():
+        raise ServiceError("the query is empty; describe the task to retrieve skills for")
+    return query.strip()
+
+
+def _bounded(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or not 1 <= int(value) <= MAX_TOP:
+        raise ServiceError(f"{name} must be an integer between 1 and {MAX_TOP}, got {value!r}")
+    return int(value)
+
+
+def _max_chars(config: RetrievalConfig, max_chars: int | None) -> int:
+    """The global character budget of a request (the configured one unless given)."""
+    total = config.total_chars if max_chars is None else int(max_chars)
+    if total < 1:
+        raise ServiceError("max_chars must be a positive number of characters")
+    return total
+
+
+_PHRASE = {
+    "seed": "lexical seed: matches the query best",
+    "lexical": "matches the query's terms",
+    "prerequisite": "prerequisite of {via}: its outputs feed it (dependency edge)",
+    "consumer": "uses the outputs of {via} (dependency edge)",
+    "workflow": "workflow neighbour of {via}: used together on successful tasks",
+    "semantic": "semantic neighbour of {via}",
+    "alternative": "alternative to {via}",
+    "graph": "reached from the seeds through the skill graph",
+}
+
+
+def _reasons(sid: str, skill: dict[str, Any], link: set[str], touching: list[Edge]) -> list[dict[str, Any]]:
+    """Every reason a bundle member is there: its own query evidence, then its edges to other members or
+    to the query's seeds."""
+    out: list[dict[str, Any]] = []
+    if skill["seed"]:
+        out.append({"kind": "seed", "via": None, "relation": None, "weight": skill["lexical"]})
+    elif skill["lexical"] > 0:
+        out.append({"kind": "lexical", "via": None, "relation": None, "weight": skill["lexical"]})
+    for src, dst, rel, w in touching:
+        other = dst if src == sid else src
+        if other == sid or other not in link or rel == AVOID:
+            continue
+        if rel == DEPENDENCY:
+            kind = "prerequisite" if src == sid else "consumer"
+        elif rel == WORKFLOW:
+            kind = "workflow"
+        elif rel == SEMANTIC:
+            kind = "semantic"
+        else:
+            kind = "alternative"
+        out.append(
+            {
+                "kind": kind,
+                "via": other,
+                "relation": rel,
+                "direction": "out" if src == sid else "in",
+                "weight": w,
+            }
+        )
+    if not out:
+        out.append({"kind": "graph", "via": None, "relation": None, "weight": skill["graph"]})
+    out.sort(key=lambda r: (REASON_PRIORITY.index(r["kind"]), -(r["weight"] or 0.0), r["via"] or ""))
+    return out
+
+
+def _headline(reasons: list[dict[str, Any]]) -> str:
+    top = reasons[0]
+    return _PHRASE[top["kind"]].format(via=top["via"])
+
+
+def _ordering_summary(order: ExecutionOrder, precedence: Precedence) -> dict[str, Any]:
+    return {
+        "rule": "prerequisites first: dependency edges, then first-use precedence from successful traces of "
+        "the version's lineage, then workflow edges; ties and cycles by retrieval score, then id",
+        "constraints": [c.as_dict() for c in order.constraints],
+        "broken": [c.as_dict() for c in order.broken],
+        "precedence": precedence.as_dict(),
+    }

@@ -1,0 +1,324 @@
+"""`segos mcp`: the MCP server over a snapshot store (official `mcp` SDK, 2.x `MCPServer`).
+
+Every tool is a thin call into `SegosService` (api.py), which picks the version per request: the pinned one,
+or the newest committed one (switching between requests when a new version lands). Expected failures
+(unknown skill or version, malformed trace, bad argument) become MCP tool errors (`is_error` with the
+reason); anything unexpected becomes the SDK's generic tool error. The server never exits on a bad request.
+
+Tools are `async` on purpose: the SDK runs sync tools in a worker thread, which costs a thread hop per call;
+requests here are sub-millisecond CPU work, so running them on the event loop is faster and also means
+requests never run concurrently (a version switch can only happen between requests).
+
+Run: `segos mcp --store STORE [--version V] [--http --port 8765] [--landing DIR]`, or
+`python -m segos_pipeline.service.mcp_server ...` (same options).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import socket
+import stat
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+import anyio
+import pydantic_core
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.message import SessionMessage
+from mcp.types import CallToolResult, TextContent, jsonrpc_message_adapter
+from pydantic import Field
+
+from .. import __version__
+from ..config import RetrievalConfig
+from ..store.snapshot import SnapshotError
+from .api import MAX_TOP, SegosService
+
+_MAX_LINE = 64 * 1024 * 1024  # longest JSON-RPC message (one line) the stdio transport accepts
+INSTRUCTIONS = (
+    "segos retrieves skills (SKILL.md packages) for a task. Call retrieve_skill_bundle with the task to get "
+    "a "
+    "bounded bundle of skills in the order to use them, each with why it is included; search_skills gives a "
+    "cheap overview first. After the attempt, call record_trace with the skills you actually used (in the "
+    "order you first used them) and the reward (0..1) or a CTRF test report, so the graph learns from it."
+)
+
+# Tool parameter types live at module level: the SDK evaluates the (postponed) annotations in these globals.
+# Defaults named in descriptions come from the configuration `segos mcp` serves with.
+_DEFAULTS = RetrievalConfig()
+Version = Annotated[
+    str | None, Field(description="Answer from this version (id, prefix or vN) instead of the served one.")
+]
+Query = Annotated[str, Field(description="The task, in natural language.")]
+SkillRef = Annotated[str, Field(description="Skill id or name.")]
+MaxChars = Annotated[
+    int | None, Field(description=f"Global character budget (default {_DEFAULTS.total_chars}).")
+]
+
+
+def _tool_errors(fn: Callable[..., Awaitable[dict[str, Any]]]) -> Callable[..., Awaitable[CallToolResult]]:
+    """Expected failures → ToolError with the library's actionable message; results → `CallToolResult`.
+
+    A result is one text block holding the JSON object (compact), and no `structured_content`. Clients
+    that receive both show the model only one of them (Claude Code and VS Code pass on the structured
+    copy, text-only clients the text), so a second copy of a bundle is never read, yet it doubled the
+    response (about 31k → 16k characters) and cost both ends a validation and serialization pass over it:
+    0.3-0.7 ms of a 1.7-3.0 ms MCP overhead per `retrieve_skill_bundle`, in A/B runs against a server that
+    sent both. The text form reaches every client. Programs parse it with `json.loads`, or call
+    `api.SegosService` directly.
+
+    `model_construct` skips validating what was just built here; the SDK validates the wire shape of every
+    result anyway before sending it.
+    """
+
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kwargs: Any) -> CallToolResult:
+        try:
+            obj = await fn(*args, **kwargs)
+        except (SnapshotError, ValueError, KeyError, FileNotFoundError) as exc:
+            raise ToolError(str(exc)) from None
+        text = pydantic_core.to_json(obj, fallback=str).decode()
+        return CallToolResult.model_construct(content=[TextContent.model_construct(type="text", text=text)])
+
+    return wrapper
+
+
+def build_server(service: SegosService, name: str = "segos") -> MCPServer:
+    """The MCP server whose tools call `service`."""
+    app: MCPServer = MCPServer(
+        name,
+        instructions=INSTRUCTIONS,
+        version=__version__,
+        log_level="WARNING",
+        warn_on_duplicate_tools=False,
+    )
+
+    @app.tool(structured_output=False)
+    @_tool_errors
+    async def search_skills(
+        query: Query,
+        top_k: Annotated[int, Field(description=f"How many skills to list (1-{MAX_TOP}).")] = 10,
+        version: Version = None,
+    ) -> dict[str, Any]:
+        """Ranked overview of the skills for a task: id, name, capability and score (no skill bodies)."""
+        return service.search(query, top_k, version=version)
+
+    @app.tool(structured_output=False)
+    @_tool_errors
+    async def retrieve_skill_bundle(
+        query: Query,
+        top_n: Annotated[int | None, Field(description=f"Bundle size (default {_DEFAULTS.top_n}).")] = None,
+        max_chars: MaxChars = None,
+        version: Version = None,
+    ) -> dict[str, Any]:
+        """The skills to use for a task, hydrated under the character budgets and listed in execution order
+        (prerequisites first), with the edges among them and why each one is included."""
+        return service.retrieve_bundle(query, top_n, max_chars, version=version)
+
+    @app.tool(structured_output=False)
+    @_tool_errors
+    async def hydrate_skills(
+        names: Annotated[list[str], Field(description="Skill ids or names.")],
+        max_chars: MaxChars = None,
+        version: Version = None,
+    ) -> dict[str, Any]:
+        """The readable text of the named skills (identity, contract, body), clipped to the budgets."""
+        return service.hydrate(names, max_chars, version=version)
+
+    @app.tool(structured_output=False)
+    @_tool_errors
+    async def get_skill_detail(name: SkillRef, version: Version = None) -> dict[str, Any]:
+        """Every parsed field of one skill, its full body and its edge counts by relation."""
+        return service.skill_detail(name, version=version)
+
+    @app.tool(structured_output=False)
+    @_tool_errors
+    async def get_skill_neighbors(name: SkillRef, version: Version = None) -> dict[str, Any]:
+        """Typed out- and in-edges of one skill (semantic, workflow, dependency, alternative, avoid)."""
+        return service.neighbors(name, version=version)
+
+    @app.tool(structured_output=False)
+    @_tool_errors
+    async def list_versions() -> dict[str, Any]:
+        """Every committed graph version, oldest first, and which one is served."""
+        return service.list_versions()
+
+    @app.tool(structured_output=False)
+    @_tool_errors
+    async def get_status() -> dict[str, Any]:
+        """The version served (and whether pinned), its counts and configuration, and the trace landing."""
+        return service.status()
+
+    @app.tool(structured_output=False)
+    @_tool_errors
+    async def record_trace(
+        task_id: Annotated[str, Field(description="Stable id of the task attempted.")],
+        queries: Annotated[
+            list[str | dict[str, Any]],
+            Field(description="Queries issued: text, or {text, retrieved?, seeds?}."),
+        ],
+        used: Annotated[list[str], Field(description="Skills actually used, in first-use order.")],
+        reward: Annotated[float | None, Field(description="Outcome in [0, 1] (or give ctrf).")] = None,
+        ctrf: Annotated[dict[str, Any] | None, Field(description="A CTRF test report to derive it.")] = None,
+        agent: Annotated[str | None, Field(description="Model/harness that ran the attempt.")] = None,
+        attempt: Annotated[int | None, Field(description="Attempt number (default 1).")] = None,
+        trace_id: Annotated[str | None, Field(description="Default: a fresh id.")] = None,
+    ) -> dict[str, Any]:
+        """Report how an attempt went. Validated like ingestion and appended to the trace landing folder
+        that the next evolution window reads."""
+        return service.record_trace(
+            task_id, queries, used, reward, ctrf, agent, trace_id=trace_id, attempt=attempt
+        )
+
+    return app
+
+
+class _WireIn:
+    """The read side of the JSON-RPC wire, handed to `Server.run` directly: `receive` reads one line and
+    parses it on the event loop, in the task that asks for it.
+
+    The SDK's `stdio_server` runs a reader task that passes each parsed message on through a memory stream,
+    which adds a task switch per message; at sub-millisecond requests that hop is measurable. Parsing is the
+    SDK's own (`jsonrpc_message_adapter`, lines decoded with errors="replace"), and a line that fails it is
+    handed on as the exception, as the SDK's transport does (the dispatcher logs and drops it).
+    """
+
+    def __init__(self, reader: asyncio.StreamReader):
+        self._reader = reader
+
+    async def receive(self) -> SessionMessage | Exception:
+        try:
+            line = await self._reader.readline()
+        except ValueError as exc:  # a line over _MAX_LINE: dropped like a malformed one, the server goes on
+            return exc
+        if not line:
+            raise anyio.EndOfStream
+        text = line.decode("utf-8", errors="replace")
+        try:
+            message = jsonrpc_message_adapter.validate_json(text, by_name=False)
+        except Exception as exc:
+            return exc
+        return SessionMessage(message)
+
+    def __aiter__(self) -> _WireIn:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        pass
+
+    async def __aenter__(self) -> _WireIn:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+class _WireOut:
+    """The write side: `send` serializes the message (as the SDK's transport does) and writes it as one line
+    from the sending task, with asyncio flow control; no writer task, memory stream or worker thread.
+
+    One `write` call per message, so concurrent senders never interleave lines. A lost pipe is reported as
+    a broken stream, which the dispatcher treats as a closed connection rather than a handler failure.
+    """
+
+    def __init__(self, writer: asyncio.StreamWriter):
+        self._writer = writer
+        self._closed = False
+
+    async def send(self, item: SessionMessage) -> None:
+        if self._closed:
+            raise anyio.ClosedResourceError
+        line = item.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
+        try:
+            self._writer.write(line.encode("utf-8"))
+            await self._writer.drain()
+        except ConnectionError as exc:
+            raise anyio.BrokenResourceError from exc
+
+    async def aclose(self) -> None:
+        self._closed = True
+
+    async def __aenter__(self) -> _WireOut:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+def _is_pipe(fd: int) -> bool:
+    mode = os.fstat(fd).st_mode
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
+
+
+async def _run_stdio(app: MCPServer) -> None:
+    """`app` over stdin/stdout through event-loop pipe transports (`_WireIn`, `_WireOut`).
+
+    Like the SDK's transport, it takes the wire off fds 0/1 first (0 → /dev/null, 1 → stderr), so nothing a
+    handler or library prints can corrupt the protocol. Falls back to the SDK's transport when stdin or
+    stdout is not a pipe (e.g. redirected from a file).
+    """
+    if not (_is_pipe(0) and _is_pipe(1)):
+        await app.run_stdio_async()
+        return
+    loop = asyncio.get_running_loop()
+    wire_in, wire_out = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    reader = asyncio.StreamReader(limit=_MAX_LINE)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(wire_in, "rb", 0))
+    transport, protocol = await loop.connect_write_pipe(
+        asyncio.streams.FlowControlMixin, os.fdopen(wire_out, "wb", 0)
+    )
+    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    low = app._lowlevel_server  # what MCPServer.run_stdio_async drives too
+    await low.run(_WireIn(reader), _WireOut(writer), low.create_initialization_options())
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def check_listen(host: str, port: int) -> None:
+    """Fail with an actionable message, before anything is served or announced, when the HTTP transport
+    could not listen on (host, port): a host other than loopback, or a port that is taken. Without it
+    uvicorn reports a taken port only after start-up, as a log line between tracebacks."""
+    if host not in LOOPBACK:
+        raise ValueError("the HTTP transport only listens on the loopback interface (127.0.0.1)")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        with socket.socket(infos[0][0], socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            probe.bind(infos[0][4])
+    except (OSError, OverflowError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ValueError(f"cannot listen on {host}:{port} ({reason}); choose another --port") from None
+
+
+def serve(
+    service: SegosService, *, http: bool = False, host: str = "127.0.0.1", port: int = 8765
+) -> None:  # pragma: no cover - exercised through subprocess tests
+    app = build_server(service)
+    if http:
+        check_listen(host, port)
+        app.run("streamable-http", host=host, port=port)
+    else:
+        anyio.run(_run_stdio, app)
+
+
+def main() -> None:  # pragma: no cover - the `segos mcp` command, runnable without the CLI group
+    from ..cli.service import mcp_command
+
+    mcp_command(prog_name="python -m segos_pipeline.service.mcp_server")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,626 @@
+"""Immutable, atomically written graph versions (SPEC §9).
+
+Layout of a store:
+
+    STORE/versions/<version_id>/   nodes-00000.parquet tokens-00000.parquet ... (one pair per part)
+                                   signature.npz vocab.parquet edges.parquet transition.npz
+                                   report.parquet [extra files] manifest.json
+    STORE/.staging/<uuid>/         versions being written (invisible to readers)
+
+A version's files are written first and its manifest last, so the manifest is the commit point; the
+staged folder is then renamed into `versions/` in one step. Readers list only folders whose manifest is
+present, and loading verifies every file's sha256 against the manifest. Files are made read-only.
+
+Parts (format 2). The node table (sorted by id) is stored as consecutive parts of about `PART_ROWS` skills,
+each with the token rows of its skills (their `node` index local to the part). A child version whose part
+holds the same rows as its parent's hard-links the parent's file instead of writing it again, and records
+the parent's hash for it: one changed skill rewrites one part, an evolution round that leaves the library
+alone rewrites no part, and a damaged shared file still fails verification in every version that lists it.
+`signature.npz` + `vocab.parquet` hold the binary skill × token signature matrix of the Jaccard graph, so
+an incremental update never re-derives it from the token table. Format-1 versions (one `nodes.parquet` and
+one `tokens.parquet`, no signature) still load; the signature is then derived from the tokens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import json
+import math
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import scipy.sparse as sp
+
+from .. import __version__
+from ..text.lexicon import TOKEN_SCHEMA, Signature
+
+FORMAT = 2
+MANIFEST = "manifest.json"
+NODES, TOKENS = "nodes.parquet", "tokens.parquet"  # format 1: the whole table in one file
+EDGES, TRANSITION, REPORT = "edges.parquet", "transition.npz", "report.parquet"
+SIGNATURE, VOCAB = "signature.npz", "vocab.parquet"
+# an evolved version's round: the traces it consumed (execution order mines their lineage), L3's revisions
+ROUND_TRACES, REVISIONS = "traces.parquet", "revisions.parquet"
+# Skills per part: small enough that rewriting one part is cheap next to everything else an incremental
+# update does (~20 ms at 100k skills), large enough that a 100k library stays at a few dozen files.
+PART_ROWS = 4096
+_VERSION_RE = re.compile(r"^v(\d{4,})-[0-9a-f]{8}$")
+
+
+class SnapshotError(Exception):
+    """A problem with the store or a version that a user can act on (message says how)."""
+
+
+class UnknownVersion(SnapshotError):
+    pass
+
+
+class DamagedSnapshot(SnapshotError):
+    pass
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):  # not every filesystem lets a directory be opened for fsync
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def part_files(i: int) -> tuple[str, str]:
+    return f"nodes-{i:05d}.parquet", f"tokens-{i:05d}.parquet"
+
+
+# ============================================================================================== parts
+
+
+@dataclass(frozen=True)
+class NewPart:
+    """Rows to write as one part: node rows and their token rows (`node` local to the part)."""
+
+    nodes: pl.DataFrame
+    tokens: pl.DataFrame
+
+
+@dataclass(frozen=True)
+class SamePart:
+    """A part of an existing version, linked unchanged into the new one."""
+
+    folder: Path
+    record: Mapping[str, Any]  # the part's manifest record: file names, rows, first and last id
+    files: Mapping[str, Any]  # the version's file hashes (the linked files keep theirs)
+
+
+PartPlan = Sequence[NewPart | SamePart]
+
+
+def split_rows(n: int, part_rows: int | None = None) -> list[tuple[int, int]]:
+    """Even [start, end) row ranges of at most `part_rows` (default `PART_ROWS`; one empty range for an
+    empty table)."""
+    k = max(1, math.ceil(n / (part_rows or PART_ROWS)))
+    bounds = np.linspace(0, n, k + 1).round().astype(np.int64)
+    return [(int(a), int(b)) for a, b in itertools.pairwise(bounds)]
+
+
+def local_tokens(tokens: pl.DataFrame, start: int, end: int) -> pl.DataFrame:
+    """Token rows of nodes [start, end) of a node-sorted token table, `node` made local to the range."""
+    node = tokens["node"]
+    a = int(node.search_sorted(start, side="left"))
+    b = int(node.search_sorted(end, side="left"))
+    return tokens[a:b].with_columns((pl.col("node") - start).cast(pl.UInt32))
+
+
+def plan_parts(
+    nodes: pl.DataFrame,
+    tokens: pl.DataFrame,
+    base: VersionFiles | None = None,
+    base_tables: tuple[pl.DataFrame, pl.DataFrame] | None = None,
+) -> list[NewPart | SamePart]:
+    """Parts of a whole node/token table; a part equal to the same range of `base` is linked from it.
+
+    `base_tables` is the base's loaded (nodes, tokens) when the caller has them: the same objects mean
+    nothing changed and every part is linked without comparing rows.
+    """
+    same_tables = base_tables is not None and base_tables[0] is nodes and base_tables[1] is tokens
+    if not tokens["node"].is_sorted():  # parts are row ranges: each skill's token rows must be contiguous
+        tokens = tokens.sort("node", maintain_order=True)
+    if base is not None and "parts" in base.manifest and base.node_rows == nodes.height:
+        ranges, offset = [], 0
+        for rec in base.parts:
+            ranges.append((offset, offset + rec["rows"]))
+            offset += rec["rows"]
+    else:
+        base, ranges = None, split_rows(nodes.height)
+    out: list[NewPart | SamePart] = []
+    for i, (a, b) in enumerate(ranges):
+        part = NewPart(nodes[a:b], local_tokens(tokens, a, b))
+        if base is not None:
+            linked = base.same_part(i)
+            if same_tables:
+                out.append(linked)
+                continue
+            old_nodes, old_tokens = (
+                (base_tables[0][a:b], local_tokens(base_tables[1], a, b))
+                if base_tables is not None
+                else base.read_part(i)
+            )
+            if part.nodes.equals(old_nodes) and part.tokens.equals(old_tokens):
+                out.append(linked)
+                continue
+        out.append(part)
+    return out
+
+
+# ============================================================================================ reading
+
+
+class VersionFiles:
+    """The files of one committed version, read on demand (what an incremental update needs of its parent
+    without loading whole tables). Handles both storage formats."""
+
+    def __init__(self, path: Path, manifest: dict[str, Any]):
+        self.path = path
+        self.manifest = manifest
+        self.version: str = manifest["version"]
+        files = manifest.get("files", {})
+        if "parts" in manifest:
+            self.parts: list[dict[str, Any]] = [dict(p) for p in manifest["parts"]]
+        else:  # format 1: the whole table is one part (its token `node` column is already 0-based)
+            rows = int(manifest.get("counts", {}).get("skills", 0))
+            self.parts = [{"nodes": NODES, "tokens": TOKENS, "rows": rows}] if NODES in files else []
+        self.node_rows = sum(int(p["rows"]) for p in self.parts)
+        self._parts_read: dict[int, tuple[pl.DataFrame, pl.DataFrame]] = {}
+        self._verified: set[str] = set()
+
+    def verify(self, names: Sequence[str] | None = None) -> list[str]:
+        """Names (of `names`, default every file) whose size or sha256 differ from the manifest. A file
+        found intact is not hashed again by this object (an update checks a part up front and again when
+        it reads it)."""
+        files = self.manifest["files"]
+        bad = []
+        for name in names if names is not None else list(files):
+            if name in self._verified:
+                continue
+            meta = files.get(name)
+            f = self.path / name
+            intact = meta is not None and f.is_file() and f.stat().st_size == meta["bytes"]
+            if intact and sha256_file(f) == meta["sha256"]:
+                self._verified.add(name)
+            else:
+                bad.append(name)
+        return bad
+
+    def check(self, names: Sequence[str] | None = None) -> None:
+        bad = self.verify(names)
+        if bad:
+            raise DamagedSnapshot(
+                f"version {self.version} is damaged: {', '.join(bad)} no longer match(es) the manifest "
+                "hashes; load another version or rebuild it (snapshots are never repaired in place)"
+            )
+
+    def node_files(self) -> list[str]:
+        return [p["nodes"] for p in self.parts]
+
+    def read_nodes(self, columns: Sequence[str] | None = None) -> pl.DataFrame:
+        cols = list(columns) if columns is not None else None
+        frames = [pl.read_parquet(self.path / p["nodes"], columns=cols) for p in self.parts]
+        # one chunk per column: row gathers (hydrating a bundle) on a many-chunk frame are several times
+        # slower, and every query pays that while the copy is paid once
+        return pl.concat(frames, how="vertical", rechunk=True) if frames else pl.DataFrame()
+
+    def read_tokens(self) -> pl.DataFrame:
+        frames, offset = [], 0
+        for p in self.parts:
+            frame = pl.read_parquet(self.path / p["tokens"])
+            frames.append(frame.with_columns((pl.col("node") + offset).cast(pl.UInt32)) if offset else frame)
+            offset += int(p["rows"])
+        return (
+            pl.concat(frames, how="vertical", rechunk=True) if frames else pl.DataFrame(schema=TOKEN_SCHEMA)
+        )
+
+    def read_part(self, i: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Node rows and token rows (`node` local) of part i, checked against the manifest first (what is
+        read of a part may be written into a new one: damage must not carry over under a fresh hash).
+        Kept once read: an update reads its part twice."""
+        if i not in self._parts_read:
+            p = self.parts[i]
+            self.check([p["nodes"], p["tokens"]])
+            self._parts_read[i] = (
+                pl.read_parquet(self.path / p["nodes"]),
+                pl.read_parquet(self.path / p["tokens"]),
+            )
+        return self._parts_read[i]
+
+    def part_at(self, idx: int) -> tuple[int, int]:
+        """(part, its first node index) of the part that holds node `idx`, or receives it: a node inserted
+        at a part boundary joins the later part, one appended at the end joins the last."""
+        starts = np.cumsum([0] + [int(p["rows"]) for p in self.parts])
+        i = min(int(np.searchsorted(starts, idx, side="right")) - 1, max(len(self.parts) - 1, 0))
+        return i, int(starts[i])
+
+    def same_part(self, i: int) -> SamePart:
+        return SamePart(self.path, self.parts[i], self.manifest["files"])
+
+    def has_signature(self) -> bool:
+        return SIGNATURE in self.manifest.get("files", {})
+
+    def read_signature(self) -> Signature:
+        with np.load(self.path / SIGNATURE) as z:
+            indptr, indices, shape = z["indptr"], z["indices"], tuple(int(x) for x in z["shape"])
+        data = np.ones(len(indices), dtype=np.float32)
+        matrix = sp.csr_matrix((data, indices, indptr), shape=shape)
+        return Signature(matrix, pl.read_parquet(self.path / VOCAB)["token"])
+
+    def read_extra(self, name: str) -> pl.DataFrame:
+        """Another Parquet table of this version (e.g. the build report), as listed in its manifest."""
+        if name not in self.manifest.get("files", {}):
+            raise SnapshotError(f"version {self.version} has no file {name!r}")
+        return pl.read_parquet(self.path / name)
+
+    def read_edges(self) -> pl.DataFrame:
+        return pl.read_parquet(self.path / EDGES)
+
+    def read_transition(self) -> sp.csr_matrix:
+        return sp.load_npz(self.path / TRANSITION).tocsr()
+
+
+@dataclass
+class Snapshot:
+    """A loaded version: tables, operator and manifest. Read-only by convention and on disk."""
+
+    version: str
+    path: Path | None  # None for an in-memory draft (e.g. the graph inside an evolution round)
+    manifest: dict[str, Any]
+    nodes: pl.DataFrame
+    tokens: pl.DataFrame
+    edges: pl.DataFrame
+    transition: sp.csr_matrix
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def parent(self) -> str | None:
+        return self.manifest.get("parent")
+
+    @property
+    def round(self) -> int:
+        return int(self.manifest.get("round", 0))
+
+    @property
+    def files(self) -> VersionFiles | None:
+        """The stored files behind this version (None for a draft)."""
+        return VersionFiles(self.path, self.manifest) if self.path is not None else None
+
+    def signature(self) -> Signature:
+        """The signature matrix of the Jaccard graph: stored with the version, or derived from the tokens."""
+        if "signature" not in self._cache:
+            files = self.files
+            if files is not None and files.has_signature():
+                self._cache["signature"] = files.read_signature()
+            else:
+                self._cache["signature"] = Signature.of(self.tokens, self.nodes.height)
+        return self._cache["signature"]
+
+    def content_key(self, table: str) -> str | None:
+        """A hash that changes exactly when the stored `table` (`nodes` or `tokens`) changes."""
+        stored = self.files
+        if stored is None:
+            return None
+        files = self.manifest.get("files", {})
+        names = [p[table] for p in stored.parts]
+        if not names or any(n not in files for n in names):
+            return None
+        if len(names) == 1 and names[0] in (NODES, TOKENS):
+            return files[names[0]]["sha256"]  # format 1: keeps keys (e.g. of the lexical cache) stable
+        return hashlib.sha256("".join(files[n]["sha256"] for n in names).encode()).hexdigest()
+
+    def read_extra(self, name: str) -> pl.DataFrame:
+        """Another Parquet table of this version (e.g. the build report), as listed in its manifest."""
+        files = self.files
+        if files is None:
+            raise SnapshotError(f"version {self.version} has no file {name!r}")
+        return files.read_extra(name)
+
+
+# ============================================================================================ writing
+
+
+class _Stage:
+    """A version being written in `.staging/`: files are written (or linked) first, the manifest last."""
+
+    def __init__(self, store: SnapshotStore):
+        self.store = store
+        store.staging_dir.mkdir(parents=True, exist_ok=True)
+        store.versions_dir.mkdir(parents=True, exist_ok=True)
+        self.dir = store.staging_dir / uuid.uuid4().hex
+        self.dir.mkdir()
+        self.linked: dict[str, Any] = {}
+        self.parts: list[dict[str, Any]] = []
+
+    def link(self, name: str, source: Path, meta: Mapping[str, Any]) -> None:
+        """Add an unchanged file of another version under `name`, keeping that version's recorded hash (so
+        damage to the shared file stays detectable here too). Copies when the filesystem cannot link."""
+        try:
+            os.link(source, self.dir / name)
+        except OSError:
+            shutil.copyfile(source, self.dir / name)
+        self.linked[name] = {"sha256": meta["sha256"], "bytes": meta["bytes"]}
+
+    def add_parts(self, plan: PartPlan) -> None:
+        for i, part in enumerate(plan):
+            nodes_name, tokens_name = part_files(i)
+            if isinstance(part, SamePart):
+                self.link(nodes_name, part.folder / part.record["nodes"], part.files[part.record["nodes"]])
+                self.link(tokens_name, part.folder / part.record["tokens"], part.files[part.record["tokens"]])
+                rec = {k: part.record[k] for k in ("rows", "first", "last") if k in part.record}
+            else:
+                part.nodes.write_parquet(self.dir / nodes_name)
+                part.tokens.write_parquet(self.dir / tokens_name)
+                ids = part.nodes["id"]
+                rec = {
+                    "rows": part.nodes.height,
+                    "first": ids[0] if len(ids) else None,
+                    "last": ids[-1] if len(ids) else None,
+                }
+            self.parts.append({"nodes": nodes_name, "tokens": tokens_name, **rec})
+
+    def add_signature(self, signature: Signature | VersionFiles) -> None:
+        if isinstance(signature, VersionFiles):
+            files = signature.manifest["files"]
+            for name in (SIGNATURE, VOCAB):
+                self.link(name, signature.path / name, files[name])
+            return
+        m = signature.matrix.tocsr()
+        with (self.dir / SIGNATURE).open("wb") as fh:  # uncompressed: written on every update, read fast
+            np.savez(
+                fh,
+                indptr=m.indptr.astype(np.int64),
+                indices=m.indices.astype(np.int32),
+                shape=np.array(m.shape, dtype=np.int64),
+            )
+        pl.DataFrame({"token": signature.vocab}, schema={"token": pl.String}).write_parquet(self.dir / VOCAB)
+
+    def commit(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        files = {}
+        for f in sorted(self.dir.iterdir()):
+            if f.name in self.linked:
+                files[f.name] = self.linked[f.name]
+                continue
+            with f.open("rb") as fh:
+                os.fsync(fh.fileno())
+            files[f.name] = {"sha256": sha256_file(f), "bytes": f.stat().st_size}
+        content = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:8]
+        extra = {"parts": self.parts} if self.parts else {}
+        return self.store._commit(self.dir, {**manifest, **extra}, files, content)
+
+    def discard(self) -> None:
+        if self.dir.exists():
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class SnapshotStore:
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.versions_dir = self.root / "versions"
+        self.staging_dir = self.root / ".staging"
+
+    # ------------------------------------------------------------------------------------------ listing
+
+    def list_versions(self) -> list[dict[str, Any]]:
+        """Manifests of committed versions, oldest first (a folder without manifest is not a version, and
+        one whose manifest cannot be read is left out: `unreadable_versions` names those)."""
+        return sorted(self._scan()[0], key=lambda m: _seq(m["version"]))
+
+    def unreadable_versions(self) -> dict[str, str]:
+        """Version folders whose manifest exists but cannot be read: folder name → why. A commit writes the
+        manifest last and renames the folder into place, so these are damaged, not half-written."""
+        return self._scan()[1]
+
+    def _scan(self) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        if not self.versions_dir.is_dir():
+            return [], {}
+        found, unreadable = [], {}
+        for child in self.versions_dir.iterdir():
+            manifest = child / MANIFEST
+            if _VERSION_RE.match(child.name) and manifest.is_file():
+                try:
+                    m = json.loads(manifest.read_text())
+                    if not isinstance(m, dict) or m.get("version") != child.name:
+                        raise ValueError(f"it does not name version {child.name}")
+                    found.append(m)
+                except (OSError, ValueError) as exc:  # JSONDecodeError is a ValueError
+                    unreadable[child.name] = f"{MANIFEST} unreadable: {exc}"
+        return found, unreadable
+
+    def latest(self) -> str:
+        versions = self.list_versions()
+        if not versions:
+            raise UnknownVersion(f"store {self.root} has no versions yet; run `segos build` first")
+        return versions[-1]["version"]
+
+    def resolve(self, version: str | None) -> str:
+        """A version id from an id, a unique prefix, `latest`/None, or `vN` (sequence number)."""
+        if version in (None, "", "latest"):
+            return self.latest()
+        ids = [m["version"] for m in self.list_versions()]
+        if version in ids:
+            return version
+        matches = [i for i in ids if i.startswith(version)]
+        if len(matches) == 1:
+            return matches[0]
+        if re.fullmatch(r"v?\d+", version):
+            seq = [i for i in ids if _seq(i) == int(version.lstrip("v"))]
+            if seq:
+                return seq[0]
+        known = ", ".join(ids[-5:]) or "none"
+        hint = f"ambiguous prefix (matches {len(matches)})" if matches else "no such version"
+        raise UnknownVersion(
+            f"{hint}: {version!r} in store {self.root}; known versions (newest last): {known}. "
+            "Run `segos versions --store ...` to list them."
+        )
+
+    def manifest(self, version: str | None = None) -> dict[str, Any]:
+        vid = self.resolve(version)
+        return json.loads((self.versions_dir / vid / MANIFEST).read_text())
+
+    # ------------------------------------------------------------------------------------------ loading
+
+    def files(self, version: str | None = None) -> VersionFiles:
+        """The files of a version, for reading parts of it without loading it whole (not verified)."""
+        vid = self.resolve(version)
+        path = self.versions_dir / vid
+        return VersionFiles(path, json.loads((path / MANIFEST).read_text()))
+
+    def verify(self, version: str | None = None) -> list[str]:
+        """Names of files whose size or sha256 differ from the manifest (empty when intact)."""
+        return self.files(version).verify()
+
+    def load(self, version: str | None = None, verify: bool = True) -> Snapshot:
+        files = self.files(version)
+        if verify:
+            files.check()
+        return Snapshot(
+            version=files.version,
+            path=files.path,
+            manifest=files.manifest,
+            nodes=files.read_nodes(),
+            tokens=files.read_tokens(),
+            edges=files.read_edges(),
+            transition=files.read_transition(),
+        )
+
+    # ------------------------------------------------------------------------------------------ writing
+
+    def write(
+        self,
+        *,
+        nodes: pl.DataFrame,
+        tokens: pl.DataFrame,
+        edges: pl.DataFrame,
+        transition: sp.csr_matrix,
+        manifest: Mapping[str, Any],
+        signature: Signature | None = None,
+        base: Snapshot | None = None,
+        extra_tables: Mapping[str, pl.DataFrame] | None = None,
+        extra_writers: Mapping[str, Callable[[Path], None]] | None = None,
+    ) -> dict[str, Any]:
+        """Write a new version atomically and return its manifest (with id, hashes and sizes).
+
+        `manifest` carries the caller's fields (kind, parent, config, counts, ...); the store adds the
+        version id, sequence, format, code version, creation time, parts and file hashes. With `base` (the
+        parent), parts whose rows equal the parent's are linked, not rewritten, and so is the signature
+        when no part changed; `signature` saves deriving it from `tokens`.
+        """
+        base_files = base.files if base is not None else None
+        plan = plan_parts(nodes, tokens, base_files, (base.nodes, base.tokens) if base is not None else None)
+        if signature is None:
+            if (
+                base_files is not None
+                and base_files.has_signature()
+                and all(isinstance(p, SamePart) for p in plan)
+            ):
+                sig: Signature | VersionFiles = base_files
+            else:
+                sig = Signature.of(tokens, nodes.height)
+        else:
+            sig = signature
+        return self.write_parts(
+            parts=plan,
+            signature=sig,
+            edges=edges,
+            transition=transition,
+            manifest=manifest,
+            extra_tables=extra_tables,
+            extra_writers=extra_writers,
+        )
+
+    def write_parts(
+        self,
+        *,
+        parts: PartPlan,
+        signature: Signature | VersionFiles,
+        edges: pl.DataFrame,
+        transition: sp.csr_matrix,
+        manifest: Mapping[str, Any],
+        extra_tables: Mapping[str, pl.DataFrame] | None = None,
+        extra_writers: Mapping[str, Callable[[Path], None]] | None = None,
+    ) -> dict[str, Any]:
+        """Write a version from a part plan (new parts written, unchanged ones linked); see `write`."""
+        with self._staged() as stage:
+            stage.add_parts(parts)
+            stage.add_signature(signature)
+            edges.write_parquet(stage.dir / EDGES)
+            # uncompressed: zlib costs more time than the bytes it saves (the operator is ~1 MB at 100k)
+            sp.save_npz(stage.dir / TRANSITION, transition.tocsr(), compressed=False)
+            for name, table in (extra_tables or {}).items():
+                table.write_parquet(stage.dir / name)
+            for name, writer in (extra_writers or {}).items():
+                writer(stage.dir / name)
+            return stage.commit(manifest)
+
+    @contextlib.contextmanager
+    def _staged(self) -> Iterator[_Stage]:
+        stage = _Stage(self)
+        try:
+            yield stage
+        finally:
+            stage.discard()
+
+    def _commit(
+        self, stage: Path, manifest: dict[str, Any], files: dict[str, Any], content: str
+    ) -> dict[str, Any]:
+        for _attempt in range(100):  # another writer may take the same sequence number: take the next
+            seq = max((_seq(m["version"]) for m in self.list_versions()), default=0) + 1
+            vid = f"v{seq:04d}-{content}"
+            full = {
+                "format": FORMAT,
+                "version": vid,
+                "seq": seq,
+                "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "code_version": __version__,
+                **manifest,
+                "files": files,
+            }
+            manifest_path = stage / MANIFEST
+            if manifest_path.exists():
+                manifest_path.chmod(0o644)  # a retry rewrites it (linked files are never touched)
+            manifest_path.write_text(json.dumps(full, indent=2, sort_keys=False, default=str))
+            with manifest_path.open("rb") as fh:
+                os.fsync(fh.fileno())
+            for f in stage.iterdir():
+                if f.stat().st_mode & 0o222:
+                    f.chmod(0o444)
+            _fsync_dir(stage)
+            try:
+                os.rename(stage, self.versions_dir / vid)
+            except OSError:
+                if (self.versions_dir / vid).exists():
+                    continue
+                raise
+            _fsync_dir(self.versions_dir)
+            return full
+        raise SnapshotError(f"could not allocate a version id in {self.root} after 100 attempts")
+
+
+def _seq(version: str) -> int:
+    m = _VERSION_RE.match(version)
+    return int(m.group(1)) if m else -1

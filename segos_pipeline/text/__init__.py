@@ -1,0 +1,1 @@
+"""Text layer (bottom): tokenisation and stemming, the token tables of a library, skill-name matching."""

@@ -1,0 +1,164 @@
+"""Per-field token table of a node table, and the sparse matrices built from it.
+
+The token table (node, field, token, tf) is computed once per version with polars and stored in the
+snapshot; the lexical index and the signature sets of the Jaccard graph are both derived from it, so the
+library is tokenised exactly once and never per query.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+import scipy.sparse as sp
+
+from ..config import FIELDS
+from .tokens import stem_frame, tokenize_column
+
+TOKEN_SCHEMA: dict[str, pl.DataType] = {
+    "node": pl.UInt32,  # row index in the node table (sorted by id)
+    "field": pl.String,
+    "token": pl.String,
+    "tf": pl.UInt32,
+}
+
+# Fields whose tokens form a skill's signature for the semantic graph: the structured record, not the
+# free-text body (SPEC §3/§4, as GoS). The body is only used for lexical seeding.
+SIGNATURE_FIELDS = tuple(f for f in FIELDS if f != "body")
+
+
+def _joined(col: str, sep: str = " ; ") -> pl.Expr:
+    return pl.col(col).list.join(sep)
+
+
+def field_texts(nodes: pl.DataFrame) -> pl.DataFrame:
+    """One row per (node, field) with the text that field contributes."""
+    name_text = (
+        pl.when(
+            pl.col("folder").str.to_lowercase().str.replace_all(r"[^\p{L}\p{N}]", "")
+            == pl.col("name").str.to_lowercase().str.replace_all(r"[^\p{L}\p{N}]", "")
+        )
+        .then(pl.col("name"))
+        .otherwise(pl.concat_str([pl.col("name"), pl.col("folder")], separator=" "))
+    )
+    wide = nodes.select(
+        node=pl.int_range(pl.len(), dtype=pl.UInt32),
+        name=name_text,
+        domain=_joined("domain_tags"),
+        tooling=_joined("tooling"),
+        capability=pl.col("capability").fill_null(""),
+        description=pl.col("description").fill_null(""),
+        examples=_joined("example_tasks"),
+        io=pl.concat_str([_joined("inputs"), _joined("outputs")], separator=" ; "),
+        entrypoints=_joined("entrypoints"),
+        body=pl.col("body").fill_null(""),
+    )
+    return wide.unpivot(index="node", on=list(FIELDS), variable_name="field", value_name="text")
+
+
+# Nodes tokenised at once: the exploded word table of a chunk is the peak of a build's memory, so chunks
+# keep it bounded (about 20k skills ≈ a few million words) whatever the library size.
+_TOKEN_CHUNK = 20_000
+
+
+def _chunk_tokens(nodes: pl.DataFrame, offset: int) -> pl.DataFrame:
+    words = (
+        field_texts(nodes)
+        .select(pl.col("node") + offset, "field", word=tokenize_column(pl.col("text")))
+        .explode("word")
+        .drop_nulls("word")
+    )
+    stems = stem_frame(words["word"])
+    return (
+        words.join(stems, on="word", how="inner")
+        .group_by("node", "field", "token")
+        .agg(tf=pl.len().cast(pl.UInt32))
+        .select(pl.col("node").cast(pl.UInt32), "field", "token", "tf")
+    )
+
+
+def token_table(nodes: pl.DataFrame) -> pl.DataFrame:
+    """(node, field, token, tf), sorted, for every field of every node."""
+    if nodes.is_empty():
+        return pl.DataFrame(schema=TOKEN_SCHEMA)
+    parts = [
+        _chunk_tokens(nodes.slice(start, _TOKEN_CHUNK), start)
+        for start in range(0, nodes.height, _TOKEN_CHUNK)
+    ]
+    return pl.concat(parts).sort("node", "field", "token").select(list(TOKEN_SCHEMA))
+
+
+# Values turned into Python objects per step when a dict is built from a column. Versions load on a
+# background thread while requests are answered (api.SegosService): one `to_list()` of a 100k-entry
+# column holds the GIL for 10-100 ms, and every request waiting meanwhile stalls as long.
+_STEP = 8192
+
+
+def position_index(values: pl.Series) -> dict[Any, int]:
+    """Each value → its position in `values` (the last one, if repeated), built a step at a time so that
+    other threads get the GIL between steps."""
+    out: dict[Any, int] = {}
+    for start in range(0, values.len(), _STEP):
+        chunk = values.slice(start, _STEP).to_list()
+        out.update(zip(chunk, range(start, start + len(chunk)), strict=True))
+    return out
+
+
+class Vocabulary:
+    """Token ↔ column id, fixed for one version."""
+
+    def __init__(self, tokens: pl.Series):
+        # unique in first-seen order, then sorted: the same vocabulary as unique().sort(), in about half the
+        # time on millions of token rows
+        self.tokens = tokens.drop_nulls().unique(maintain_order=True).sort()
+        self.index: dict[str, int] = position_index(self.tokens)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def ids(self, tokens: list[str]) -> np.ndarray:
+        """Distinct known token ids of a token list; unknown tokens are dropped (they match nothing)."""
+        found = {self.index[t] for t in tokens if t in self.index}
+        return np.fromiter(sorted(found), dtype=np.int64, count=len(found))
+
+    @property
+    def lookup(self) -> pl.DataFrame:
+        """(token, col) for joins."""
+        return pl.DataFrame({"token": self.tokens, "col": np.arange(len(self.tokens), dtype=np.int64)})
+
+    def column(self, tokens: pl.Series) -> np.ndarray:
+        """The column of each token, in order; NaN for a token outside the vocabulary. A join, not a cast to
+        the vocabulary as an Enum: that cast was no faster on 10M tokens and held the GIL for 100 ms at a
+        time, stalling requests while a version loads in the background."""
+        frame = pl.DataFrame({"token": tokens})
+        return frame.join(self.lookup, on="token", how="left", maintain_order="left")["col"].to_numpy()
+
+
+@dataclass(frozen=True)
+class Signature:
+    """The binary skill × token signature matrix and its vocabulary (column j is token `vocab[j]`).
+
+    Stored with each version; an incremental update appends new tokens to the vocabulary, so it may hold
+    tokens no skill has any more (an empty column), which changes no Jaccard score.
+    """
+
+    matrix: sp.csr_matrix
+    vocab: pl.Series
+
+    @classmethod
+    def of(cls, tokens: pl.DataFrame, n_nodes: int) -> Signature:
+        """The signature of a token table (what a version stores, derived when it stores none)."""
+        matrix, vocab = signature_matrix(tokens, n_nodes)
+        return cls(matrix, vocab.tokens)
+
+
+def signature_matrix(tokens: pl.DataFrame, n_nodes: int) -> tuple[sp.csr_matrix, Vocabulary]:
+    """Binary node × token matrix of signature tokens (the sets whose Jaccard overlap makes the graph)."""
+    sig = tokens.filter(pl.col("field").is_in(SIGNATURE_FIELDS)).select("node", "token").unique()
+    vocab = Vocabulary(sig["token"])
+    rows = sig["node"].to_numpy().astype(np.int64)
+    cols = vocab.column(sig["token"])
+    data = np.ones(len(rows), dtype=np.float32)
+    return sp.csr_matrix((data, (rows, cols)), shape=(n_nodes, len(vocab))), vocab
