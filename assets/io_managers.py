@@ -25,7 +25,7 @@ import polars as pl
 import scipy.sparse as sp
 from dagster import ConfigurableIOManager, InputContext, MetadataValue, OutputContext
 
-from .resources import resolve_store
+from .locations import resolve_store
 
 ALL = "__all__"  # file stem of an unpartitioned asset
 _EXTS = (".parquet", ".npz", ".json")

@@ -21,24 +21,10 @@ from segos_pipeline.config import (
     RetrievalConfig,
     TransitionConfig,
 )
-from segos_pipeline.paths import PROJECT_ROOT, default_landing, default_store
 from segos_pipeline.store.snapshot import SnapshotStore
 
-
-def resolve(path: str | Path) -> Path:
-    """`path` as an absolute path; relative ones are taken from the project root."""
-    p = Path(path).expanduser()
-    return p if p.is_absolute() else (PROJECT_ROOT / p).resolve()
-
-
-def resolve_store(store_root: str | None) -> Path:
-    """The configured store, else `$SEGOS_STORE` (read at run time, not import time), else data/store."""
-    return resolve(store_root) if store_root else resolve(default_store())
-
-
-def resolve_landing(landing_dir: str | None) -> Path:
-    """The configured landing folder, else `$SEGOS_LANDING` (as `segos mcp`), else data/traces."""
-    return resolve(landing_dir) if landing_dir else resolve(default_landing())
+from .io_managers import SegosIOManager
+from .locations import resolve, resolve_landing, resolve_store
 
 
 class SegosPaths(ConfigurableResource):
@@ -139,8 +125,6 @@ def build_resources(
     build: BuildSettings | None = None,
 ) -> dict[str, Any]:
     """The resource dict of the code location; tests pass a tmp `store_root` and keep the rest."""
-    from .io_managers import SegosIOManager  # late: io_managers imports this module
-
     store = str(store_root) if store_root is not None else None
     paths = SegosPaths(
         **_set(

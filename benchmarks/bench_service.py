@@ -20,7 +20,7 @@
   until it answers from the new version, and the request latencies meanwhile (no bar; issue 6 asks that a
   new version is served without a restart, and no request should wait for the load).
 * `ordering`: Kendall-τ and Set-F1 on API-Bank level-3 for execution order vs retrieval-score order,
-  same-task and transfer protocols (see `segos_pipeline.retrieval.ordering.apibank_study`).
+  same-task and transfer protocols (see `segos_pipeline.evaluation.ordering_study.apibank_study`).
 
 Writes benchmarks/results/service.json and service.md.
 """
@@ -182,7 +182,7 @@ def bench_mcp(rounds: int, sessions: int) -> dict[str, Any]:
     service = SegosService(store, landing=OUT / "service-landing")
     retriever = service._request().retriever
 
-    server_args = ["-m", "segos_pipeline.service.mcp_server", "--store", str(store.root)]
+    server_args = ["-m", "segos_pipeline.cli", "mcp", "--store", str(store.root)]
     params = StdioServerParameters(command=PY, args=server_args, cwd=str(ROOT))
     t_retriever: list[float] = []
     t_service: list[float] = []
@@ -446,7 +446,7 @@ def bench_switch(size: int) -> dict[str, Any]:
     original = skill.read_text()
     query = {"query": " ".join(str(nodes["description"][nodes.height // 3]).split()[:12]), "top_k": 5}
     started = time.perf_counter()
-    client = _LineClient([PY, "-m", "segos_pipeline.service.mcp_server", "--store", str(store)])
+    client = _LineClient([PY, "-m", "segos_pipeline.cli", "mcp", "--store", str(store)])
     ready_s = time.perf_counter() - started
     try:
         t = time.perf_counter()
@@ -695,7 +695,7 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (OUT / "stores").mkdir(parents=True, exist_ok=True)
     if "ordering" in parts:
-        from segos_pipeline.retrieval.ordering import apibank_study
+        from segos_pipeline.evaluation.ordering_study import apibank_study
 
         say("ordering on API-Bank")
         study = apibank_study(APIBANK, OUT / "service-apibank")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 # The public names load on first use (PEP 562), so a command or tool that needs one module does not import
 # them all: `segos update` on a large library is bounded by start-up time.

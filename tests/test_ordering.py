@@ -5,14 +5,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from segos_pipeline.retrieval.ordering import (
-    Precedence,
-    apibank_study,
-    execution_order,
-    kendall_tau,
-    mine_precedence,
-    set_f1,
-)
+from segos_pipeline.evaluation.ordering_study import apibank_study, kendall_tau, set_f1
+from segos_pipeline.retrieval.ordering import Precedence, execution_order, mine_precedence
 
 
 def test_dependency_puts_the_producer_first_whatever_the_scores():

@@ -1,16 +1,18 @@
 """`segos mcp`: the MCP server over a snapshot store (official `mcp` SDK, 2.x `MCPServer`).
 
-Every tool is a thin call into `SegosService` (api.py), which picks the version per request: the pinned one,
-or the newest committed one (switching between requests when a new version lands). Expected failures
-(unknown skill or version, malformed trace, bad argument) become MCP tool errors (`is_error` with the
-reason); anything unexpected becomes the SDK's generic tool error. The server never exits on a bad request.
+Every tool is a thin call into `SegosService` (service/api.py), which picks the version per request: the
+pinned one, or the newest committed one (switching between requests when a new version lands). Expected
+failures (unknown skill or version, malformed trace, bad argument) become MCP tool errors (`is_error` with
+the reason); anything unexpected becomes the SDK's generic tool error. The server never exits on a bad
+request.
 
 Tools are `async` on purpose: the SDK runs sync tools in a worker thread, which costs a thread hop per call;
 requests here are sub-millisecond CPU work, so running them on the event loop is faster and also means
 requests never run concurrently (a version switch can only happen between requests).
 
 Run: `segos mcp --store STORE [--version V] [--http --port 8765] [--landing DIR]`, or
-`python -m segos_pipeline.service.mcp_server ...` (same options).
+`python -m segos_pipeline.cli mcp ...` (same options). The command lives in the CLI layer (`cli/service.py`),
+which depends on this module, never the reverse.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from mcp.shared.message import SessionMessage
 from mcp.types import CallToolResult, TextContent, jsonrpc_message_adapter
 from pydantic import Field
 
-from .. import __version__
+from .._version import __version__
 from ..config import RetrievalConfig
 from ..store.snapshot import SnapshotError
 from .api import MAX_TOP, SegosService
@@ -313,12 +315,3 @@ def serve(
     else:
         anyio.run(_run_stdio, app)
 
-
-def main() -> None:  # pragma: no cover - the `segos mcp` command, runnable without the CLI group
-    from ..cli.service import mcp_command
-
-    mcp_command(prog_name="python -m segos_pipeline.service.mcp_server")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

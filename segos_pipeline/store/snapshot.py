@@ -42,7 +42,7 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from .. import __version__
+from .._version import __version__
 from ..text.lexicon import TOKEN_SCHEMA, Signature
 
 FORMAT = 2
