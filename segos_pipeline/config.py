@@ -95,7 +95,22 @@ class RetrievalConfig(_Overridable):
     bm25_k1: float = 1.2
     bm25_b: float = 0.75
     name_bonus: float = 0.5  # added to the normalised lexical evidence when the whole name is in the query
-    rerank_mu: float = 0.5  # ρ = s* + μ·m, m = lexical evidence normalised to [0, 1] per query
+    # Query tokens held by more than this share of the skills carry no lexical evidence (SPEC §6.7); all are
+    # kept when none pass. segos' choice: "use", "file" or "data" seed half of a library otherwise.
+    seed_df_max: float = 0.25
+    seed_df_min: int = 3  # ... and by at least this many skills
+    rerank_mu: float = 0.5  # ρ = s* + μ·m, m = the fused evidence normalised to [0, 1] per query
+    # Semantic evidence (SPEC §6.8; segos' own, see retrieval/semantic.py): the embedding backend
+    # ("wordllama", "model2vec:<folder>", "sentence-transformers:<folder>" or "none"), and its fusion
+    # m = (1 − λ)·lexical + λ·semantic with λ = min(1, w / (1 + (query tokens / L)²))·(1 − coverage),
+    # coverage being the share of the idf mass of the query's known tokens that the best-matching skill
+    # holds. Long task texts (λ ≈ 0.05 at 140 tokens) and queries that name a skill's rare words lean on
+    # lexical evidence; short paraphrases on the embedding. Chosen on the dev sets (docs/algorithms.md).
+    semantic: str = "wordllama"
+    semantic_weight: float = 1.2
+    semantic_length_scale: float = 30.0
+    semantic_candidates: int = 20  # skills per query that may get semantic evidence
+    semantic_min_cosine: float = 0.1  # below this a skill gets none, whatever its place
     reverse: bool = True  # False gives forward-only propagation (an evaluation baseline)
     propagate: bool = True  # False gives lexical seeds without graph propagation (a baseline)
 

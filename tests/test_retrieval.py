@@ -168,7 +168,7 @@ def test_retrieval_is_deterministic_and_bounded(shared_store, words):
     assert a.to_dict() == b.to_dict()
     assert len(a.skills) <= 5 and a.chars <= 9000
     assert len(set(a.ids)) == len(a.ids)
-    assert all(s.lexical > 0 or s.graph > 0 for s in a.skills)
+    assert all(s.lexical > 0 or s.semantic > 0 or s.graph > 0 for s in a.skills)  # no zero-evidence fill
 
 
 @settings(max_examples=200, deadline=None)
@@ -255,9 +255,11 @@ def test_closed_submatrix_equals_the_fancy_index():
         assert np.array_equal(got.data, want.data)
 
 
-def test_bm25f_matrix_equals_the_formula_row_by_row():
-    """The vectorised index against SPEC §6 written out per (skill, token), including a field without a
-    weight (it counts for lengths and df but adds no term) and a skill that lacks a field."""
+def test_per_field_bm25_matrix_equals_the_formula_row_by_row():
+    """The vectorised index against SPEC §6.7 written out per (skill, field, token): saturation and length
+    normalisation per field (average over the skills that have the field), then the field weight, then
+    the sum over fields, times idf. Includes a field without a weight (it counts for df but adds no term)
+    and a skill that lacks a field."""
     from segos_pipeline.retrieval.lexical import LexicalIndex
 
     rows = [  # node, field, token, tf
@@ -282,17 +284,24 @@ def test_bm25f_matrix_equals_the_formula_row_by_row():
     for node, field, _, tf in rows:
         flen[node, field] = flen.get((node, field), 0) + tf
     fields = {f for _, f, _, _ in rows}
-    avg = {f: sum(v for (_, g), v in flen.items() if g == f) / n for f in fields}
+    avg = {f: np.mean([v for (_, g), v in flen.items() if g == f]) for f in fields}
+    # by hand: body lengths 3 and 5 → 4.0; description 2 and 1 → 1.5; name 1 and 1 → 1.0
+    assert (avg["body"], avg["description"], avg["name"]) == (4.0, 1.5, 1.0)
     df = {t: len({node for node, _, tok, _ in rows if tok == t}) for t in {r[2] for r in rows}}
     expected: dict[tuple[int, str], float] = {}
     for node, field, tok, tf in rows:
         if field in cfg.field_weights:
-            term = cfg.field_weights[field] * tf / (1 - b + b * flen[node, field] / avg[field])
+            norm = 1 - b + b * flen[node, field] / avg[field]
+            term = cfg.field_weights[field] * tf * (k1 + 1) / (tf + k1 * norm)
             expected[node, tok] = expected.get((node, tok), 0.0) + term
     matrix = index.matrix.toarray()
     for (node, tok), t in expected.items():
         idf = math.log(1 + (n - df[tok] + 0.5) / (df[tok] + 0.5))
-        assert matrix[node, index.vocab.index[tok]] == pytest.approx(idf * t * (k1 + 1) / (k1 + t), rel=1e-12)
+        assert matrix[node, index.vocab.index[tok]] == pytest.approx(idf * t, rel=1e-12)
+    # one entry by hand: skill 0, "csv" = idf · (3·1·2.2/(1 + 1.2·1) + 2·2·2.2/(2 + 1.2·(0.25 + 0.75·2/1.5)))
+    idf_csv = math.log(1 + (3 - 2 + 0.5) / (2 + 0.5))
+    by_hand = idf_csv * (3 * 2.2 / 2.2 + 2 * 2 * 2.2 / (2 + 1.2 * (0.25 + 0.75 * 2 / 1.5)))
+    assert matrix[0, index.vocab.index["csv"]] == pytest.approx(by_hand, rel=1e-12)
     assert np.count_nonzero(matrix) == len(expected)  # (2, plot) only in an unweighted field: no entry
     assert [int(index.df[index.vocab.index[t]]) for t in ("chart", "csv", "plot")] == [2, 2, 2]
     assert index.name_len.tolist() == [1, 0, 1]

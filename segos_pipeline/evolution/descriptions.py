@@ -191,11 +191,6 @@ class L3Result:
     counters: dict[str, int] = field(default_factory=dict)
 
 
-def _node_tokens(nodes: pl.DataFrame, i: int, description: str) -> pl.DataFrame:
-    one = nodes.slice(i, 1).with_columns(description=pl.lit(description))
-    return token_table(one).drop("node")
-
-
 def _usage_queries(traces: pl.DataFrame) -> pl.DataFrame:
     """(trace, success, skill, query text, retrieved) for every query of every trace that used the skill."""
     return (
@@ -318,7 +313,8 @@ def description_update(
                 {**base, "after": after, "outcome": f"ungrounded words: {', '.join(sorted(stray)[:8])}"}
             )
             continue
-        patch = {i: retriever.lexical.row_patch(_node_tokens(nodes, i, after))}
+        revised = nodes.slice(i, 1).with_columns(description=pl.lit(after))
+        patch = retriever.revision_patch(i, revised, token_table(revised).drop("node"))
         r_after = retriever.rank_of(text, i, patch)
         base = {**base, "after": after, "rank_after": r_after}
         if not _improves(r_before, r_after):

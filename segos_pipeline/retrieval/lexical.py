@@ -1,9 +1,14 @@
-"""Field-weighted BM25F lexical evidence (SPEC §6 steps 1 and 7), precomputed as one sparse matrix.
+"""Per-field BM25 lexical evidence (SPEC §6 steps 1 and 7), precomputed as one sparse matrix.
 
-For each (skill, token): tf̃ = Σ_f w_f · tf_f / (1 − b + b·len_f/avglen_f) over the GoS fields, and the
-stored value is idf(t)·tf̃·(k1+1)/(k1+tf̃). A query's score is then the sum of the matrix columns of its
-distinct tokens: rare terms outweigh common ones, repeated terms saturate, and the GoS field weights stay.
-Everything is built once per (version, config); a query touches only its own tokens' columns.
+Each field is scored on its own: for a (skill, token),
+    Σ_f w_f · tf_f·(k1+1) / (tf_f + k1·(1 − b + b·len_f/avglen_f)),  times idf(t),
+with avglen_f the mean length of field f over the skills that have it. Saturating per field (and not once
+over the summed counts, as BM25F does) keeps a long body that matches dozens of common words from
+outrunning a skill whose name and description match the one rare decisive term. A query's score is then
+a weighted sum of the matrix columns of its distinct tokens: each token counts 1 + ln(its count in the
+query), so a term a task text repeats weighs more without drowning the rest. Query tokens that more than
+`seed_df_max` of the library holds carry no evidence (all are kept when none pass). Everything is built
+once per (version, config); a query touches only its own tokens' columns.
 """
 
 from __future__ import annotations
@@ -28,20 +33,28 @@ from ..text.tokens import tokenize
 if TYPE_CHECKING:
     from ..store.snapshot import Snapshot
 
-_CACHE_FORMAT = 2  # 2: the matrix is built with bincounts and sparse sums (last-bit differences)
+_CACHE_FORMAT = 3  # 3: per-field saturation (SPEC §6.7) replaces BM25F; averages over skills with the field
 
 
 @dataclass(frozen=True)
 class Evidence:
     """Per-query lexical evidence over all skills (dense arrays of length n)."""
 
-    score: np.ndarray  # raw BM25F score
+    score: np.ndarray  # raw per-field BM25 score
     name_match: np.ndarray  # bool: every token of the skill's name occurs in the query
     evidence: np.ndarray  # m_i(q): score / max score, plus the name bonus
     n_query_tokens: int
+    # The largest share of the query's idf mass that one skill matches (0 when nothing matches): how far
+    # the query's own words find a skill. A paraphrase scores low, a query that names a skill's rare
+    # terms high; semantic fusion leans on the embedding when it is low.
+    coverage: float = 0.0
 
 
-def _column_sum(m: sp.csc_matrix, cols: np.ndarray, n: int) -> np.ndarray:
+def _column_sum(
+    m: sp.csc_matrix, cols: np.ndarray, n: int, col_weights: np.ndarray | None = None, pattern: bool = False
+) -> np.ndarray:
+    """Σ_j c_j · m[:, j] over the selected columns (c_j = 1 without weights); with `pattern` every stored
+    entry counts as 1, so the sum is the weights of the columns each row holds."""
     if len(cols) == 0:
         return np.zeros(n)
     starts, stops = m.indptr[cols], m.indptr[cols + 1]
@@ -51,7 +64,10 @@ def _column_sum(m: sp.csc_matrix, cols: np.ndarray, n: int) -> np.ndarray:
     # Indices of all selected column entries without a Python loop: a ragged arange.
     offsets = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
     pos = np.arange(lengths.sum()) + offsets
-    return np.bincount(m.indices[pos], weights=m.data[pos], minlength=n)
+    values = np.ones(len(pos)) if pattern else m.data[pos]
+    if col_weights is not None:
+        values = values * np.repeat(col_weights, lengths)
+    return np.bincount(m.indices[pos], weights=values, minlength=n)
 
 
 def _idf(n: int, df: np.ndarray) -> np.ndarray:
@@ -81,18 +97,20 @@ class LexicalIndex:
         code, fields = _field_codes(rows["field"])
         lengths = np.bincount(node * len(fields) + code, weights=tf, minlength=n * len(fields))
         lengths = lengths.reshape(n, len(fields))
-        avg = lengths.sum(axis=0) / max(n, 1)  # per skill, counting skills without the field as 0
+        # Mean over the skills that have the field: a field most skills lack (inputs, examples) would
+        # otherwise get a tiny average, and every skill that has it a harsh length penalty.
+        avg = lengths.sum(axis=0) / np.maximum((lengths > 0).sum(axis=0), 1)
         self.avg: dict[str, float] = dict(zip(fields, avg.tolist(), strict=True))
         # df: skills holding the token in any field (each (skill, token) pair counted once)
         self.df = np.diff(self._matrix(node, col, np.ones(len(node))).indptr).astype(np.int64)
-        self.matrix = self._bm25f(node, col, tf, code, fields, lengths[node, code])
+        self.matrix = self._per_field_bm25(node, col, tf, code, fields, lengths[node, code])
         is_name = code == (fields.index("name") if "name" in fields else -1)
         name_matrix = self._matrix(node[is_name], col[is_name], np.ones(int(is_name.sum())))
         name_matrix.data[:] = 1.0
         self.name_matrix = name_matrix
         self.name_len = np.bincount(node[is_name], minlength=n)
 
-    def _bm25f(
+    def _per_field_bm25(
         self,
         node: np.ndarray,
         col: np.ndarray,
@@ -101,19 +119,18 @@ class LexicalIndex:
         fields: list[str],
         flen: np.ndarray,
     ) -> sp.csc_matrix:
-        """The BM25F matrix of token rows (SPEC §6), with this index's df and average field lengths; rows
-        of a field without a weight (or without an average in this index) are left out."""
+        """The per-field BM25 matrix of token rows (SPEC §6.7), with this index's df and average field
+        lengths; rows of a field without a weight (or without an average in this index) are left out."""
         k1, b = self.config.bm25_k1, self.config.bm25_b
         weights = self.config.field_weights
         scored = [f in weights and f in self.avg for f in fields]
         fw = np.array([weights[f] if ok else 0.0 for f, ok in zip(fields, scored, strict=True)])
         avg = np.array([self.avg[f] if ok else 1.0 for f, ok in zip(fields, scored, strict=True)])
         keep = np.asarray(scored, dtype=bool)[code]
-        c = code[keep]
-        w = fw[c] * tf[keep] / (1 - b + b * flen[keep] / avg[c])
-        m = self._matrix(node[keep], col[keep], w)  # tf̃ per (skill, token): the field terms summed
-        df = np.repeat(self.df, np.diff(m.indptr))
-        m.data = _idf(self.n, df) * m.data * (k1 + 1) / (k1 + m.data)
+        c, t = code[keep], tf[keep]
+        norm = 1 - b + b * flen[keep] / np.maximum(avg[c], 1e-12)
+        m = self._matrix(node[keep], col[keep], fw[c] * t * (k1 + 1) / (t + k1 * norm))  # fields summed
+        m.data *= _idf(self.n, np.repeat(self.df, np.diff(m.indptr)))
         return m
 
     def _matrix(self, rows: np.ndarray, cols: np.ndarray, values: np.ndarray) -> sp.csc_matrix:
@@ -139,23 +156,50 @@ class LexicalIndex:
         tf = known["tf"].to_numpy().astype(np.float64)
         flen = np.bincount(code, weights=tf, minlength=len(fields))[code]
         col = self.vocab.column(known["token"]).astype(np.int64)
-        m = self._bm25f(np.zeros(len(col), dtype=np.int64), col, tf, code, fields, flen)
+        m = self._per_field_bm25(np.zeros(len(col), dtype=np.int64), col, tf, code, fields, flen)
         cols = np.flatnonzero(np.diff(m.indptr))
         return dict(zip(cols.tolist(), m.data.tolist(), strict=True))
 
+    def query_columns(self, query: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """(columns, weights, tokens) of a query: its distinct known tokens that may carry evidence, each
+        weighted 1 + ln(count), and all its tokens. Tokens held by more than `seed_df_max` of the skills
+        are dropped (if at least `seed_df_min` skills hold them: a tiny library has no common words), unless
+        that would drop them all."""
+        q_tokens = tokenize(query)
+        index = self.vocab.index
+        known = np.fromiter((index[t] for t in q_tokens if t in index), dtype=np.int64)
+        cols, counts = np.unique(known, return_counts=True)
+        df = self.df[cols]
+        common = (df > self.config.seed_df_max * self.n) & (df >= self.config.seed_df_min)
+        if common.any() and not common.all():
+            cols, counts = cols[~common], counts[~common]
+        return cols, 1.0 + np.log(counts), q_tokens
+
+    def coverage(self, q_tokens: list[str], cols: np.ndarray) -> float:
+        """The largest share of the idf mass of the query's known tokens that one skill matches with
+        `cols`. Tokens no skill has are left out: they are mostly names, numbers and ids that neither
+        signal could use, and counting them would push an entity-laden request towards the embedding."""
+        if not len(cols):
+            return 0.0
+        known = self.vocab.ids(q_tokens)
+        total = float(_idf(self.n, self.df[known]).sum())
+        matched = _column_sum(self.matrix, cols, self.n, _idf(self.n, self.df[cols]), pattern=True)
+        return float(matched.max() / total) if total > 0 else 0.0
+
     def evidence(self, query: str, patch: dict[int, dict[int, float]] | None = None) -> Evidence:
         """Lexical evidence of every skill; `patch` replaces whole rows ({node: {column: value}})."""
-        q_tokens = tokenize(query)
-        cols = self.vocab.ids(q_tokens)
-        score = _column_sum(self.matrix, cols, self.n)
+        cols, weights, q_tokens = self.query_columns(query)
+        score = _column_sum(self.matrix, cols, self.n, weights)
         for node, row in (patch or {}).items():
-            score[node] = sum(row.get(int(c), 0.0) for c in cols)
-        matched = _column_sum(self.name_matrix, cols, self.n)
+            score[node] = sum(row.get(int(c), 0.0) * w for c, w in zip(cols.tolist(), weights, strict=True))
+        # the name rule reads every query token: a name made of common words is still named in full
+        matched = _column_sum(self.name_matrix, self.vocab.ids(q_tokens), self.n)
         name_match = (self.name_len > 0) & (matched >= self.name_len)
         top = score.max() if self.n else 0.0
         evidence = score / top if top > 0 else np.zeros(self.n)
         evidence = evidence + self.config.name_bonus * name_match
-        return Evidence(score=score, name_match=name_match, evidence=evidence, n_query_tokens=len(q_tokens))
+        coverage = self.coverage(q_tokens, cols) if top > 0 else 0.0
+        return Evidence(score, name_match, evidence, len(q_tokens), coverage)
 
     # ------------------------------------------------------------------------------------- persistence
 
@@ -206,7 +250,7 @@ def index_for(snapshot: Snapshot, config: RetrievalConfig) -> LexicalIndex:
         "weights": config.field_weights,
         "k1": config.bm25_k1,
         "b": config.bm25_b,
-    }
+    }  # seed_df_max is applied per query: one index serves every threshold
     key = hashlib.sha256(json.dumps(key_data, sort_keys=True).encode()).hexdigest()[:20]
     root = snapshot.path.parent.parent / "cache" / "lexical"
     folder = root / key

@@ -31,6 +31,7 @@ from ..graph.transition import edge_indices, transition_matrix
 from ..store.snapshot import Snapshot
 from ..text.names import SkillNames
 from .lexical import Evidence, index_for
+from .semantic import SemanticIndex, semantic_index
 
 
 @dataclass
@@ -46,6 +47,7 @@ class BundleSkill:
     source_path: str
     capability: str
     text: str = ""
+    semantic: float = 0.0  # embedding evidence in [0, 1] (0 when semantic evidence is off)
 
 
 @dataclass
@@ -91,6 +93,15 @@ def top_k(values: np.ndarray, candidates: np.ndarray, k: int) -> np.ndarray:
     return candidates[np.lexsort((candidates, -values[candidates]))][:k]
 
 
+@dataclass(frozen=True)
+class RowPatch:
+    """Skills re-scored as if their text had changed, without rebuilding anything: lexical rows
+    ({node: {column: value}}, see `LexicalIndex.row_patch`) and semantic vectors ({node: vector})."""
+
+    lexical: dict[int, dict[int, float]] = field(default_factory=dict)
+    vectors: dict[int, np.ndarray] = field(default_factory=dict)
+
+
 class Ranking:
     """The ranking of one query: ρ over the skills with evidence (indices into the node table)."""
 
@@ -101,12 +112,16 @@ class Ranking:
         seeds: np.ndarray,
         graph: np.ndarray,
         evidence: Evidence,
+        semantic: np.ndarray | None = None,
+        fused: np.ndarray | None = None,
     ):
         self.rho = rho
         self.candidates = candidates  # skills with seed or graph mass; nothing else is ever ranked
         self.seeds = seeds
         self.graph = graph  # s* over all nodes (dense)
-        self.evidence = evidence
+        self.evidence = evidence  # lexical
+        self.semantic = semantic  # z over all nodes, None when semantic evidence is off
+        self.fused = evidence.evidence if fused is None else fused  # m, what seeds and the rerank read
 
     def top(self, n: int) -> np.ndarray:
         return top_k(self.rho, self.candidates, n)
@@ -170,6 +185,10 @@ class Retriever:
         self._nodes = nodes
         self.names = SkillNames(nodes)
         self.lexical = index_for(snapshot, self.config)
+        cfg = self.config
+        self.semantic: SemanticIndex | None = semantic_index(
+            snapshot, cfg.semantic, cfg.semantic_candidates, cfg.semantic_min_cosine
+        )
         if self.config.reverse:
             operator = snapshot.transition
         else:
@@ -220,20 +239,39 @@ class Retriever:
         out[sub] = power_iteration(tt, p, np.flatnonzero(dangling), cfg.alpha, cfg.tol, cfg.max_iter)
         return out
 
-    def rank(self, query: str, patch: dict[int, dict[int, float]] | None = None) -> Ranking:
+    def fusion_weight(self, evidence: Evidence) -> float:
+        """λ of m = (1 − λ)·lexical + λ·semantic (see RetrievalConfig): large for short queries whose own
+        words match no skill well, small for long task texts and for queries naming a skill's rare words."""
+        cfg = self.config
+        scale = cfg.semantic_length_scale
+        by_length = min(1.0, cfg.semantic_weight / (1.0 + (evidence.n_query_tokens / scale) ** 2))
+        return by_length * (1.0 - evidence.coverage)
+
+    def revision_patch(self, node: int, revised: pl.DataFrame, node_tokens: pl.DataFrame) -> RowPatch:
+        """The patch that scores `node` as its revised one-row node table (and its token rows) would be."""
+        vectors = {node: self.semantic.vector_of(revised)} if self.semantic is not None else {}
+        return RowPatch({node: self.lexical.row_patch(node_tokens)}, vectors)
+
+    def rank(self, query: str, patch: RowPatch | None = None) -> Ranking:
         """All skills with evidence for `query`, ranked by ρ = s* + μ·m (ties to the smaller id).
 
-        `patch` re-scores some skills' lexical rows (see `LexicalIndex.row_patch`), to try a description
-        revision without rebuilding anything.
+        m fuses lexical and (when configured) semantic evidence. `patch` re-scores some skills as if their
+        text had changed, to try a description revision without rebuilding anything.
         """
         cfg = self.config
-        ev = self.lexical.evidence(query, patch)
-        m = ev.evidence
+        patch = patch or RowPatch()
+        ev = self.lexical.evidence(query, patch.lexical)
+        m, z = ev.evidence, None
+        if self.semantic is not None:
+            z = self.semantic.evidence(query, patch.vectors)
+            lam = self.fusion_weight(ev)
+            if lam > 0:
+                m = (1.0 - lam) * m + lam * z
         seeds = np.sort(top_k(m, np.flatnonzero(m > 0), cfg.seed_k))
         graph = self.ppr(seeds, m[seeds]) if cfg.propagate and len(seeds) else np.zeros(self.n)
         rho = graph + cfg.rerank_mu * m
         cand = np.flatnonzero((graph > 0) | (m > 0))  # never rank a skill with no evidence at all
-        return Ranking(rho, cand, seeds, graph, ev)
+        return Ranking(rho, cand, seeds, graph, ev, z, m)
 
     def select(self, ranking: Ranking, top_n: int) -> tuple[list[int], list[dict[str, str]]]:
         """The top-N after avoid pruning: a candidate whose avoid partner is already chosen is dropped,
@@ -251,7 +289,7 @@ class Retriever:
                 chosen.append(int(i))
         return chosen, pruned
 
-    def rank_of(self, query: str, node: int, patch: dict[int, dict[int, float]] | None = None) -> int | None:
+    def rank_of(self, query: str, node: int, patch: RowPatch | None = None) -> int | None:
         """1-based position of `node` in the ranking of `query` (None when it has no evidence)."""
         order = self.rank(query, patch).order
         hits = np.flatnonzero(order == node)
@@ -287,6 +325,7 @@ class Retriever:
                     seed=i in seeds,
                     lexical=float(ranking.evidence.evidence[i]),
                     graph=float(ranking.graph[i]),
+                    semantic=float(ranking.semantic[i]) if ranking.semantic is not None else 0.0,
                     source_path=row["source_path"],
                     capability=row["capability"] or "",
                     text=text,

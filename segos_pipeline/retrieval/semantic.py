@@ -1,0 +1,422 @@
+"""Semantic evidence from a static embedding model (SPEC §6.8), computed once per version.
+
+Short requests often paraphrase a skill instead of naming its words ("can I find peer-reviewed papers?"),
+and lexical evidence has nothing to hold on to. A static embedding model (a token-embedding table, pooled
+and normalised: no attention, no GPU, milliseconds per query on numpy) gives each skill a vector once per
+version, and a query one vector; cosine similarity is the signal.
+
+- Backends are pluggable (`EmbeddingBackend`); `RetrievalConfig.semantic` names one: `wordllama` (the
+  default: its 256-d model ships inside its pip package, so it works offline and in CI),
+  `model2vec:<folder>` or `sentence-transformers:<folder>` for a local model of the user's, `none` to
+  switch semantic evidence off. `register_backend` adds others. No backend ever downloads anything.
+- A skill's vector is the normalised sum of two embeddings: name + description, and name + description +
+  the start of the body (the description says what a skill is for, the body how it talks about it).
+- Vectors are cached under `STORE/cache/semantic/<key>/` like the lexical index, keyed by the backend and
+  every skill's text hash. A version whose cache entry is missing reuses the vectors of any cached or
+  in-process vectors with the same text hash, so an incremental update or an L3 description rewrite
+  embeds only the skills whose text changed.
+- Evidence for a query is limited to the `semantic_candidates` most similar skills, scaled to [0, 1]
+  between the next one's similarity and the best, and to skills at least `semantic_min_cosine` similar:
+  every skill has some cosine with every query, and only the head of that list is evidence.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+import polars as pl
+
+if TYPE_CHECKING:
+    from ..store.snapshot import Snapshot
+
+_CACHE_FORMAT = 1
+BODY_CHARS = 1_000  # body characters in a skill's second text: its opening, where skills say what they do
+NONE = "none"
+
+
+class SemanticUnavailable(RuntimeError):
+    """The configured embedding backend cannot be loaded (package missing, model folder absent)."""
+
+
+class EmbeddingBackend(Protocol):
+    """A local embedding model: texts in, one vector per text out (any scale; segos normalises)."""
+
+    @property
+    def fingerprint(self) -> str:
+        """Changes whenever the vectors would: model identity and version. Part of every cache key."""
+        ...
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+# ------------------------------------------------------------------------------------------- backends
+
+
+class WordLlamaBackend:
+    """The `wordllama` package's bundled 256-d static model (MIT licence), loaded from the installed
+    package folder with downloads disabled (its plain `load()` looks elsewhere and tries the model hub)."""
+
+    def __init__(self, dim: int = 256):
+        try:
+            import wordllama
+            from wordllama import WordLlama
+        except ImportError as exc:
+            raise SemanticUnavailable(
+                "semantic evidence needs the wordllama package: pip install 'segos[semantic]' "
+                "(or set semantic=none)"
+            ) from exc
+        folder = Path(wordllama.__file__).parent
+        try:
+            self._model = WordLlama.load(dim=dim, cache_dir=folder, disable_download=True)
+        except Exception as exc:  # the package raises several kinds for a missing or damaged weight file
+            raise SemanticUnavailable(f"wordllama's bundled model could not be loaded: {exc}") from exc
+        version = getattr(wordllama, "__version__", "?")
+        self._fingerprint = f"wordllama-{version}-l2_supercat-{dim}"
+
+    @property
+    def fingerprint(self) -> str:
+        return self._fingerprint
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return np.asarray(self._model.embed(list(texts), norm=True), dtype=np.float32)
+
+
+class Model2VecBackend:
+    """A model2vec static model from a local folder (`model2vec:<folder>`)."""
+
+    def __init__(self, folder: str):
+        try:
+            from model2vec import StaticModel
+        except ImportError as exc:
+            raise SemanticUnavailable("model2vec:<folder> needs the model2vec package") from exc
+        path = Path(folder).expanduser()
+        if not path.is_dir():
+            raise SemanticUnavailable(f"model2vec model folder not found: {path}")
+        self._model = StaticModel.from_pretrained(str(path))
+        self._fingerprint = f"model2vec-{_folder_digest(path)}"
+
+    @property
+    def fingerprint(self) -> str:
+        return self._fingerprint
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return np.asarray(self._model.encode(list(texts)), dtype=np.float32)
+
+
+class SentenceTransformersBackend:
+    """A sentence-transformers model from a local folder (`sentence-transformers:<folder>`), on the CPU."""
+
+    def __init__(self, folder: str):
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise SemanticUnavailable(
+                "sentence-transformers:<folder> needs the sentence-transformers package"
+            ) from exc
+        path = Path(folder).expanduser()
+        if not path.is_dir():
+            raise SemanticUnavailable(f"sentence-transformers model folder not found: {path}")
+        self._model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
+        self._fingerprint = f"st-{_folder_digest(path)}"
+
+    @property
+    def fingerprint(self) -> str:
+        return self._fingerprint
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return np.asarray(self._model.encode(list(texts), batch_size=64), dtype=np.float32)
+
+
+def _folder_digest(path: Path) -> str:
+    """Names, sizes and modification times of a model folder's files: a new model, a new key."""
+    h = hashlib.sha256(str(path.resolve()).encode())
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        st = f.stat()
+        h.update(f"{f.relative_to(path)}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:16]
+
+
+_FACTORIES: dict[str, Callable[[str], EmbeddingBackend]] = {
+    "wordllama": lambda arg: WordLlamaBackend(int(arg) if arg else 256),
+    "model2vec": Model2VecBackend,
+    "sentence-transformers": SentenceTransformersBackend,
+}
+
+
+def register_backend(scheme: str, factory: Callable[[str], EmbeddingBackend]) -> None:
+    """Make `<scheme>[:<argument>]` a valid `semantic` setting; `factory(argument)` builds the backend."""
+    _FACTORIES[scheme] = factory
+    backend_for.cache_clear()
+
+
+@lru_cache(maxsize=8)
+def backend_for(spec: str) -> EmbeddingBackend | None:
+    """The backend a `semantic` setting names (None for `none`); loaded once per process."""
+    if not spec or spec == NONE:
+        return None
+    scheme, _, arg = spec.partition(":")
+    factory = _FACTORIES.get(scheme)
+    if factory is None:
+        known = ", ".join(sorted([NONE, *_FACTORIES]))
+        raise SemanticUnavailable(f"unknown semantic backend {scheme!r} (known: {known})")
+    return factory(arg)
+
+
+# ---------------------------------------------------------------------------------------- skill texts
+
+
+def skill_texts(nodes: pl.DataFrame) -> tuple[list[str], list[str]]:
+    """The two texts embedded per skill: name + description, and the same plus the body's opening."""
+    name = (
+        pl.coalesce(pl.col("name"), pl.col("folder"), pl.lit(""))
+        .str.replace_all(r"[-_]+", " ")
+        .str.strip_chars()
+    )
+    head = pl.concat_str([name, pl.col("description").fill_null("")], separator=". ")
+    full = pl.concat_str([head, pl.col("body").fill_null("").str.slice(0, BODY_CHARS)], separator=" ")
+    frame = nodes.select(head=head, full=full)
+    return frame["head"].to_list(), frame["full"].to_list()
+
+
+def text_hashes(heads: Sequence[str], fulls: Sequence[str]) -> list[str]:
+    return [
+        hashlib.blake2b(f"{a}\x00{b}".encode(), digest_size=12).hexdigest()
+        for a, b in zip(heads, fulls, strict=True)
+    ]
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=-1, keepdims=True)
+    return x / np.maximum(norms, 1e-12)
+
+
+def embed_skills(backend: EmbeddingBackend, heads: Sequence[str], fulls: Sequence[str]) -> np.ndarray:
+    if not heads:
+        return np.zeros((0, 0), dtype=np.float32)
+    return _unit(_unit(backend.embed(heads)) + _unit(backend.embed(fulls)))
+
+
+# ---------------------------------------------------------------------------------------- the vectors
+
+
+@dataclass(frozen=True)
+class SkillVectors:
+    """Unit vectors of a version's skills (row i = node i) and the text hash each was computed from."""
+
+    fingerprint: str
+    hashes: list[str]
+    matrix: np.ndarray  # float32 (n, d)
+    embedded: int  # how many skills were embedded to make these (the rest were reused)
+
+
+# Vectors recently computed or loaded in this process, for reuse by text hash (an evolution round's
+# drafts, an incremental update): a handful of versions, bounded by count.
+_RECENT: OrderedDict[str, SkillVectors] = OrderedDict()
+_RECENT_MAX = 4
+_RECENT_LOCK = threading.Lock()
+
+
+def _remember(key: str, vectors: SkillVectors) -> None:
+    with _RECENT_LOCK:
+        _RECENT[key] = vectors
+        _RECENT.move_to_end(key)
+        while len(_RECENT) > _RECENT_MAX:
+            _RECENT.popitem(last=False)
+
+
+def compute_vectors(
+    backend: EmbeddingBackend, nodes: pl.DataFrame, donors: Sequence[SkillVectors] = ()
+) -> SkillVectors:
+    """Vectors of `nodes`, reusing any donor's vector whose text hash matches; the rest are embedded."""
+    heads, fulls = skill_texts(nodes)
+    hashes = text_hashes(heads, fulls)
+    known: dict[str, np.ndarray] = {}
+    for donor in donors:
+        if donor.fingerprint != backend.fingerprint:
+            continue
+        wanted = set(hashes) - known.keys()
+        for i, h in enumerate(donor.hashes):
+            if h in wanted:
+                known[h] = donor.matrix[i]
+    todo = [i for i, h in enumerate(hashes) if h not in known]
+    fresh = embed_skills(backend, [heads[i] for i in todo], [fulls[i] for i in todo])
+    dim = fresh.shape[1] if len(todo) else next(iter(known.values())).shape[0] if known else 0
+    matrix = np.zeros((len(hashes), dim), dtype=np.float32)
+    for i, h in enumerate(hashes):
+        if h in known:
+            matrix[i] = known[h]
+    if todo:
+        matrix[np.asarray(todo)] = fresh
+    return SkillVectors(backend.fingerprint, hashes, matrix, len(todo))
+
+
+def _cache_key(fingerprint: str, hashes: Sequence[str]) -> str:
+    h = hashlib.sha256(json.dumps({"format": _CACHE_FORMAT, "backend": fingerprint}).encode())
+    for x in hashes:
+        h.update(x.encode())
+    return h.hexdigest()[:20]
+
+
+def _load_entry(folder: Path, fingerprint: str) -> SkillVectors | None:
+    try:
+        meta = json.loads((folder / "complete").read_text())
+        if meta.get("backend") != fingerprint or meta.get("format") != _CACHE_FORMAT:
+            return None
+        hashes = pl.read_parquet(folder / "hashes.parquet")["hash"].to_list()
+        matrix = np.load(folder / "vectors.npy")
+    except (OSError, ValueError, KeyError, pl.exceptions.PolarsError):
+        return None
+    if matrix.ndim != 2 or matrix.shape[0] != len(hashes):
+        return None
+    return SkillVectors(fingerprint, hashes, matrix.astype(np.float32, copy=False), 0)
+
+
+def _cached_donors(root: Path, fingerprint: str, limit: int = 3) -> list[SkillVectors]:
+    """The newest cache entries made with the same backend (the parent version's, usually)."""
+    if not root.is_dir():
+        return []
+    entries = sorted(
+        (p for p in root.iterdir() if (p / "complete").is_file()),
+        key=lambda p: (p / "complete").stat().st_mtime,
+        reverse=True,
+    )
+    out = []
+    for folder in entries:
+        donor = _load_entry(folder, fingerprint)
+        if donor is not None:
+            out.append(donor)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def vectors_for(snapshot: Snapshot, backend: EmbeddingBackend) -> SkillVectors:
+    """The skill vectors of a version: from the store's cache, else computed (reusing unchanged skills'
+    vectors) and cached. A draft (no folder) and a store that cannot be written to go without the disk
+    cache; the process keeps the last few in memory either way."""
+    heads, fulls = skill_texts(snapshot.nodes)
+    hashes = text_hashes(heads, fulls)
+    key = _cache_key(backend.fingerprint, hashes)
+    with _RECENT_LOCK:
+        hit = _RECENT.get(key)
+    if hit is not None:
+        return hit
+    root = snapshot.path.parent.parent / "cache" / "semantic" if snapshot.path is not None else None
+    if root is not None and (root / key / "complete").is_file():
+        loaded = _load_entry(root / key, backend.fingerprint)
+        if loaded is not None and loaded.hashes == hashes:
+            _remember(key, loaded)
+            return loaded
+    with _RECENT_LOCK:
+        donors = list(reversed(_RECENT.values()))
+    if root is not None:
+        donors += _cached_donors(root, backend.fingerprint)
+    vectors = compute_vectors(backend, snapshot.nodes, donors)
+    if root is not None:
+        _save_entry(root, key, vectors)
+    _remember(key, vectors)
+    return vectors
+
+
+def _save_entry(root: Path, key: str, vectors: SkillVectors) -> None:
+    """Staged folder, then rename: readers see a whole entry or none."""
+    stage = root / f".{key}.{uuid.uuid4().hex}"
+    folder = root / key
+    try:
+        stage.mkdir(parents=True)
+        np.save(stage / "vectors.npy", vectors.matrix)
+        pl.DataFrame({"hash": vectors.hashes}, schema={"hash": pl.String}).write_parquet(
+            stage / "hashes.parquet"
+        )
+        meta = {"format": _CACHE_FORMAT, "backend": vectors.fingerprint, "skills": len(vectors.hashes)}
+        (stage / "complete").write_text(json.dumps(meta))
+        if folder.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+        os.rename(stage, folder)
+    except OSError:
+        pass  # a read-only or racing store: the vectors in memory are all this process needs
+    finally:
+        if stage.exists():
+            shutil.rmtree(stage, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------ evidence
+
+
+class SemanticIndex:
+    """Answers queries against one version's skill vectors."""
+
+    def __init__(self, vectors: SkillVectors, backend: EmbeddingBackend, candidates: int, min_cosine: float):
+        self.vectors = vectors
+        self.backend = backend
+        self.candidates = candidates
+        self.min_cosine = min_cosine
+
+    @property
+    def matrix(self) -> np.ndarray:
+        return self.vectors.matrix
+
+    def query_vector(self, query: str) -> np.ndarray:
+        return _unit(self.backend.embed([query]))[0]
+
+    def similarities(self, query: str, patch: dict[int, np.ndarray] | None = None) -> np.ndarray:
+        """Cosine similarity of every skill to the query; `patch` replaces some skills' vectors."""
+        n = self.matrix.shape[0]
+        if n == 0 or not query.strip():
+            return np.zeros(n)
+        q = self.query_vector(query)
+        sims = (self.matrix @ q).astype(np.float64)
+        for node, vec in (patch or {}).items():
+            sims[node] = float(vec @ q)
+        return sims
+
+    def evidence(self, query: str, patch: dict[int, np.ndarray] | None = None) -> np.ndarray:
+        """z ∈ [0, 1] for the `candidates` most similar skills (best = 1, the next one after them = 0),
+        0 for every other skill and for any skill below `min_cosine`."""
+        sims = self.similarities(query, patch)
+        return head_scores(sims, self.candidates, self.min_cosine)
+
+    def vector_of(self, nodes_row: pl.DataFrame) -> np.ndarray:
+        """The vector a (revised) one-row node table would get: to try a description rewrite."""
+        heads, fulls = skill_texts(nodes_row)
+        return embed_skills(self.backend, heads, fulls)[0]
+
+
+def head_scores(sims: np.ndarray, m: int, floor: float) -> np.ndarray:
+    """The top-m similarities rescaled to (0, 1] against the (m+1)-th (the reference), zero elsewhere."""
+    n = len(sims)
+    out = np.zeros(n)
+    if n == 0 or m <= 0:
+        return out
+    m = min(m, n)
+    part = np.argpartition(-sims, m - 1)[:m] if m < n else np.arange(n)
+    ref = float(np.partition(sims, n - m - 1)[n - m - 1]) if m < n else float(sims.min())
+    top = float(sims[part].max())
+    ref = max(ref, floor)
+    if top <= ref:
+        return out
+    vals = (sims[part] - ref) / (top - ref)
+    keep = vals > 0
+    out[part[keep]] = vals[keep]
+    return out
+
+
+def semantic_index(snapshot: Snapshot, spec: str, candidates: int, min_cosine: float) -> SemanticIndex | None:
+    """The semantic index of a version under a `semantic` setting (None when it is `none`)."""
+    backend = backend_for(spec)
+    if backend is None:
+        return None
+    return SemanticIndex(vectors_for(snapshot, backend), backend, candidates, min_cosine)

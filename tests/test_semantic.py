@@ -1,0 +1,161 @@
+"""Per-field scoring's idf cutoff, and semantic evidence: offline, cached per version, recomputed only for
+changed skills, equal after an incremental update and after a full rebuild, fused without zero-evidence
+fill."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from segos_pipeline import RetrievalConfig, Retriever, SnapshotStore, build_cold_start
+from segos_pipeline.graph.incremental import apply_change
+from segos_pipeline.retrieval import semantic as semantic_mod
+from segos_pipeline.retrieval.semantic import (
+    SemanticUnavailable,
+    WordLlamaBackend,
+    backend_for,
+    head_scores,
+    vectors_for,
+)
+
+from .conftest import simple_library, write_skill
+
+SKILLS = {
+    "csv-loader": "Load csv data tables into data frames.",
+    "json-loader": "Load json data documents into data frames.",
+    "chart-plotter": "Plot data frames as bar and line charts.",
+    "pdf-writer": "Write data reports as pdf documents.",
+    "paper-search": "Search scholarly literature databases for journal articles.",
+    "mailer": "Email data reports to recipients.",
+    "weather": "Current weather forecast for a city.",
+    "zipper": "Compress data archives quickly.",
+}
+LEXICAL = RetrievalConfig(semantic="none")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SnapshotStore:
+    st = SnapshotStore(tmp_path / "store")
+    build_cold_start(simple_library(tmp_path / "lib", SKILLS), st)
+    return st
+
+
+def test_common_query_tokens_do_not_seed_unless_nothing_else_is_left(store):
+    """"data" is in 6 of 8 skills: next to a rarer word it carries no evidence; alone it is kept."""
+    r = Retriever(store.load(), LEXICAL)
+    data = r.lexical.vocab.index["data"]
+    assert r.lexical.df[data] == 6
+    cols, weights, _ = r.lexical.query_columns("data csv data")
+    assert data not in cols.tolist() and cols.tolist() == [r.lexical.vocab.index["csv"]]
+    assert weights.tolist() == [1.0]  # csv once: 1 + ln 1
+    ev = r.lexical.evidence("data csv")
+    assert np.count_nonzero(ev.score) == 1  # only the csv skill, not every skill that says "data"
+    alone = r.lexical.evidence("data")  # fallback: the only token is kept
+    assert np.count_nonzero(alone.score) == 6
+    # the threshold is a setting: with every token allowed, "data" seeds again
+    r_all = Retriever(store.load(), LEXICAL.with_overrides(seed_df_max=1.0))
+    assert np.count_nonzero(r_all.lexical.evidence("data csv").score) == 6
+
+
+def test_repeated_query_terms_weigh_more_and_coverage_is_the_best_skills_share(store):
+    r = Retriever(store.load(), LEXICAL)
+    cols, weights, _ = r.lexical.query_columns("pdf pdf pdf email")
+    by_col = dict(zip(cols.tolist(), weights.tolist(), strict=True))
+    assert by_col[r.lexical.vocab.index["pdf"]] == pytest.approx(1 + np.log(3))
+    assert by_col[r.lexical.vocab.index["email"]] == 1.0
+    # one skill holds every known token: full coverage; unknown words do not count against it
+    assert r.lexical.evidence("compress archive xyzzyq").coverage == pytest.approx(1.0)
+    half = r.lexical.evidence("compress weather")  # two skills, one word each
+    assert 0.0 < half.coverage < 1.0
+    assert r.lexical.evidence("xyzzyq").coverage == 0.0
+
+
+def test_semantic_backend_loads_and_embeds_offline(monkeypatch):
+    """The bundled model loads and embeds with every network connection refused."""
+
+    def refuse(*_args, **_kwargs):
+        raise OSError("network disabled by the test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    backend = WordLlamaBackend()
+    vecs = backend.embed(["find peer reviewed papers", "search scholarly literature", "weather forecast"])
+    assert vecs.shape == (3, 256) and vecs.dtype == np.float32
+    unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+    assert unit[0] @ unit[1] > unit[0] @ unit[2]  # a paraphrase is nearer than an unrelated text
+
+
+def test_unknown_or_missing_backend_is_a_clear_error():
+    with pytest.raises(SemanticUnavailable, match="unknown semantic backend 'nope'"):
+        backend_for("nope")
+    with pytest.raises(SemanticUnavailable, match="model folder not found"):
+        backend_for("model2vec:/nonexistent/model") if _has("model2vec") else _raise_folder()
+    assert backend_for("none") is None
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def _raise_folder() -> None:
+    raise SemanticUnavailable("model folder not found (model2vec not installed here)")
+
+
+def test_a_paraphrase_finds_the_skill_only_with_semantic_evidence(store):
+    query = "where can I read academic research?"
+    assert Retriever(store.load(), LEXICAL).ranked_ids(query, 3) == []  # no shared word at all
+    assert Retriever(store.load()).ranked_ids(query, 1) == ["paper-search"]
+
+
+def test_head_scores_are_the_top_m_scaled_against_the_next_one():
+    sims = np.array([0.9, 0.5, 0.7, 0.1, 0.3])
+    z = head_scores(sims, 2, 0.0)  # top two: 0.9 and 0.7; the reference is the third, 0.5
+    assert z.tolist() == pytest.approx([1.0, 0.0, 0.5, 0.0, 0.0])
+    assert head_scores(sims, 2, 0.8).tolist() == pytest.approx([1.0, 0, 0, 0, 0])  # the floor
+    assert not head_scores(sims, 3, 0.95).any()
+
+
+def test_vectors_are_cached_per_version_and_recomputed_only_for_changed_skills(store, tmp_path):
+    backend = backend_for("wordllama")
+    semantic_mod._RECENT.clear()
+    first = vectors_for(store.load(), backend)
+    assert first.embedded == len(SKILLS)
+    cache = store.root / "cache" / "semantic"
+    [entry] = [p for p in cache.iterdir() if not p.name.startswith(".")]
+    semantic_mod._RECENT.clear()
+    again = vectors_for(store.load(), backend)  # from disk: nothing embedded
+    assert again.embedded == 0 and np.array_equal(again.matrix, first.matrix)
+
+    # an incremental update of one skill: a new version, a new entry, one skill embedded
+    write_skill(tmp_path / "lib", "weather", "name: weather\ndescription: Rain radar maps.", "# w\n")
+    apply_change(store, "update", tmp_path / "lib" / "weather", library=tmp_path / "lib")
+    semantic_mod._RECENT.clear()
+    updated = vectors_for(store.load(), backend)
+    assert updated.embedded == 1
+    assert len([p for p in cache.iterdir() if not p.name.startswith(".")]) == 2
+
+    # a damaged entry is recomputed, not trusted
+    (entry / "vectors.npy").write_bytes(b"damaged")
+    semantic_mod._RECENT.clear()
+    healed = vectors_for(store.load(store.list_versions()[0]["version"]), backend)
+    assert np.allclose(healed.matrix, first.matrix, atol=1e-6)
+
+
+def test_incremental_update_equals_a_rebuild_with_semantic_evidence_on(store, tmp_path):
+    write_skill(
+        tmp_path / "lib", "paper-search", "name: paper-search\ndescription: Look up academic papers.", "# p\n"
+    )
+    apply_change(store, "update", tmp_path / "lib" / "paper-search", library=tmp_path / "lib")
+    full = SnapshotStore(tmp_path / "full")
+    build_cold_start(tmp_path / "lib", full)
+    semantic_mod._RECENT.clear()
+    inc_r, full_r = Retriever(store.load()), Retriever(full.load())
+    for q in ("can I find peer-reviewed papers?", "plot csv data", "rain tomorrow?", "send the report"):
+        a, b = inc_r.rank(q), full_r.rank(q)
+        assert a.order.tolist() == b.order.tolist()
+        np.testing.assert_allclose(a.rho, b.rho, rtol=0, atol=1e-6)
