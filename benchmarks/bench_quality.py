@@ -1,11 +1,18 @@
-"""Retrieval quality on the real SkillsBench dev queries over the whole real library, next to BM25.
+"""Retrieval quality on the dev sets of ../shared/data, long task texts and short queries, next to BM25.
 
     .venv/bin/python benchmarks/bench_quality.py [--shared ../shared/data] [--k 5] [--out benchmarks/results]
 
-Methods, all on the same library, queries and k: plain BM25 (the `bm25s` package, over name +
-description + body), segos lexical seeds only (no propagation), segos forward-only propagation, and segos
-reverse-aware PPR (the default). Writes quality.json and quality.md. Constants are the defaults: these 44
-queries are for seeing, not fitting.
+Query sets (dev only: the held-out sets are checked elsewhere and are not available here):
+- `skillsbench-long`: the 44 SkillsBench dev task texts over the pooled 344-skill library;
+- `skillsbench-keywords`: the same 44 tasks as 2-3 keyword phrases (the easy end of short queries);
+- `metatool`: 1,000 one-sentence MetaTool requests over its 199 tools (paraphrases, one gold tool each);
+- `apibank`: the 50 API-Bank level-3 requirements over the library generated from their APIs.
+
+Methods, all on the same library, queries and k: flat BM25 (`bm25s` over name + description + body),
+segos lexical evidence only (`semantic=none`), segos default (lexical + semantic evidence, kNN k = 2
+graph), the same without propagation (seeds only), and the `paper` preset (k = 1 graph, every query token
+seeds, no semantic evidence). Writes quality.json and quality.md. Constants are the project defaults;
+nothing here is tuned per set.
 """
 
 from __future__ import annotations
@@ -16,37 +23,89 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-import bm25s
-
-from segos_pipeline import RetrievalConfig, Retriever, SnapshotStore, build_cold_start
+from segos_pipeline import Retriever, SnapshotStore, build_cold_start
+from segos_pipeline.config import build_preset, retrieval_preset
 from segos_pipeline.evaluation.metrics import aggregate, percentile, query_metrics
-from segos_pipeline.evaluation.replay import gold_sets, load_queries, replay
+from segos_pipeline.evaluation.replay import QueryFile, gold_sets, load_queries, replay
+from segos_pipeline.evaluation.study import BM25Ranker
+from segos_pipeline.evolution.adapters import write_library
+from segos_pipeline.evolution.adapters.apibank import plans
 
 ROOT = Path(__file__).resolve().parent.parent
+COMMAND = "python benchmarks/bench_quality.py"
+KEYS = ("hit", "recall", "comp", "mrr", "mean_best_rank", "latency_ms")
 
 
-def bm25_replay(retriever: Retriever, queries, k: int) -> dict:
-    """Plain BM25 over the same skills' name + description + body, scored with the same metrics."""
-    nodes = retriever.snapshot.nodes
-    corpus = [f"{n} {d} {b}" for n, d, b in nodes.select("name", "description", "body").iter_rows()]
-    model = bm25s.BM25()
-    model.index(bm25s.tokenize(corpus, stopwords="en", show_progress=False), show_progress=False)
-    ids = nodes["id"].to_list()
+def bm25_replay(retriever: Retriever, queries: QueryFile, k: int) -> dict[str, Any]:
+    """Plain BM25 over the same skills, scored with the same metrics."""
+    ranker = BM25Ranker(retriever.snapshot.nodes)
     per_query, latencies = [], []
     for q in queries.queries:
         gold, _ = gold_sets(retriever.names, q.gold)
         t0 = time.perf_counter()
-        docs, scores = model.retrieve(
-            bm25s.tokenize([q.query], stopwords="en", show_progress=False), k=k, show_progress=False
-        )
+        ranked = ranker.ranked_ids(q.query, k)
         latencies.append((time.perf_counter() - t0) * 1000)
-        ranked = [ids[int(d)] for d, s in zip(docs[0], scores[0], strict=True) if s > 0]
         per_query.append(query_metrics(ranked, gold, k))
     return {
         **aggregate(per_query),
         "latency_ms": {"p50": percentile(latencies, 50), "p95": percentile(latencies, 95)},
     }
+
+
+def apibank_queries(source: Path, out: Path) -> Path:
+    """A query file of the API-Bank requirements, gold = the APIs each plan calls."""
+    with out.open("w") as fh:
+        for t in plans(source):
+            fh.write(json.dumps({"task": t["task_id"], "query": t["query"], "gold": t["apis"]}) + "\n")
+    return out
+
+
+def measure(library: Path, queries: QueryFile, k: int, work: Path) -> dict[str, Any]:
+    default, paper = SnapshotStore(work / "default"), SnapshotStore(work / "paper")
+    build_cold_start(library, default, build_preset("default"))
+    build_cold_start(library, paper, build_preset("paper"))
+    snap, paper_snap = default.load(), paper.load()
+    base = retrieval_preset("default")
+    rows = {
+        "bm25 (bm25s)": bm25_replay(Retriever(snap), queries, k),
+        "segos lexical only": replay(Retriever(snap, base.with_overrides(semantic="none")), queries, k),
+        "segos default (lexical + semantic)": replay(Retriever(snap), queries, k),
+        "segos default, seeds only": replay(
+            Retriever(snap, base.with_overrides(propagate=False)), queries, k
+        ),
+        "segos paper preset": replay(Retriever(paper_snap), queries, k),
+    }
+    return {
+        "skills": snap.nodes.height,
+        "queries": len(queries.queries),
+        "methods": {name: {key: r[key] for key in KEYS} for name, r in rows.items()},
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    k = result["k"]
+    lines = [
+        "# Retrieval quality on the dev sets",
+        "",
+        f"Command: `{COMMAND}` (k = {k}; cold start, no traces). Dev data only; constants are the defaults.",
+    ]
+    for name, s in result["sets"].items():
+        lines += [
+            "",
+            f"## {name}: {s['queries']} queries over {s['skills']} skills",
+            "",
+            f"| method | hit@{k} | recall@{k} | COMP@{k} | MRR | mean best rank | p50 ms |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for method, r in s["methods"].items():
+            mbr = "-" if r["mean_best_rank"] is None else f"{r['mean_best_rank']:.2f}"
+            lines.append(
+                f"| {method} | {r['hit']:.3f} | {r['recall']:.3f} | {r['comp']:.3f} | {r['mrr']:.3f} | {mbr} "
+                f"| {r['latency_ms']['p50']:.2f} |"
+            )
+    return "\n".join(lines) + "\n"
 
 
 def main() -> int:
@@ -58,46 +117,29 @@ def main() -> int:
     if not (args.shared / "skills").is_dir():
         print(f"skipped: real data not found at {args.shared} (it ships beside the project, not in it)")
         return 0
-    queries = load_queries(args.shared / "eval" / "skillsbench-dev.jsonl")
+    shared = args.shared
+    result: dict[str, Any] = {"k": args.k, "sets": {}}
     with tempfile.TemporaryDirectory() as tmp:
-        store = SnapshotStore(tmp)
-        manifest = build_cold_start(args.shared / "skills", store)
-        snap = store.load()
-        rows = {"bm25 (bm25s)": bm25_replay(Retriever(snap), queries, args.k)}
-        for name, cfg in {
-            "segos lexical seeds only": RetrievalConfig(propagate=False),
-            "segos forward-only PPR": RetrievalConfig(reverse=False),
-            "segos reverse-aware PPR (default)": RetrievalConfig(),
-        }.items():
-            rows[name] = replay(Retriever(snap, cfg), queries, k=args.k)
-    result = {
-        "library": str(args.shared / "skills"),
-        "skills": manifest["counts"]["skills"],
-        "semantic": manifest["counts"]["semantic"],
-        "queries": len(queries.queries),
-        "k": args.k,
-        "methods": {
-            name: {key: r[key] for key in ("hit", "recall", "comp", "mrr", "mean_best_rank", "latency_ms")}
-            for name, r in rows.items()
-        },
-    }
+        work = Path(tmp)
+        apibank_src = shared / "traces" / "apibank" / "level-3.json"
+        write_library(apibank_src, "apibank", work / "apibank-lib")
+        sets = {
+            "skillsbench-long": (shared / "skills", shared / "eval" / "skillsbench-dev.jsonl"),
+            "skillsbench-keywords": (shared / "skills", shared / "eval" / "skillsbench-dev-keywords.jsonl"),
+            "metatool": (
+                shared / "eval" / "metatool-dev" / "library",
+                shared / "eval" / "metatool-dev" / "dev.jsonl",
+            ),
+            "apibank": (work / "apibank-lib", apibank_queries(apibank_src, work / "apibank.jsonl")),
+        }
+        for name, (library, query_file) in sets.items():
+            print(f"[bench_quality] {name}", file=sys.stderr)
+            result["sets"][name] = measure(library, load_queries(query_file), args.k, work / name)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "quality.json").write_text(json.dumps(result, indent=2))
-    k = args.k
-    lines = [
-        f"Real data: {result['skills']} skills, {result['queries']} SkillsBench dev queries, k = {k}.",
-        "",
-        f"| method | hit@{k} | recall@{k} | COMP@{k} | MRR | mean best rank | p50 ms |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for name, r in result["methods"].items():
-        mbr = "-" if r["mean_best_rank"] is None else f"{r['mean_best_rank']:.2f}"
-        lines.append(
-            f"| {name} | {r['hit']:.3f} | {r['recall']:.3f} | {r['comp']:.3f} | {r['mrr']:.3f} | {mbr} | "
-            f"{r['latency_ms']['p50']:.2f} |"
-        )
-    (args.out / "quality.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    md = markdown(result)
+    (args.out / "quality.md").write_text(md)
+    print(md)
     return 0
 
 

@@ -115,7 +115,8 @@ def worker_build(args: dict[str, Any]) -> dict[str, Any]:
     t_import = time.perf_counter()
     import polars as pl
 
-    from segos_pipeline import build_cold_start
+    from segos_pipeline import SnapshotStore, build_cold_start
+    from segos_pipeline.retrieval.ranker import warm_caches
 
     import_s = time.perf_counter() - t_import
     runs = []
@@ -143,6 +144,11 @@ def worker_build(args: dict[str, Any]) -> dict[str, Any]:
 
             manifest = build_cold_start(args["library"], store, progress=progress)
             total = time.perf_counter() - t0
+            # what `segos build` adds after the commit: the lexical index and the skill vectors (with the
+            # embedding model's load), so the first query pays for neither
+            t1 = time.perf_counter()
+            warm_caches(SnapshotStore(store).load(manifest["version"]), progress=progress)
+            caches = time.perf_counter() - t1
         starts = {"parse": 0.0, **dict(marks)}
         order = ["parse", "tokenise", "join", "transition+write", "done"]
         stages = {
@@ -153,6 +159,8 @@ def worker_build(args: dict[str, Any]) -> dict[str, Any]:
         runs.append(
             {
                 "seconds": round(total, 4),
+                "caches_s": round(caches, 4),
+                "with_caches_s": round(total + caches, 4),
                 "stages_s": stages,
                 "manifest_timings_s": manifest["timings_s"],
                 "version": manifest["version"],
@@ -458,7 +466,12 @@ def case_real(work: Path, repeat_build: int, repeat_query: int, profile: bool) -
         "case": "real",
         "library": str(REAL_LIBRARY),
         "skills": build["runs"][0]["counts"]["skills"],
-        "build": {**build, "min_s": min(secs), "median_s": statistics.median(secs)},
+        "build": {
+            **build,
+            "min_s": min(secs),
+            "median_s": statistics.median(secs),
+            "with_caches_median_s": statistics.median(r["with_caches_s"] for r in build["runs"]),
+        },
         "query": query,
     }
 
@@ -558,6 +571,7 @@ def case_synthetic(
             "runs": builds,
             "min_s": min(secs),
             "median_s": statistics.median(secs),
+            "with_caches_median_s": statistics.median(b["runs"][0]["with_caches_s"] for b in builds),
             "peak_rss_bytes": max(b["peak_rss_bytes"] for b in builds),
             "tree_peak_rss_bytes": max(b["tree_peak_rss_bytes"] or 0 for b in builds) or None,
         },
@@ -581,6 +595,15 @@ def bar_rows(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if c["case"] == "real":
             rows.append(_row(name, "build, median of runs (all cores)", b["median_s"], "s", REAL_BUILD_S))
             rows.append(_row(name, "build, min of runs (all cores)", b["min_s"], "s", REAL_BUILD_S))
+            rows.append(
+                _row(
+                    name,
+                    "build + retrieval caches (lexical index, skill vectors), median",
+                    b.get("with_caches_median_s"),
+                    "s",
+                    REAL_BUILD_S,
+                )
+            )
             rows.append(_row(name, "build peak RSS, largest process", b["peak_rss_bytes"] / GIB, "GiB", None))
             tree = b.get("tree_peak_rss_bytes")
             rows.append(
@@ -590,6 +613,15 @@ def bar_rows(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
         else:
             capped = c["skills"] <= SYN_BAR_MAX_SKILLS
             rows.append(_row(name, "build (all cores)", b["median_s"], "s", SYN_BUILD_S if capped else None))
+            rows.append(
+                _row(
+                    name,
+                    "build + retrieval caches (lexical index, skill vectors)",
+                    b.get("with_caches_median_s"),
+                    "s",
+                    None,
+                )
+            )
             # The bar is checked on the process-tree sum (main process + parser workers): an upper bound,
             # so a PASS is unambiguous. The largest single process is the kernel's ru_maxrss.
             tree = b.get("tree_peak_rss_bytes")

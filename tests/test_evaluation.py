@@ -359,6 +359,20 @@ def test_eval_without_traces_compares_the_trace_free_methods(demo_store, tmp_pat
     data = json.loads(result.stdout)
     assert [m["method"] for m in data["methods"]] == ["bm25", "lexical", "forward_ppr", "ppr"]
     assert "note" in data["protocols"]["transfer"] and (out / "report.md").is_file()
+    # the graph ablation: seeds only against propagation over each cold-start kNN size
+    graph = data["graph"]
+    assert [m["method"] for m in graph["methods"]] == ["seeds_only", "ppr_k1", "ppr_k2", "ppr_k3", "ppr_k5"]
+    seeds = graph["methods"][0]
+    assert seeds["vs_seeds_only"] == {key: 0.0 for key in ("hit", "recall", "comp", "mrr")}
+    assert seeds["recall"] == next(m for m in data["methods"] if m["method"] == "lexical")["recall"]
+    for m in graph["methods"]:
+        assert sum(b["n"] for b in m["by_length"].values()) == m["n"] == data["queries"]["n"]
+        assert sum(b["n"] for b in m["by_gold"].values()) == m["n"]
+        assert m["vs_seeds_only"]["recall"] == pytest.approx(m["recall"] - seeds["recall"])
+    k_built = data["graph"]["version_graph"]
+    same_k = next(m for m in graph["methods"] if m["method"] == f"ppr_k{k_built}")
+    assert same_k["recall"] == next(m for m in data["methods"] if m["method"] == "ppr")["recall"]
+    assert "earn its place" in (out / "report.md").read_text()
 
 
 def test_eval_reports_a_bad_query_file(demo_store, tmp_path):

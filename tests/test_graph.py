@@ -62,9 +62,9 @@ def test_blocked_join_equals_single_block(monkeypatch):
 
 
 def test_frequent_tokens_skipped_only_above_cap():
-    # token 0 is in every set; with the cap above the library size it still counts
+    # token 0 is in every set; with the cap above the library size it still counts (one edge per skill)
     sets = [{0, i} for i in range(1, 6)]
-    src, _, _, stats = topk_jaccard(_sig(sets, 6), GraphConfig(df_cap_min=1000))
+    src, _, _, stats = topk_jaccard(_sig(sets, 6), GraphConfig(knn_k=1, df_cap_min=1000))
     assert len(src) == 5 and stats.capped_tokens == 0
     src, _, _, stats = topk_jaccard(_sig(sets, 6), GraphConfig(df_cap_min=2, df_cap_fraction=0.0))
     assert len(src) == 0 and stats.capped_tokens == 1

@@ -44,7 +44,7 @@ def store(tmp_path: Path) -> SnapshotStore:
 
 
 def test_common_query_tokens_do_not_seed_unless_nothing_else_is_left(store):
-    """"data" is in 6 of 8 skills: next to a rarer word it carries no evidence; alone it is kept."""
+    """ "data" is in 6 of 8 skills: next to a rarer word it carries no evidence; alone it is kept."""
     r = Retriever(store.load(), LEXICAL)
     data = r.lexical.vocab.index["data"]
     assert r.lexical.df[data] == 6
@@ -86,6 +86,9 @@ def test_semantic_backend_loads_and_embeds_offline(monkeypatch):
     assert vecs.shape == (3, 256) and vecs.dtype == np.float32
     unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
     assert unit[0] @ unit[1] > unit[0] @ unit[2]  # a paraphrase is nearer than an unrelated text
+    # segos' unpadded sparse pooling gives the model's own padded-batch mean
+    texts = ["", "short", "a much longer text " * 40]
+    np.testing.assert_allclose(backend.embed(texts), backend._model.embed(texts), rtol=0, atol=1e-5)
 
 
 def test_unknown_or_missing_backend_is_a_clear_error():
@@ -159,3 +162,29 @@ def test_incremental_update_equals_a_rebuild_with_semantic_evidence_on(store, tm
         a, b = inc_r.rank(q), full_r.rank(q)
         assert a.order.tolist() == b.order.tolist()
         np.testing.assert_allclose(a.rho, b.rho, rtol=0, atol=1e-6)
+
+
+def test_paper_preset_is_recorded_and_retrieval_follows_it(tmp_path):
+    from click.testing import CliRunner
+
+    from segos_pipeline.cli import main as cli
+
+    lib = simple_library(tmp_path / "lib", SKILLS)
+    runner = CliRunner()
+    for preset in ("paper", "default"):
+        res = runner.invoke(cli, ["build", str(lib), "--store", str(tmp_path / preset), "--preset", preset])
+        assert res.exit_code == 0, res.output
+    paper, default = (SnapshotStore(tmp_path / p).load() for p in ("paper", "default"))
+    assert paper.manifest["config"]["preset"] == "paper" and paper.manifest["config"]["graph"]["knn_k"] == 1
+    assert default.manifest["config"]["preset"] == "default"
+    assert default.manifest["config"]["graph"]["knn_k"] == 2
+    r_paper, r_default = Retriever(paper), Retriever(default)
+    assert r_paper.semantic is None and r_paper.config.seed_df_max == 1.0
+    assert r_default.semantic is not None
+    # the CLI's retrieve starts from the version's preset too: no semantic evidence, so no paraphrase hit
+    out = runner.invoke(
+        cli, ["retrieve", "where can I read academic research?", "--store", str(tmp_path / "paper")]
+    )
+    assert out.exit_code == 0 and "paper-search" not in out.output
+    bad = runner.invoke(cli, ["build", str(lib), "--store", str(tmp_path / "x"), "--preset", "nope"])
+    assert bad.exit_code != 0 and "nope" in bad.output

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..config import RetrievalConfig
+from ..config import retrieval_for
 from ..paths import default_store
 from ..store.snapshot import SnapshotError, SnapshotStore
 
@@ -67,5 +67,8 @@ def _store(path: Path | None) -> SnapshotStore:
 def _load_retriever(store: Path | None, version: str | None, **overrides: Any) -> Retriever:
     from ..retrieval.ranker import Retriever  # scipy's graph routines load only for commands that retrieve
 
-    config = RetrievalConfig().with_overrides(**{k: v for k, v in overrides.items() if v is not None})
-    return Retriever(_store(store).load(version), config)
+    snapshot = _store(store).load(version)
+    config = retrieval_for(snapshot.manifest).with_overrides(
+        **{k: v for k, v in overrides.items() if v is not None}
+    )
+    return Retriever(snapshot, config)

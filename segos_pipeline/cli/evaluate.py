@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from ..config import EvolutionConfig, RetrievalConfig
+from ..config import EvolutionConfig, retrieval_for
 from .common import _emit_json, _store, friendly_errors, store_option
 
 
@@ -124,7 +124,7 @@ def eval_cmd(
         seed=seed,
         simulate=n_simulate,
         split_by=split_by,
-        retrieval=RetrievalConfig(),
+        retrieval=retrieval_for(base_snap.manifest),  # the base version's preset
         evolution=EvolutionConfig(),
     )
     result = run_study(

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from ..config import EvolutionConfig
+from ..config import PRESETS, EvolutionConfig, build_preset
 from ..evolution.adapters import FORMATS, iter_records, write_library
 from ..paths import DEFAULT_LIBRARY
 from .common import (
@@ -38,17 +38,29 @@ def main() -> None:
 @main.command()
 @click.argument("library", required=False, type=click.Path(path_type=Path))
 @store_option
+@click.option(
+    "--preset",
+    type=click.Choice(PRESETS),
+    default="default",
+    show_default=True,
+    help="Settings: 'default' (what wins on dev data) or 'paper' (the published kNN k = 1, no idf cutoff, "
+    "no semantic evidence); recorded in the manifest, and retrieval over the version starts from it.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest instead of a summary.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @friendly_errors
-def build(library: Path | None, store: Path | None, as_json: bool, quiet: bool) -> None:
+def build(library: Path | None, store: Path | None, preset: str, as_json: bool, quiet: bool) -> None:
     """Build the cold-start graph version of LIBRARY (default: the demo library in data/)."""
     from ..graph.build import build_cold_start
+    from ..retrieval.ranker import warm_caches
 
     library = library or DEFAULT_LIBRARY
     if not library.is_dir():
         _fail(f"skill library folder not found: {library} (give a folder that contains SKILL.md packages)")
-    manifest = build_cold_start(library, _store(store), progress=_progress(quiet or as_json))
+    progress = _progress(quiet or as_json)
+    st = _store(store)
+    manifest = build_cold_start(library, st, build_preset(preset), progress=progress)
+    warm_caches(st.load(manifest["version"]), progress=progress)
     if as_json:
         _emit_json(manifest)
         return
@@ -314,10 +326,12 @@ def evolve(
         l3_descriptions=config.l3_descriptions and not no_l3,
     )
     from ..evolution.round import evolve as run_evolution
+    from ..retrieval.ranker import warm_caches
 
-    manifest = run_evolution(
-        _store(store), window, from_version, config, progress=_progress(quiet or as_json)
-    )
+    progress = _progress(quiet or as_json)
+    st = _store(store)
+    manifest = run_evolution(st, window, from_version, config, progress=progress)
+    warm_caches(st.load(manifest["version"]), progress=progress)
     if as_json:
         _emit_json(manifest)
         return

@@ -95,6 +95,49 @@ def _bucket_table(methods: Sequence[dict[str, Any]], counts: dict[str, int], k: 
     return lines
 
 
+def _graph_section(graph: dict[str, Any] | None, k: int) -> list[str]:
+    """Seeds only vs propagation per kNN size, overall, per query length and per number of gold skills."""
+    if not graph:
+        return []
+    methods = graph["methods"]
+    out = [
+        "",
+        "## Does the cold-start graph earn its place? (seeds only vs propagation per kNN k)",
+        "",
+        f"The base version was built with k = {graph['version_graph']}; each row rebuilds its semantic "
+        f"edges for that k. Best propagation: `{graph['best_propagation']}`; "
+        + ("it beats seeds alone." if graph["propagation_helps"] else "**it does not beat seeds alone.**"),
+        "",
+        f"| method | hit@{k} | recall@{k} | COMP@{k} | MRR | Δrecall vs seeds | ΔCOMP vs seeds |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for m in methods:
+        d = m["vs_seeds_only"]
+        out.append(
+            f"| {m['method']} | {_f(m['hit'])} | {_f(m['recall'])} | {_f(m['comp'])} | {_f(m['mrr'])} "
+            f"| {d['recall']:+.3f} | {d['comp']:+.3f} |"
+        )
+    for key, title in (("by_length", "query length (tokens)"), ("by_gold", "gold skills per query")):
+        names = list(methods[0][key])
+        spans = graph["buckets"]["length_tokens" if key == "by_length" else "gold"]
+        head = " | ".join(
+            f"{b} ({spans[b][0]}–{spans[b][1] if spans[b][1] is not None else '∞'}, "
+            f"n={methods[0][key][b]['n']})"
+            for b in names
+        )
+        out += [
+            "",
+            f"Recall@{k} / COMP@{k} by {title}:",
+            "",
+            f"| method | {head} |",
+            "|---|" + "---|" * len(names),
+        ]
+        for m in methods:
+            cells = " | ".join(f"{_f(m[key][b]['recall'])} / {_f(m[key][b]['comp'])}" for b in names)
+            out.append(f"| {m['method']} | {cells} |")
+    return out
+
+
 def to_markdown(result: dict[str, Any], charts: dict[str, str] | None = None) -> str:
     k = result["k"]
     q = result["queries"]
@@ -143,6 +186,8 @@ def to_markdown(result: dict[str, Any], charts: dict[str, str] | None = None) ->
 
     out += ["", "## Where the graph or evolution does not help (and where it does)", ""]
     out += [f"- {f}" for f in result["findings"]]
+
+    out += _graph_section(result.get("graph"), k)
 
     protos = result["protocols"]
     level = int(result["bootstrap"]["level"] * 100)

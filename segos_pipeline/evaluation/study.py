@@ -37,18 +37,19 @@ import polars as pl
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from ..config import SEMANTIC, TRAVERSABLE, EvolutionConfig, RetrievalConfig
+from ..config import SEMANTIC, TRAVERSABLE, EvolutionConfig, RetrievalConfig, retrieval_for
 from ..evolution.adapters import FORMATS, iter_records
 from ..evolution.adapters.common import Rejected
 from ..evolution.ingest import TraceStore
 from ..evolution.round import RoundState, draft_snapshot, evolve_round
 from ..evolution.traces import TRACE_SCHEMA, TraceRecord, resolve_skills, trace_frame
+from ..graph.build import knn_variant
 from ..graph.transition import edge_indices
 from ..retrieval.ranker import Retriever, render_skill
 from ..store.snapshot import Snapshot, SnapshotStore
 from ..text.lexicon import SIGNATURE_FIELDS
 from ..text.names import SkillNames
-from ..text.tokens import token_set
+from ..text.tokens import token_set, tokenize
 from .metrics import (
     LEAKAGE_BUCKETS,
     LEAKAGE_THRESHOLDS,
@@ -102,6 +103,7 @@ class StudyConfig:
     seed: int = 0  # bootstrap resamples, the task split's tie-break and the simulator all derive from it
     simulate: int = 0  # simulated traces added to the evolution source per evolution (0: none)
     factorial: bool = True
+    graph_ablation: bool = True  # seeds only vs propagation over k ∈ GRAPH_KS (SPEC §6.9)
     # Unit of the transfer split: "task" (task ids) or "gold" (tasks with the same gold set stay together).
     split_by: str = "task"
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
@@ -347,6 +349,80 @@ def buckets(results: Sequence[QueryResult], queries: Sequence[StudyQuery]) -> di
             "pair_corecovery": float(np.mean(pairs)) if pairs else None,
         }
     return out
+
+
+# ------------------------------------------------------------------------------------ graph ablation
+
+GRAPH_KS = (1, 2, 3, 5)  # cold-start kNN sizes compared (SPEC §6.9)
+LENGTH_BUCKETS = (("short", 0, 20), ("medium", 21, 80), ("long", 81, None))  # query tokens, fixed up front
+GOLD_BUCKETS = (("1", 1, 1), ("2", 2, 2), ("3+", 3, None))  # gold skills per query
+
+
+def _in(value: int, lo: int, hi: int | None) -> bool:
+    return value >= lo and (hi is None or value <= hi)
+
+
+def _bucketed(
+    results: Sequence[QueryResult], values: Sequence[int], spec: Sequence[tuple[str, int, int | None]]
+) -> dict[str, Any]:
+    out = {}
+    for name, lo, hi in spec:
+        agg = aggregate([r.metrics for r, v in zip(results, values, strict=True) if _in(v, lo, hi)])
+        out[name] = {"n": agg["n"], **{key: agg[key] if agg["n"] else None for key in CORE}}
+    return out
+
+
+def graph_ablation(
+    base: Snapshot, queries: Sequence[StudyQuery], k: int, retrieval: RetrievalConfig, hydration: Hydration
+) -> dict[str, Any]:
+    """Seeds alone against propagation over cold-start kNN graphs of k ∈ GRAPH_KS (the base version's
+    semantic edges rebuilt per k, traced relations kept), overall and per query length and per number of
+    gold skills: where, if anywhere, the graph helps (SPEC §6.9)."""
+    lengths = [len(tokenize(q.query)) for q in queries]
+    n_gold = [len(q.gold) for q in queries]
+    runs: list[tuple[str, str, Ranker]] = [
+        (
+            "seeds_only",
+            "lexical (+ semantic) seeds, no propagation",
+            Retriever(base, retrieval.with_overrides(propagate=False)),
+        )
+    ]
+    runs += [
+        (
+            f"ppr_k{kk}",
+            f"reverse-aware PPR over the k = {kk} kNN graph",
+            Retriever(knn_variant(base, kk), retrieval),
+        )
+        for kk in GRAPH_KS
+    ]
+    methods = []
+    reference: list[QueryResult] | None = None
+    for name, label, ranker in runs:
+        results = measure(ranker, hydration, queries, k)
+        reference = reference or results
+        entry = {
+            "method": name,
+            "label": label,
+            **{key: summarize(results)[key] for key in (*CORE, "n")},
+            "by_length": _bucketed(results, lengths, LENGTH_BUCKETS),
+            "by_gold": _bucketed(results, n_gold, GOLD_BUCKETS),
+            "vs_seeds_only": {
+                key: float(np.mean(per_query_values(results, key) - per_query_values(reference, key)))
+                for key in CORE
+            },
+        }
+        methods.append(entry)
+    best = max(methods[1:], key=lambda m: (m["recall"], m["comp"], m["hit"]))
+    return {
+        "version_graph": base.manifest.get("config", {}).get("graph", {}).get("knn_k"),
+        "buckets": {
+            "length_tokens": {name: [lo, hi] for name, lo, hi in LENGTH_BUCKETS},
+            "gold": {name: [lo, hi] for name, lo, hi in GOLD_BUCKETS},
+        },
+        "methods": methods,
+        "best_propagation": best["method"],
+        "propagation_helps": bool(best["recall"] > methods[0]["recall"] or best["comp"] > methods[0]["comp"]),
+    }
 
 
 # ------------------------------------------------------------------------------------------ overlay
@@ -692,6 +768,12 @@ def run_study(
             }
         )
     timings["baselines_and_versions"] = time.perf_counter() - t
+    graph = None
+    if config.graph_ablation:
+        t = time.perf_counter()
+        say(f"graph ablation: seeds only against propagation with k = {', '.join(map(str, GRAPH_KS))}")
+        graph = graph_ablation(base_snap, prepared, k, rconf, hyd)
+        timings["graph_ablation"] = time.perf_counter() - t
 
     result: dict[str, Any] = {
         "segos_eval": STUDY_FORMAT,
@@ -900,6 +982,7 @@ def run_study(
         result["protocols"]["transfer"]["note"] = note
     result["rounds"] = rounds
     result["overlay"] = overlay
+    result["graph"] = graph
     result["per_query"] = {
         "task": [q.task for q in prepared],
         "overlap": [round(q.overlap, 4) for q in prepared],
@@ -1123,7 +1206,7 @@ def headline_numbers(
 ) -> dict[str, float]:
     """Flat `eval.<method>.<metric>@k` numbers for one version next to the baselines on its cold start
     (bm25, lexical, ppr), cheap enough to attach to every version as orchestrator metadata."""
-    rconf = retrieval or RetrievalConfig()
+    rconf = retrieval or retrieval_for(base.manifest)
     prepared, _ = prepare_queries(queries.queries, base, SkillNames(base.nodes))
     if not prepared:
         return {}

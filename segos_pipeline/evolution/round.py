@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from ..config import EvolutionConfig, RetrievalConfig, TransitionConfig
+from ..config import EvolutionConfig, RetrievalConfig, TransitionConfig, retrieval_for
 from ..graph.build import commit_derived
 from ..graph.transition import transition_matrix
 from ..retrieval.ranker import Retriever
@@ -247,7 +247,7 @@ def evolve_round(
 ) -> RoundState:
     """The pure core of a round (no store access): tables of the next version and the counters."""
     config = config or EvolutionConfig()
-    retrieval = retrieval or RetrievalConfig()
+    retrieval = retrieval or retrieval_for(parent.manifest)
     say = progress or (lambda _msg: None)
     state = prepare_round(parent, traces, config, retrieval)
     t = state.counters["traces"]
@@ -285,8 +285,8 @@ def evolve(
     """Make version N+1 from version N (`from_version`, default latest) and the window's traces."""
     store = store if isinstance(store, SnapshotStore) else SnapshotStore(store)
     config = config or EvolutionConfig()
-    retrieval = retrieval or RetrievalConfig()
     parent = store.load(from_version)
+    retrieval = retrieval or retrieval_for(parent.manifest)
     window_traces = TraceStore(store).load(window) if traces is None else traces
     state = evolve_round(parent, window_traces, config, retrieval, editor, progress)
     return commit_round(store, state, window, config, retrieval)

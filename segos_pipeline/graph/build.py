@@ -5,14 +5,14 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 import scipy.sparse as sp
 
-from ..config import BuildConfig, TransitionConfig
+from ..config import SEMANTIC, BuildConfig, GraphConfig, TransitionConfig
 from ..store.snapshot import REPORT, Snapshot, SnapshotStore
 from ..text.lexicon import Signature, token_table
 from .edges import counts_by_relation
@@ -181,4 +181,26 @@ def commit_derived(
         manifest=manifest,
         base=parent,
         extra_tables=extra_tables,
+    )
+
+
+def knn_variant(snapshot: Snapshot, knn_k: int) -> Snapshot:
+    """The version with its cold-start `semantic` edges rebuilt for another k (every other relation kept),
+    as an in-memory draft: what a different kNN graph would retrieve, without committing anything
+    (SPEC §6.9: the graph must earn its place)."""
+    config = snapshot.manifest.get("config", {})
+    graph = GraphConfig(**{**config.get("graph", {}), "knn_k": knn_k})
+    semantic, _ = semantic_edges(snapshot.nodes["id"], snapshot.signature().matrix, graph)
+    edges = pl.concat([snapshot.edges.filter(pl.col("relation") != SEMANTIC), semantic]).sort(
+        "src", "dst", "relation"
+    )
+    tconf = TransitionConfig(**config.get("transition", {}))
+    return Snapshot(
+        version=f"{snapshot.version}+k{knn_k}",
+        path=None,
+        manifest={"config": {**config, "graph": asdict(graph)}},
+        nodes=snapshot.nodes,
+        tokens=snapshot.tokens,
+        edges=edges,
+        transition=transition_matrix(edges, snapshot.nodes["id"], tconf),
     )

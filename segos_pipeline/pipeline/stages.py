@@ -28,7 +28,7 @@ from ..graph.build import GraphTables
 from ..graph.parsing import ParsedLibrary
 from ..graph.semantic_edges import SemanticStats, semantic_edges
 from ..graph.transition import row_sums
-from ..retrieval.ranker import Retriever
+from ..retrieval.ranker import Retriever, warm_caches
 from ..store.snapshot import Snapshot, SnapshotStore
 from ..text.lexicon import Signature
 
@@ -68,7 +68,9 @@ def commit_cold_start(
     """Commit a cold-start version from stage outputs, exactly as `build_cold_start` writes one."""
     parsed = ParsedLibrary(nodes=nodes, report=report, root=Path(library_root))
     tables = GraphTables(nodes, tokens, edges, transition, stats)
-    return build.commit_cold_start(store, parsed, tables, config, timings or {}, extra)
+    manifest = build.commit_cold_start(store, parsed, tables, config, timings or {}, extra)
+    warm_caches(store.load(manifest["version"]))  # as `segos build` does: the first query pays nothing
+    return manifest
 
 
 # ----------------------------------------------------------------------------------------- inspection

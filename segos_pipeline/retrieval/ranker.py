@@ -11,6 +11,8 @@ with the seeds' neighbourhood rather than the library.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any
@@ -26,7 +28,7 @@ try:  # the kernel behind `csr @ vector`: PPR calls it up to 50 times a query, a
 except ImportError:  # pragma: no cover - a scipy that moved it: the public operator gives the same numbers
     _csr_matvec = None
 
-from ..config import AVOID, RetrievalConfig, TransitionConfig
+from ..config import AVOID, RetrievalConfig, TransitionConfig, retrieval_for
 from ..graph.transition import edge_indices, transition_matrix
 from ..store.snapshot import Snapshot
 from ..text.names import SkillNames
@@ -178,7 +180,7 @@ class Retriever:
 
     def __init__(self, snapshot: Snapshot, config: RetrievalConfig | None = None):
         self.snapshot = snapshot
-        self.config = config or RetrievalConfig()
+        self.config = config or retrieval_for(snapshot.manifest)
         nodes = snapshot.nodes
         self.n = nodes.height
         self.ids = nodes["id"].to_numpy()
@@ -333,6 +335,22 @@ class Retriever:
             )
         total = sum(s.chars for s in skills)
         return Bundle(self.snapshot.version, query, skills, total, pruned, over)
+
+
+def warm_caches(
+    snapshot: Snapshot, config: RetrievalConfig | None = None, progress: Callable[[str], None] | None = None
+) -> None:
+    """Build and store a version's derived caches (lexical index, skill vectors) right after it is
+    committed, so the first process that answers a query does not pay for them."""
+    t0 = time.perf_counter()
+    config = config or retrieval_for(snapshot.manifest)
+    index_for(snapshot, config)
+    vectors = semantic_index(
+        snapshot, config.semantic, config.semantic_candidates, config.semantic_min_cosine
+    )
+    if progress:
+        embedded = f", {vectors.vectors.embedded} skill(s) embedded" if vectors is not None else ""
+        progress(f"retrieval caches ready in {time.perf_counter() - t0:.2f}s{embedded}")
 
 
 def render_skill(row: dict[str, Any]) -> str:

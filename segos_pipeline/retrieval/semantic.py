@@ -37,12 +37,13 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import polars as pl
+import scipy.sparse as sp
 
 if TYPE_CHECKING:
     from ..store.snapshot import Snapshot
 
 _CACHE_FORMAT = 1
-BODY_CHARS = 1_000  # body characters in a skill's second text: its opening, where skills say what they do
+BODY_CHARS = 500  # body characters in a skill's second text: its opening, where skills say what they do
 NONE = "none"
 
 
@@ -84,13 +85,47 @@ class WordLlamaBackend:
             raise SemanticUnavailable(f"wordllama's bundled model could not be loaded: {exc}") from exc
         version = getattr(wordllama, "__version__", "?")
         self._fingerprint = f"wordllama-{version}-l2_supercat-{dim}"
+        # The model's tokenizer pads every batch to its longest text; a copy without padding feeds the
+        # unpadded segmented mean below (the model's own tokenizer is left as it is).
+        self._table = getattr(self._model, "embedding", None)
+        self._tokenizer = None
+        model_tokenizer = getattr(self._model, "tokenizer", None)
+        if model_tokenizer is not None and hasattr(model_tokenizer, "to_str"):
+            from tokenizers import Tokenizer
+
+            self._tokenizer = Tokenizer.from_str(model_tokenizer.to_str())
+            self._tokenizer.no_padding()
+            self._tokenizer.no_truncation()
 
     @property
     def fingerprint(self) -> str:
         return self._fingerprint
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return np.asarray(self._model.embed(list(texts), norm=True), dtype=np.float32)
+        """Mean of each text's token embeddings (the model's own pooling) as a sparse count matrix times
+        the embedding table: no padding to the longest text of a batch and no row gathered per token."""
+        table, tokenizer = self._table, self._tokenizer
+        if table is None or tokenizer is None:  # pragma: no cover - a wordllama that changed its internals
+            return np.asarray(self._model.embed(list(texts)), dtype=np.float32)
+        out = np.zeros((len(texts), table.shape[1]), dtype=np.float32)
+        for start in range(0, len(texts), _EMBED_CHUNK):
+            chunk = list(texts[start : start + _EMBED_CHUNK])
+            ids = [enc.ids for enc in tokenizer.encode_batch(chunk, add_special_tokens=False)]
+            lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+            flat = np.fromiter((i for x in ids for i in x), dtype=np.int64, count=int(lengths.sum()))
+            np.clip(flat, 0, table.shape[0] - 1, out=flat)
+            rows = np.repeat(np.arange(len(ids)), lengths)
+            counts = sp.csr_matrix(
+                (np.ones(len(flat), dtype=np.float32), (rows, flat)), shape=(len(ids), table.shape[0])
+            )
+            # (texts × vocabulary counts) @ (vocabulary × dim): the token sums without gathering a row
+            # per token
+            sums = np.asarray(counts @ table, dtype=np.float32)
+            out[start : start + len(ids)] = sums / np.maximum(lengths, 1)[:, None]
+        return out
+
+
+_EMBED_CHUNK = 4_096  # texts tokenised at once: bounds the token id lists held in Python
 
 
 class Model2VecBackend:
@@ -396,21 +431,24 @@ class SemanticIndex:
 
 
 def head_scores(sims: np.ndarray, m: int, floor: float) -> np.ndarray:
-    """The top-m similarities rescaled to (0, 1] against the (m+1)-th (the reference), zero elsewhere."""
+    """The top-m similarities rescaled to (0, 1] against the (m+1)-th (the reference, or `floor` when that
+    is higher), zero elsewhere. One partial selection, linear in the number of skills."""
     n = len(sims)
     out = np.zeros(n)
     if n == 0 or m <= 0:
         return out
-    m = min(m, n)
-    part = np.argpartition(-sims, m - 1)[:m] if m < n else np.arange(n)
-    ref = float(np.partition(sims, n - m - 1)[n - m - 1]) if m < n else float(sims.min())
-    top = float(sims[part].max())
+    if m < n:
+        part = np.argpartition(-sims, m)[: m + 1]  # position m holds the (m+1)-th largest
+        ref, head = float(sims[part[m]]), part[:m]
+    else:
+        ref, head = float(sims.min()), np.arange(n)
     ref = max(ref, floor)
+    top = float(sims[head].max())
     if top <= ref:
         return out
-    vals = (sims[part] - ref) / (top - ref)
+    vals = (sims[head] - ref) / (top - ref)
     keep = vals > 0
-    out[part[keep]] = vals[keep]
+    out[head[keep]] = vals[keep]
     return out
 
 

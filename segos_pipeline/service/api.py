@@ -127,7 +127,7 @@ class SegosService:
         reload: str = "background",
     ):
         self.store = store if isinstance(store, SnapshotStore) else SnapshotStore(store)
-        self.config = config or RetrievalConfig()
+        self.config = config  # None: each version's own preset (see config.retrieval_for)
         self.landing = Path(landing) if landing is not None else default_landing()
         self.verify = verify
         if reload not in ("background", "sync"):
@@ -329,7 +329,7 @@ class SegosService:
             "window": m.get("window"),
             "created_at": m.get("created_at"),
             "counts": m.get("counts", {}),
-            "config": {"retrieval": asdict(self.config), "build": m.get("config", {})},
+            "config": {"retrieval": asdict(lo.retriever.config), "build": m.get("config", {})},
             "ordering": {"precedence": lo.precedence.as_dict()},
             "landing": str(self.landing),
             "loaded_at": lo.loaded_at,
