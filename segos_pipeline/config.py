@@ -113,6 +113,9 @@ class RetrievalConfig(_Overridable):
     semantic_length_scale: float = 30.0
     semantic_candidates: int = 20  # skills per query that may get semantic evidence
     semantic_min_cosine: float = 0.1  # below this a skill gets none, whatever its place
+    # Below this λ the query is not embedded: a long task text (λ < 0.05 past about 130 tokens) is decided
+    # by its words, and its embedding would cost more than the rest of the query (about 1 ms).
+    semantic_min_weight: float = 0.05
     reverse: bool = True  # False gives forward-only propagation (an evaluation baseline)
     propagate: bool = True  # False gives lexical seeds without graph propagation (a baseline)
 

@@ -48,7 +48,7 @@ def test_common_query_tokens_do_not_seed_unless_nothing_else_is_left(store):
     r = Retriever(store.load(), LEXICAL)
     data = r.lexical.vocab.index["data"]
     assert r.lexical.df[data] == 6
-    cols, weights, _ = r.lexical.query_columns("data csv data")
+    cols, weights, _, _ = r.lexical.query_columns("data csv data")
     assert data not in cols.tolist() and cols.tolist() == [r.lexical.vocab.index["csv"]]
     assert weights.tolist() == [1.0]  # csv once: 1 + ln 1
     ev = r.lexical.evidence("data csv")
@@ -62,7 +62,7 @@ def test_common_query_tokens_do_not_seed_unless_nothing_else_is_left(store):
 
 def test_repeated_query_terms_weigh_more_and_coverage_is_the_best_skills_share(store):
     r = Retriever(store.load(), LEXICAL)
-    cols, weights, _ = r.lexical.query_columns("pdf pdf pdf email")
+    cols, weights, _, _ = r.lexical.query_columns("pdf pdf pdf email")
     by_col = dict(zip(cols.tolist(), weights.tolist(), strict=True))
     assert by_col[r.lexical.vocab.index["pdf"]] == pytest.approx(1 + np.log(3))
     assert by_col[r.lexical.vocab.index["email"]] == 1.0

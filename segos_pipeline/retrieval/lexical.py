@@ -160,46 +160,47 @@ class LexicalIndex:
         cols = np.flatnonzero(np.diff(m.indptr))
         return dict(zip(cols.tolist(), m.data.tolist(), strict=True))
 
-    def query_columns(self, query: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
-        """(columns, weights, tokens) of a query: its distinct known tokens that may carry evidence, each
-        weighted 1 + ln(count), and all its tokens. Tokens held by more than `seed_df_max` of the skills
-        are dropped (if at least `seed_df_min` skills hold them: a tiny library has no common words), unless
-        that would drop them all."""
+    def query_columns(self, query: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """(columns, weights, known, n_tokens) of a query: its distinct known tokens that may carry
+        evidence, each weighted 1 + ln(count); all its distinct known tokens; its token count. Tokens held
+        by more than `seed_df_max` of the skills are dropped (if at least `seed_df_min` skills hold them: a
+        tiny library has no common words), unless that would drop them all."""
         q_tokens = tokenize(query)
         index = self.vocab.index
-        known = np.fromiter((index[t] for t in q_tokens if t in index), dtype=np.int64)
-        cols, counts = np.unique(known, return_counts=True)
-        df = self.df[cols]
+        known, counts = np.unique(
+            np.array([index[t] for t in q_tokens if t in index], dtype=np.int64), return_counts=True
+        )
+        cols = known
+        df = self.df[known]
         common = (df > self.config.seed_df_max * self.n) & (df >= self.config.seed_df_min)
         if common.any() and not common.all():
-            cols, counts = cols[~common], counts[~common]
-        return cols, 1.0 + np.log(counts), q_tokens
+            cols, counts = known[~common], counts[~common]
+        return cols, 1.0 + np.log(counts), known, len(q_tokens)
 
-    def coverage(self, q_tokens: list[str], cols: np.ndarray) -> float:
+    def coverage(self, known: np.ndarray, cols: np.ndarray) -> float:
         """The largest share of the idf mass of the query's known tokens that one skill matches with
         `cols`. Tokens no skill has are left out: they are mostly names, numbers and ids that neither
         signal could use, and counting them would push an entity-laden request towards the embedding."""
         if not len(cols):
             return 0.0
-        known = self.vocab.ids(q_tokens)
         total = float(_idf(self.n, self.df[known]).sum())
         matched = _column_sum(self.matrix, cols, self.n, _idf(self.n, self.df[cols]), pattern=True)
         return float(matched.max() / total) if total > 0 else 0.0
 
     def evidence(self, query: str, patch: dict[int, dict[int, float]] | None = None) -> Evidence:
         """Lexical evidence of every skill; `patch` replaces whole rows ({node: {column: value}})."""
-        cols, weights, q_tokens = self.query_columns(query)
+        cols, weights, known, n_tokens = self.query_columns(query)
         score = _column_sum(self.matrix, cols, self.n, weights)
         for node, row in (patch or {}).items():
             score[node] = sum(row.get(int(c), 0.0) * w for c, w in zip(cols.tolist(), weights, strict=True))
         # the name rule reads every query token: a name made of common words is still named in full
-        matched = _column_sum(self.name_matrix, self.vocab.ids(q_tokens), self.n)
+        matched = _column_sum(self.name_matrix, known, self.n)
         name_match = (self.name_len > 0) & (matched >= self.name_len)
         top = score.max() if self.n else 0.0
         evidence = score / top if top > 0 else np.zeros(self.n)
         evidence = evidence + self.config.name_bonus * name_match
-        coverage = self.coverage(q_tokens, cols) if top > 0 else 0.0
-        return Evidence(score, name_match, evidence, len(q_tokens), coverage)
+        coverage = self.coverage(known, cols) if top > 0 else 0.0
+        return Evidence(score, name_match, evidence, n_tokens, coverage)
 
     # ------------------------------------------------------------------------------------- persistence
 

@@ -283,4 +283,3 @@ def execution_order(
         order.append(nxt)
         remaining.discard(nxt)
     return ExecutionOrder(order=order, constraints=constraints, broken=broken)
-

@@ -264,11 +264,10 @@ class Retriever:
         patch = patch or RowPatch()
         ev = self.lexical.evidence(query, patch.lexical)
         m, z = ev.evidence, None
-        if self.semantic is not None:
+        lam = self.fusion_weight(ev) if self.semantic is not None else 0.0
+        if self.semantic is not None and lam >= cfg.semantic_min_weight:
             z = self.semantic.evidence(query, patch.vectors)
-            lam = self.fusion_weight(ev)
-            if lam > 0:
-                m = (1.0 - lam) * m + lam * z
+            m = (1.0 - lam) * m + lam * z
         seeds = np.sort(top_k(m, np.flatnonzero(m > 0), cfg.seed_k))
         graph = self.ppr(seeds, m[seeds]) if cfg.propagate and len(seeds) else np.zeros(self.n)
         rho = graph + cfg.rerank_mu * m

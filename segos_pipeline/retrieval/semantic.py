@@ -108,6 +108,12 @@ class WordLlamaBackend:
         if table is None or tokenizer is None:  # pragma: no cover - a wordllama that changed its internals
             return np.asarray(self._model.embed(list(texts)), dtype=np.float32)
         out = np.zeros((len(texts), table.shape[1]), dtype=np.float32)
+        if len(texts) <= _FEW:  # a query: gathering its rows beats building a sparse matrix
+            for i, text in enumerate(texts):
+                ids = np.asarray(tokenizer.encode(text, add_special_tokens=False).ids, dtype=np.int64)
+                if len(ids):
+                    out[i] = table[np.clip(ids, 0, table.shape[0] - 1)].mean(axis=0)
+            return out
         for start in range(0, len(texts), _EMBED_CHUNK):
             chunk = list(texts[start : start + _EMBED_CHUNK])
             ids = [enc.ids for enc in tokenizer.encode_batch(chunk, add_special_tokens=False)]
@@ -125,6 +131,7 @@ class WordLlamaBackend:
         return out
 
 
+_FEW = 8
 _EMBED_CHUNK = 4_096  # texts tokenised at once: bounds the token id lists held in Python
 
 

@@ -314,4 +314,3 @@ def serve(
         app.run("streamable-http", host=host, port=port)
     else:
         anyio.run(_run_stdio, app)
-
