@@ -205,9 +205,10 @@ def evolution_round(
 ) -> Iterator[Any]:
     window = context.partition_key
     store = segos.store()
-    config, retrieval = evolution_settings.config(), retrieval_settings.config()
+    config = evolution_settings.config()
     parent_id = previous["version"] if previous else cold_start_snapshot["version"]
     parent = store.load(parent_id)  # verifies the parent's hashes: a damaged parent stops the round
+    retrieval = retrieval_settings.config(parent.manifest)
     context.log.info(f"window {window}: parent {parent_id} (round {parent.round}), {traces.height} traces")
     ids = parent.nodes["id"]
 
@@ -367,7 +368,9 @@ def replay_report(
 ) -> Iterator[Any]:
     store = segos.store()
     snapshot = store.load(graph_snapshot["version"])
-    result = replay_metrics(snapshot, segos.queries_path(), segos.replay_k, retrieval_settings.config())
+    result = replay_metrics(
+        snapshot, segos.queries_path(), segos.replay_k, retrieval_settings.config(snapshot.manifest)
+    )
     k = result["k"]
     numbers = {
         f"hit@{k}": float(result["hit"]),
@@ -386,7 +389,11 @@ def replay_report(
     base = store.load(resolve_base(store, None, [snapshot.version]))
     numbers.update(
         headline_numbers(
-            snapshot, base, load_queries(segos.queries_path()), segos.replay_k, retrieval_settings.config()
+            snapshot,
+            base,
+            load_queries(segos.queries_path()),
+            segos.replay_k,
+            retrieval_settings.config(snapshot.manifest),
         )
     )
     stable = {k2: v for k2, v in result.items() if k2 != "latency_ms"}  # latency is not content

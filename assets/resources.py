@@ -9,6 +9,7 @@ to `$SEGOS_LANDING`, else `data/traces`, as `segos mcp` does, so what agents rec
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,10 @@ from dagster import ConfigurableResource
 from segos_pipeline.config import (
     BuildConfig,
     EvolutionConfig,
-    GraphConfig,
     RetrievalConfig,
     TransitionConfig,
+    build_preset,
+    retrieval_for,
 )
 from segos_pipeline.store.snapshot import SnapshotStore
 
@@ -64,13 +66,15 @@ def _set(**values: Any) -> dict[str, Any]:
 class BuildSettings(ConfigurableResource):
     """Cold-start overrides (None keeps the published default of `segos_pipeline.config`)."""
 
+    preset: str = "default"  # "paper": the published settings (kNN k = 1; see docs/algorithms.md)
     knn_k: int | None = None
     gamma: dict[str, float] | None = None  # reverse coefficient per relation
 
     def config(self) -> BuildConfig:
-        graph = GraphConfig(**_set(knn_k=self.knn_k))
+        base = build_preset(self.preset)
+        graph = replace(base.graph, **_set(knn_k=self.knn_k))
         transition = TransitionConfig(**_set(gamma=dict(self.gamma) if self.gamma else None))
-        return BuildConfig(graph=graph, transition=transition)
+        return replace(base, graph=graph, transition=transition)
 
 
 class EvolutionSettings(ConfigurableResource):
@@ -108,10 +112,14 @@ class RetrievalSettings(ConfigurableResource):
     rerank_mu: float | None = None
     reverse: bool | None = None
     propagate: bool | None = None
+    seed_df_max: float | None = None
+    semantic: str | None = None  # "wordllama", "model2vec:<folder>", "sentence-transformers:<folder>", "none"
 
-    def config(self) -> RetrievalConfig:
+    def config(self, manifest: dict[str, Any] | None = None) -> RetrievalConfig:
+        """The overrides on top of the version's preset (`manifest`), or of the defaults without one."""
         values = {name: getattr(self, name) for name in type(self).model_fields}
-        return RetrievalConfig().with_overrides(**_set(**values))
+        base = retrieval_for(manifest) if manifest is not None else RetrievalConfig()
+        return base.with_overrides(**_set(**values))
 
 
 def build_resources(

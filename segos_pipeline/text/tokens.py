@@ -73,9 +73,17 @@ def keep_word(word: str) -> bool:
     return len(word) > 1 and word not in STOPWORDS and not word.isdigit()
 
 
+@lru_cache(maxsize=1 << 18)
+def _token_of(word: str) -> str | None:
+    """The token a raw word becomes, or None for a word that carries no signal (one cached call per
+    word: a task text repeats most of its words, and queries repeat each other's)."""
+    return stem(word) if keep_word(word) else None
+
+
 def tokenize(text: str) -> list[str]:
     """Tokens of `text` in order, with repeats (term frequency matters for BM25)."""
-    return [stem(w) for w in _TOKEN_RE.findall(text.lower()) if keep_word(w)]
+    tokens = map(_token_of, _TOKEN_RE.findall(text.lower()))
+    return [t for t in tokens if t is not None]
 
 
 def token_set(text: str) -> set[str]:
