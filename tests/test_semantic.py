@@ -177,7 +177,7 @@ def test_paper_preset_is_recorded_and_retrieval_follows_it(tmp_path):
     paper, default = (SnapshotStore(tmp_path / p).load() for p in ("paper", "default"))
     assert paper.manifest["config"]["preset"] == "paper" and paper.manifest["config"]["graph"]["knn_k"] == 1
     assert default.manifest["config"]["preset"] == "default"
-    assert default.manifest["config"]["graph"]["knn_k"] == 2
+    assert default.manifest["config"]["graph"]["knn_k"] == 1
     r_paper, r_default = Retriever(paper), Retriever(default)
     assert r_paper.semantic is None and r_paper.config.seed_df_max == 1.0
     assert r_default.semantic is not None
@@ -188,3 +188,23 @@ def test_paper_preset_is_recorded_and_retrieval_follows_it(tmp_path):
     assert out.exit_code == 0 and "paper-search" not in out.output
     bad = runner.invoke(cli, ["build", str(lib), "--store", str(tmp_path / "x"), "--preset", "nope"])
     assert bad.exit_code != 0 and "nope" in bad.output
+
+
+def test_two_pass_search_of_a_large_library_gives_the_exact_evidence(demo_store, monkeypatch):
+    """The coarse shortlist (leading dimensions) then exact re-ranking equals one exact pass; thresholds
+    are lowered so the project's 60-skill demo library takes the large-library path."""
+    snap = SnapshotStore(demo_store).load()
+    exact = Retriever(snap).semantic
+    monkeypatch.setattr(semantic_mod, "FUNNEL_MIN_SKILLS", 10)
+    monkeypatch.setattr(semantic_mod, "FUNNEL_MIN_SHORTLIST", 50)  # of 69: the head is on it
+    monkeypatch.setattr(semantic_mod, "FUNNEL_FACTOR", 1)
+    funnel = Retriever(snap).semantic
+    assert funnel._coarse is not None and exact._coarse is None
+    for q in (
+        "convert a pdf to text",
+        "train a model on tabular data",
+        "deploy a container",
+        "resize photos",
+    ):
+        np.testing.assert_allclose(funnel.evidence(q), exact.evidence(q), rtol=0, atol=1e-6)
+        assert np.count_nonzero(funnel.evidence(q)) > 0
