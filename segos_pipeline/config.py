@@ -47,8 +47,9 @@ class GraphConfig:
     """Cold-start semantic graph (SPEC §4)."""
 
     # (paper). On the dev sets k = 2 adds a little more (docs/algorithms.md, "the graph"), but on a 100k
-    # synthetic library it joins most skills into one component and power-iteration PPR then costs ~90 ms a
-    # query; k = 1 stays the default until PPR's cost stops following component size.
+    # synthetic library it joins most skills into one component that power-iteration PPR runs over (89 ms
+    # a query against 28.5 ms with k = 1); k = 1 stays the default until PPR's cost stops following
+    # component size.
     knn_k: int = 1
     # Tokens above this document frequency are skipped in the similarity join only (they still count in
     # set sizes); the effective cap is max(df_cap_min, df_cap_fraction * n_skills) per SPEC §4.

@@ -305,3 +305,19 @@ def test_per_field_bm25_matrix_equals_the_formula_row_by_row():
     assert np.count_nonzero(matrix) == len(expected)  # (2, plot) only in an unweighted field: no entry
     assert [int(index.df[index.vocab.index[t]]) for t in ("chart", "csv", "plot")] == [2, 2, 2]
     assert index.name_len.tolist() == [1, 0, 1]
+
+
+@pytest.mark.parametrize("total", [9000, 2500, 700])
+def test_bundle_texts_equal_hydrating_the_rows_under_any_budget(shared_store, total):
+    """Bundles hydrate from cached per-skill texts (clipped to the per-skill budget); the result is what
+    rendering each row and clipping it under the running budgets gives."""
+    from segos_pipeline.retrieval.ranker import hydrate_rows
+
+    r = Retriever(shared_store.load(), RetrievalConfig(total_chars=total, top_n=8))
+    for q in ("load csv files into a dataframe", "plot charts", "transcribe speech audio", "csv"):
+        for _ in range(2):  # the second pass reads the cache
+            bundle = r.retrieve(q)
+            chosen, _ = r.select(r.rank(q), 8)
+            kept, over = hydrate_rows(r._nodes[chosen].to_dicts(), 1800, total)
+            assert [s.text for s in bundle.skills] == [text for _, text in kept]
+            assert bundle.over_budget == over

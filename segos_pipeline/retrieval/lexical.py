@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +24,7 @@ import polars as pl
 import scipy.sparse as sp
 
 from ..config import RetrievalConfig
+from ..store.cache import cache_root, write_entry
 from ..text.lexicon import Vocabulary
 from ..text.tokens import tokenize
 
@@ -243,7 +241,8 @@ def index_for(snapshot: Snapshot, config: RetrievalConfig) -> LexicalIndex:
     """
     n = snapshot.nodes.height
     tokens_key = snapshot.content_key("tokens")
-    if snapshot.path is None or tokens_key is None:
+    root = cache_root(snapshot.path, "lexical")
+    if root is None or tokens_key is None:
         return LexicalIndex(snapshot.tokens, n, config)
     key_data = {
         "format": _CACHE_FORMAT,
@@ -253,7 +252,6 @@ def index_for(snapshot: Snapshot, config: RetrievalConfig) -> LexicalIndex:
         "b": config.bm25_b,
     }  # seed_df_max is applied per query: one index serves every threshold
     key = hashlib.sha256(json.dumps(key_data, sort_keys=True).encode()).hexdigest()[:20]
-    root = snapshot.path.parent.parent / "cache" / "lexical"
     folder = root / key
     if (folder / "complete").is_file():
         try:
@@ -261,16 +259,10 @@ def index_for(snapshot: Snapshot, config: RetrievalConfig) -> LexicalIndex:
         except (OSError, ValueError, KeyError):
             pass  # damaged or foreign: rebuild below and replace it
     index = LexicalIndex(snapshot.tokens, n, config)
-    stage = root / f".{key}.{uuid.uuid4().hex}"
-    try:
+
+    def fill(stage: Path) -> None:
         index.save(stage)
         (stage / "complete").write_text(json.dumps(key_data))
-        if folder.exists():
-            shutil.rmtree(folder, ignore_errors=True)
-        os.rename(stage, folder)
-    except OSError:
-        pass  # a read-only or racing store: the index in memory is all this process needs
-    finally:
-        if stage.exists():
-            shutil.rmtree(stage, ignore_errors=True)
+
+    write_entry(root, key, fill)  # a read-only or racing store: the index in memory is all this needs
     return index

@@ -175,6 +175,9 @@ def power_iteration(
     return s
 
 
+_CARDS = 4_096  # hydrated skills kept per Retriever (each at most per_skill_chars characters)
+
+
 class Retriever:
     """Answers many queries against one snapshot; construction does all query-independent work."""
 
@@ -205,6 +208,7 @@ class Retriever:
         self._comp_order = np.argsort(labels, kind="stable")
         self._comp_start = np.searchsorted(labels[self._comp_order], np.arange(n_comp + 1))
         self.avoid = self._avoid_matrix(snapshot.edges)
+        self._cards: dict[int, tuple[dict[str, Any], str]] = {}
 
     # ------------------------------------------------------------------------------------------- setup
 
@@ -220,6 +224,19 @@ class Retriever:
         comps = np.unique(self._comp_labels[seeds])
         parts = [self._comp_order[self._comp_start[c] : self._comp_start[c + 1]] for c in comps]
         return np.sort(np.concatenate(parts))
+
+    def _card(self, i: int) -> tuple[dict[str, Any], str]:
+        """A skill's bundle fields and its rendered text clipped to the per-skill budget, kept for the
+        skills that bundles keep returning (rendering and a table lookup per skill and query otherwise)."""
+        card = self._cards.get(i)
+        if card is None:
+            row = self._nodes.row(i, named=True)
+            fields = {k: row[k] for k in ("id", "name", "source_path", "capability")}
+            card = (fields, clip(render_skill(row), self.config.per_skill_chars))
+            if len(self._cards) >= _CARDS:
+                self._cards.clear()  # bounded, refilled by use; clear() is safe under concurrent readers
+            self._cards[i] = card
+        return card
 
     # ---------------------------------------------------------------------------------------- ranking
 
@@ -308,14 +325,16 @@ class Retriever:
         ranking = self.rank(query)
         chosen, pruned = self.select(ranking, top_n or cfg.top_n)
         seeds = set(ranking.seeds.tolist())
-        rows = self._nodes[chosen].to_dicts() if chosen else []
+        cards = [self._card(i) for i in chosen]
         if hydrate:
-            kept, over = hydrate_rows(rows, cfg.per_skill_chars, cfg.total_chars)
+            kept, over = hydrate_texts(
+                [(c[0]["id"], c[1]) for c in cards], cfg.per_skill_chars, cfg.total_chars
+            )
         else:
-            kept, over = [(pos, "") for pos in range(len(rows))], []
+            kept, over = [(pos, "") for pos in range(len(cards))], []
         skills = []
         for rank, (pos, text) in enumerate(kept, start=1):
-            i, row = chosen[pos], rows[pos]
+            i, row = chosen[pos], cards[pos][0]
             skills.append(
                 BundleSkill(
                     id=row["id"],
@@ -368,15 +387,23 @@ def hydrate_rows(
 ) -> tuple[list[tuple[int, str]], list[str]]:
     """Hydrated texts under the budgets, in the given order: ([(position in rows, text)], ids that no
     longer fit the global budget). Earlier rows get the budget first."""
+    return hydrate_texts([(row["id"], render_skill(row)) for row in rows], per_skill_chars, total_chars)
+
+
+def hydrate_texts(
+    texts: list[tuple[str, str]], per_skill_chars: int, total_chars: int
+) -> tuple[list[tuple[int, str]], list[str]]:
+    """`hydrate_rows` over already rendered (id, text) pairs; a text clipped to the per-skill budget
+    before gives the same result (clipping to a smaller budget after it is the same cut)."""
     kept: list[tuple[int, str]] = []
     over: list[str] = []
     used = 0
-    for pos, row in enumerate(rows):
+    for pos, (skill_id, rendered) in enumerate(texts):
         budget = min(per_skill_chars, total_chars - used)
         if budget <= 0:
-            over.append(row["id"])
+            over.append(skill_id)
             continue
-        text = clip(render_skill(row), budget)
+        text = clip(rendered, budget)
         used += len(text)
         kept.append((pos, text))
     return kept, over

@@ -24,10 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 import threading
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,6 +35,8 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import polars as pl
 import scipy.sparse as sp
+
+from ..store.cache import cache_root, write_entry
 
 if TYPE_CHECKING:
     from ..store.snapshot import Snapshot
@@ -372,7 +371,7 @@ def vectors_for(snapshot: Snapshot, backend: EmbeddingBackend) -> SkillVectors:
         hit = _RECENT.get(key)
     if hit is not None:
         return hit
-    root = snapshot.path.parent.parent / "cache" / "semantic" if snapshot.path is not None else None
+    root = cache_root(snapshot.path, "semantic")
     if root is not None and (root / key / "complete").is_file():
         loaded = _load_entry(root / key, backend.fingerprint)
         if loaded is not None and loaded.hashes == hashes:
@@ -390,25 +389,14 @@ def vectors_for(snapshot: Snapshot, backend: EmbeddingBackend) -> SkillVectors:
 
 
 def _save_entry(root: Path, key: str, vectors: SkillVectors) -> None:
-    """Staged folder, then rename: readers see a whole entry or none."""
-    stage = root / f".{key}.{uuid.uuid4().hex}"
-    folder = root / key
-    try:
-        stage.mkdir(parents=True)
+    def fill(stage: Path) -> None:
         np.save(stage / "vectors.npy", vectors.matrix)
-        pl.DataFrame({"hash": vectors.hashes}, schema={"hash": pl.String}).write_parquet(
-            stage / "hashes.parquet"
-        )
+        hashes = pl.DataFrame({"hash": vectors.hashes}, schema={"hash": pl.String})
+        hashes.write_parquet(stage / "hashes.parquet")
         meta = {"format": _CACHE_FORMAT, "backend": vectors.fingerprint, "skills": len(vectors.hashes)}
         (stage / "complete").write_text(json.dumps(meta))
-        if folder.exists():
-            shutil.rmtree(folder, ignore_errors=True)
-        os.rename(stage, folder)
-    except OSError:
-        pass  # a read-only or racing store: the vectors in memory are all this process needs
-    finally:
-        if stage.exists():
-            shutil.rmtree(stage, ignore_errors=True)
+
+    write_entry(root, key, fill)  # a read-only or racing store: the vectors in memory are all this needs
 
 
 # ------------------------------------------------------------------------------------------ evidence
