@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-REAL_LIBRARY = Path("/work/shared/data/skills")
-REAL_QUERIES = Path("/work/shared/data/eval/skillsbench-dev.jsonl")
+REAL_LIBRARY = ROOT.parent / "shared" / "data" / "skills"
+REAL_QUERIES = ROOT.parent / "shared" / "data" / "eval" / "skillsbench-dev.jsonl"
 GIB = 1024**3
 
 # The speed bars (SPEC / project brief). Build and query bars of the real library; synthetic bars are
@@ -54,6 +54,18 @@ SYN_QUERY_P50_MS = 20.0
 SYN_BAR_MAX_SKILLS = 100_000
 IDLE_CPUS = 0.2  # other processes' CPU use below which the machine counts as idle (--wait-idle)
 WAIT_IDLE_S = 0.0  # set from --wait-idle
+
+
+def _shown(arg: str) -> str:
+    """A command-line argument as the report shows it: paths relative to the repository, and a folder
+    outside it (a scratch --work folder) as a placeholder, never a machine's absolute path."""
+    path = Path(arg)
+    if not path.is_absolute():
+        return arg
+    try:
+        return str(path.relative_to(ROOT))
+    except ValueError:
+        return "<scratch folder>"
 
 
 def say(msg: str) -> None:
@@ -783,7 +795,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = bar_rows(cases)
     meta = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": " ".join([".venv/bin/python", "benchmarks/bench_speed.py", *argv]),
+        "command": " ".join([".venv/bin/python", "benchmarks/bench_speed.py", *map(_shown, argv)]),
         "cpus": os.cpu_count(),
         "platform": f"{platform.system()} {platform.machine()}, Python {platform.python_version()}",
         "processor": _cpu_model(),
