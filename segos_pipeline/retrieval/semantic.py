@@ -46,8 +46,9 @@ BODY_CHARS = 500  # body characters in a skill's second text: its opening, where
 NONE = "none"
 
 
-class SemanticUnavailable(RuntimeError):
-    """The configured embedding backend cannot be loaded (package missing, model folder absent)."""
+class SemanticUnavailable(ValueError):
+    """The configured embedding backend cannot be loaded (package missing, model folder absent): a
+    configuration error, reported as one line by the CLI like any other bad setting."""
 
 
 class EmbeddingBackend(Protocol):
@@ -282,7 +283,7 @@ class SkillVectors:
 # Vectors recently computed or loaded in this process, for reuse by text hash (an evolution round's
 # drafts, an incremental update): a handful of versions, bounded by count.
 _RECENT: OrderedDict[str, SkillVectors] = OrderedDict()
-_RECENT_MAX = 4
+_RECENT_MAX = 2  # an evolution round's draft and its committed version; 100 MB each at 100k skills
 _RECENT_LOCK = threading.Lock()
 
 
