@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One command on a fresh machine: create .venv, install segos, then run the main job on the embedded demo
-# data with Dagster (cold start of data/library, then the evolution windows of data/traces: 2026-11-27 and
-# 2026-11-28), and show the result with the CLI: versions, what evolution changed, a bundle, replay.
+# data shipped in segos_pipeline/demo with Dagster (cold start of its library, then the evolution windows of
+# its traces: 2026-11-27 and 2026-11-28, copied into the store's landing folder as agents' traces would
+# land), and show the result with the CLI: versions, what evolution changed, a bundle, replay.
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -13,12 +14,18 @@ fi
 export SEGOS_STORE=${SEGOS_STORE:-data/store}
 export DAGSTER_HOME=${DAGSTER_HOME:-$PWD/data/dagster_home}   # run history survives (git-ignored)
 mkdir -p "$DAGSTER_HOME"
+DEMO=segos_pipeline/demo
+LANDING=${SEGOS_LANDING:-$SEGOS_STORE/landing}   # the default landing folder: STORE/landing
+mkdir -p "$LANDING"
+for f in "$DEMO"/traces/2026-11-27.jsonl "$DEMO"/traces/2026-11-28.jsonl; do   # never over a landed file
+  [ -e "$LANDING/$(basename "$f")" ] || cp "$f" "$LANDING"/
+done
 materialize() { .venv/bin/dagster asset materialize -m assets.definitions -d . "$@" >/dev/null 2>&1 \
   || { echo "dagster run failed: dagster asset materialize $*" >&2; exit 1; }; }
-echo "== Dagster: cold start of data/library into $SEGOS_STORE"
+echo "== Dagster: cold start of the demo library ($DEMO/library) into $SEGOS_STORE"
 materialize --select 'group:cold_start'
 for window in 2026-11-27 2026-11-28; do
-  echo "== Dagster: evolution window $window"
+  echo "== Dagster: evolution window $window (traces landed in $LANDING)"
   materialize --select 'group:evolution' --partition "$window"
 done
 echo "== versions"
@@ -33,5 +40,5 @@ echo "== a bundle for one task, cold start vs evolved"
 .venv/bin/segos retrieve "turn the recorded product demo video into an English subtitle file" --version "$COLD"
 .venv/bin/segos retrieve "turn the recorded product demo video into an English subtitle file" --version "$LATEST"
 echo "== replay of the held-out queries, cold start vs evolved"
-.venv/bin/segos replay data/queries/holdout.jsonl --k 5 --version "$COLD"
-.venv/bin/segos replay data/queries/holdout.jsonl --k 5 --version "$LATEST"
+.venv/bin/segos replay "$DEMO"/queries/holdout.jsonl --k 5 --version "$COLD"
+.venv/bin/segos replay "$DEMO"/queries/holdout.jsonl --k 5 --version "$LATEST"

@@ -1,10 +1,11 @@
 """Resources: where the data lives and which configuration the stages run with.
 
-Every default points at the project's own `data/` folder so a fresh clone materializes with no setup.
-Relative paths are resolved against the project root (not the process CWD: the webserver, the daemon and
-run workers may start elsewhere). The store defaults to `$SEGOS_STORE`, else `data/store`, exactly as the
-`segos` CLI does, so every version Dagster commits is one `segos versions` lists; the trace landing folder
-to `$SEGOS_LANDING`, else `data/traces`, as `segos mcp` does, so what agents record is what windows read.
+The library and the query set default to the demo data shipped inside `segos_pipeline` (read only), so a
+fresh clone materializes with no setup. Relative paths are resolved against the project root (not the
+process CWD: the webserver, the daemon and run workers may start elsewhere). The store defaults to
+`$SEGOS_STORE`, else `data/store`, exactly as the `segos` CLI run from the project root does, so every
+version Dagster commits is one `segos versions` lists; the trace landing folder to `$SEGOS_LANDING`, else
+`STORE/landing`, as `segos mcp` does, so what agents record is what windows read.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from segos_pipeline.config import (
     build_preset,
     retrieval_for,
 )
+from segos_pipeline.paths import DEFAULT_LIBRARY, DEFAULT_QUERIES
 from segos_pipeline.store.snapshot import SnapshotStore
 
 from .io_managers import SegosIOManager
@@ -32,11 +34,11 @@ from .locations import resolve, resolve_landing, resolve_store
 class SegosPaths(ConfigurableResource):
     """Locations of the skill library, the snapshot store, the trace landing folder and the query set."""
 
-    library_root: str = "data/library"
+    library_root: str = str(DEFAULT_LIBRARY)  # the demo library shipped with segos
     store_root: str | None = None  # None: $SEGOS_STORE, else data/store (as the CLI)
-    # None: $SEGOS_LANDING, else data/traces (as `segos mcp`); one native <YYYY-MM-DD>.jsonl per window
+    # None: $SEGOS_LANDING, else STORE/landing (as `segos mcp`); one native <YYYY-MM-DD>.jsonl per window
     landing_dir: str | None = None
-    queries: str = "data/queries/demo.jsonl"  # query set with gold bundles for the replay report
+    queries: str = str(DEFAULT_QUERIES)  # query set with gold bundles for the replay report (the demo's)
     replay_k: int = 5
 
     def library(self) -> Path:
@@ -52,7 +54,7 @@ class SegosPaths(ConfigurableResource):
         return self.landing_path() / f"{window}.jsonl"
 
     def landing_path(self) -> Path:
-        return resolve_landing(self.landing_dir)
+        return resolve_landing(self.landing_dir, self.store_root)
 
     def queries_path(self) -> Path:
         return resolve(self.queries)

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 import scipy.sparse as sp
 
-from segos_pipeline.paths import DATA_DIR, DEFAULT_LIBRARY
+from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR
 from segos_pipeline.store.snapshot import MANIFEST, Snapshot, SnapshotStore, sha256_file
 
 SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
@@ -59,7 +59,7 @@ def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def demo_queries() -> Path:
-    return DATA_DIR / "queries" / "demo.jsonl"
+    return DEMO_DIR / "queries" / "demo.jsonl"
 
 
 def write_format1(store: SnapshotStore, snap: Snapshot) -> str:

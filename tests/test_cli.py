@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from segos_pipeline import SnapshotStore
 from segos_pipeline.cli import main
 from segos_pipeline.evolution.ingest import TraceStore
-from segos_pipeline.paths import DATA_DIR
+from segos_pipeline.paths import DEMO_DIR
 
 
 def run(*args, ok=True):
@@ -30,7 +30,7 @@ def built(tmp_path_factory):
 def test_build_prints_version_id_last_and_json_manifest(built, tmp_path):
     store, vid = built
     assert vid.startswith("v0001-")
-    manifest = json.loads(run("build", DATA_DIR / "library", "--store", store, "--json").output)
+    manifest = json.loads(run("build", DEMO_DIR / "library", "--store", store, "--json").output)
     assert manifest["version"].startswith("v0002-") and manifest["kind"] == "cold_start"
     assert manifest["counts"]["skills"] >= 40
 
@@ -67,7 +67,7 @@ def test_retrieve_json_shape(built):
 def test_replay_json_shape(built):
     store, _ = built
     out = json.loads(
-        run("replay", DATA_DIR / "queries" / "demo.jsonl", "--store", store, "--k", "5", "--json").output
+        run("replay", DEMO_DIR / "queries" / "demo.jsonl", "--store", store, "--k", "5", "--json").output
     )
     for key in ("version", "k", "n", "hit", "recall", "comp", "mrr", "mean_best_rank", "latency_ms"):
         assert key in out
@@ -104,7 +104,7 @@ def test_empty_store_error(tmp_path):
 def test_ingest_evolve_diff_round_trip(tmp_path):
     store = tmp_path / "store"
     v1 = run("build", "--store", store, "--quiet").output.strip().splitlines()[-1]
-    report = json.loads(run("ingest", DATA_DIR / "traces", "--store", store, "--json").output)
+    report = json.loads(run("ingest", DEMO_DIR / "traces", "--store", store, "--json").output)
     assert report["accepted"] > 50 and report["quarantined"] == 3
     out = run("evolve", "--store", store, "--window", "2026-11-27", "--quiet").output.strip().splitlines()
     v2 = out[-1]
@@ -123,7 +123,7 @@ def test_ingest_evolve_diff_round_trip(tmp_path):
 def test_evolve_settings_and_errors(tmp_path):
     store = tmp_path / "store"
     run("build", "--store", store, "--quiet")
-    run("ingest", DATA_DIR / "traces", "--store", store, "--window", "w1")
+    run("ingest", DEMO_DIR / "traces", "--store", store, "--window", "w1")
     m = json.loads(
         run(
             "evolve", "--store", store, "--window", "w1", "--no-l3", "--set", "theta_avoid=3", "--json"

@@ -1,6 +1,6 @@
 """The Dagster code location: definitions, the cold-start chain and two consecutive evolution windows
-materialized on the project's `data/` with an ephemeral instance, checks, automation, and the CLI
-reading what Dagster committed."""
+materialized on the demo data shipped in `segos_pipeline/demo` with an ephemeral instance, checks,
+automation, and the CLI reading what Dagster committed."""
 
 from __future__ import annotations
 
@@ -34,8 +34,10 @@ from assets.evolution import windows
 from assets.resources import SegosPaths, build_resources
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.round import evolve
-from segos_pipeline.paths import PROJECT_ROOT
+from segos_pipeline.paths import DEMO_TRACES
 from segos_pipeline.store.snapshot import SnapshotStore
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout
 
 # Outputs carry data versions on purpose (a beta parameter); the schedule helper uses a deprecated call
 # inside Dagster itself. Neither is ours to fix.
@@ -67,9 +69,10 @@ def metadata(result: Any, asset: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Cold start, then windows 2026-11-27 and 2026-11-28, into a tmp store (the demo data as input)."""
+    """Cold start, then windows 2026-11-27 and 2026-11-28, into a tmp store (the demo data as input; the
+    demo traces folder serves as landing folder, read only)."""
     store = tmp_path_factory.mktemp("dagster-store")
-    resources = build_resources(store)
+    resources = build_resources(store, landing_dir=DEMO_TRACES)
     instance = DagsterInstance.ephemeral()
     t0 = time.perf_counter()
     cold = run(COLD, resources, instance)
@@ -250,7 +253,11 @@ def test_landing_folder_follows_segos_landing_as_segos_mcp_does(tmp_path: Path, 
     assert SegosPaths().landing_file(W1) == tmp_path / "landing" / f"{W1}.jsonl"
     assert SegosPaths(landing_dir="elsewhere").landing_path() == PROJECT_ROOT / "elsewhere"
     monkeypatch.delenv("SEGOS_LANDING")
-    assert SegosPaths().landing_path() == PROJECT_ROOT / "data" / "traces"
+    monkeypatch.delenv("SEGOS_STORE", raising=False)
+    assert SegosPaths().landing_path() == PROJECT_ROOT / "data" / "store" / "landing"  # STORE/landing
+    assert SegosPaths(store_root=str(tmp_path / "s")).landing_path() == tmp_path / "s" / "landing"
+    monkeypatch.setenv("SEGOS_STORE", str(tmp_path / "env-store"))
+    assert SegosPaths().landing_path() == tmp_path / "env-store" / "landing"
 
 
 def test_sensor_requests_new_and_changed_windows(tmp_path: Path) -> None:

@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from segos_pipeline.paths import PROJECT_ROOT
+PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout
+
 
 pytestmark = pytest.mark.slow
 

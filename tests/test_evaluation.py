@@ -36,7 +36,7 @@ from segos_pipeline.evaluation.study import (
 from segos_pipeline.evolution.adapters import iter_records
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.traces import resolve_skills, trace_frame
-from segos_pipeline.paths import DATA_DIR
+from segos_pipeline.paths import DEMO_DIR
 from segos_pipeline.text.names import SkillNames
 
 from .conftest import simple_library
@@ -257,7 +257,7 @@ def test_factorial_has_eight_cells_from_the_same_traces(demo_store):
     names = SkillNames(snap.nodes)
     records = [
         resolve_skills(r, names)
-        for r in iter_records(DATA_DIR / "traces" / "2026-11-27.jsonl", "native")
+        for r in iter_records(DEMO_DIR / "traces" / "2026-11-27.jsonl", "native")
         if not hasattr(r, "reason")
     ]
     cells = evolve_cells(snap, trace_frame(records), StudyConfig(), CELLS, "t")
@@ -287,20 +287,20 @@ def eval_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]
     root = tmp_path_factory.mktemp("eval")
     store = SnapshotStore(root / "store")
     build_cold_start(DEFAULT_LIBRARY, store)
-    TraceStore(store).ingest(iter_records(DATA_DIR / "traces" / "2026-11-27.jsonl", "native"))
+    TraceStore(store).ingest(iter_records(DEMO_DIR / "traces" / "2026-11-27.jsonl", "native"))
     version = evolve(store, "2026-11-27")["version"]
     out = root / "out"
     args = [
         "--store",
         str(store.root),
         "--queries",
-        str(DATA_DIR / "queries" / "demo.jsonl"),
+        str(DEMO_DIR / "queries" / "demo.jsonl"),
         "--versions",
         version,
         "--window",
         "2026-11-27",
         "--traces",
-        f"{DATA_DIR / 'traces' / '2026-11-28.jsonl'}:native",
+        f"{DEMO_DIR / 'traces' / '2026-11-28.jsonl'}:native",
         "--simulate",
         "40",
         "--rounds",
@@ -353,7 +353,7 @@ def test_eval_without_traces_compares_the_trace_free_methods(demo_store, tmp_pat
     from segos_pipeline.cli.evaluate import eval_cmd
 
     out = tmp_path / "out"
-    args = ["--store", str(demo_store), "--queries", str(DATA_DIR / "queries" / "demo.jsonl")]
+    args = ["--store", str(demo_store), "--queries", str(DEMO_DIR / "queries" / "demo.jsonl")]
     result = CliRunner().invoke(eval_cmd, [*args, "--out", str(out), "--json", "--quiet", "--no-charts"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)

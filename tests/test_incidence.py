@@ -47,11 +47,11 @@ def test_matches_the_definition_on_an_evolved_version(tmp_path):
     from segos_pipeline.evolution.adapters import iter_records
     from segos_pipeline.evolution.ingest import TraceStore
     from segos_pipeline.evolution.round import evolve
-    from segos_pipeline.paths import DATA_DIR, DEFAULT_LIBRARY
+    from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR
 
     store = SnapshotStore(tmp_path / "store")
     build_cold_start(DEFAULT_LIBRARY, store)
-    TraceStore(store).ingest(iter_records(DATA_DIR / "traces", "native"))
+    TraceStore(store).ingest(iter_records(DEMO_DIR / "traces", "native"))
     evolve(store, "2026-11-27")
     snap = store.load()
     assert snap.edges["relation"].n_unique() >= 3

@@ -8,7 +8,7 @@ from segos_pipeline import SnapshotStore, build_cold_start
 from segos_pipeline.evolution.adapters import iter_records
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.traces import TraceError, ctrf_reward, parse_native
-from segos_pipeline.paths import DATA_DIR, DEFAULT_LIBRARY
+from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR
 
 OK = {"trace_id": "t1", "task_id": "task", "queries": [{"text": "q"}], "used": ["a"], "reward": 1.0}
 
@@ -64,14 +64,14 @@ def store(tmp_path):
 
 def test_demo_windows_ingest_idempotently_with_quarantine(store):
     ts = TraceStore(store)
-    first = ts.ingest(iter_records(DATA_DIR / "traces", "native"))
+    first = ts.ingest(iter_records(DEMO_DIR / "traces", "native"))
     assert set(ts.windows()) == {"2026-11-27", "2026-11-28"}
     assert first.duplicates == 1  # t-0005 repeated in the second file
     assert first.quarantined == 3 and first.unknown_skills == {"pdf-magic-polisher": 1}
     reasons = " ".join(q["reason"] for q in ts.quarantine("unplaced"))
     assert "not valid JSON" in reasons and "task_id" in reasons and "1.7" in reasons
     sizes = {w: ts.load(w).height for w in ts.windows()}
-    again = ts.ingest(iter_records(DATA_DIR / "traces", "native"))
+    again = ts.ingest(iter_records(DEMO_DIR / "traces", "native"))
     assert again.accepted == 0 and again.quarantined == 0
     assert {w: ts.load(w).height for w in ts.windows()} == sizes
     t = ts.load("2026-11-28").filter(ts.load("2026-11-28")["trace_id"] == "t-0142").row(0, named=True)

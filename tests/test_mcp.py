@@ -22,10 +22,12 @@ from segos_pipeline import SnapshotStore, build_cold_start
 from segos_pipeline.evolution.adapters import iter_records
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.round import evolve
-from segos_pipeline.paths import DEFAULT_LIBRARY, PROJECT_ROOT
+from segos_pipeline.paths import DEFAULT_LIBRARY
 from segos_pipeline.service.mcp_server import _WireIn, _WireOut
 
 from .conftest import commit_copy
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout
 
 TOOLS = {
     "search_skills",

@@ -1,16 +1,15 @@
-"""The README's Python examples run as written (in a scratch copy of the project's data/ folder)."""
+"""The README's Python examples run as written, from a scratch directory (the demo data ships with segos)."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from segos_pipeline.paths import DEFAULT_LIBRARY
+from segos_pipeline.paths import DEMO_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
@@ -19,14 +18,11 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 def test_readme_python_examples_run(tmp_path: Path):
     blocks = BLOCK.findall((ROOT / "README.md").read_text())
     assert len(blocks) >= 2, "the README's Python API examples are gone"
-    data = tmp_path / "data"
-    shutil.copytree(DEFAULT_LIBRARY, data / "library")
-    shutil.copytree(ROOT / "data" / "traces", data / "traces")
+    demo_before = sorted((p.as_posix(), p.stat().st_mtime_ns) for p in DEMO_DIR.rglob("*"))
     # One interpreter runs the blocks in order, as a reader pasting them would (the service example reads
-    # the store the first one built). Paths in them are relative to the project root, here the scratch copy.
+    # the store the first one built). Relative paths in them are taken from the scratch working directory.
     script = "\n".join(blocks) + "\nprint('README-OK', manifest['version'], bundle['version'])\n"
-    env = {**os.environ, "SEGOS_LANDING": str(data / "traces")}  # record_trace must not write into the repo
-    env.pop("SEGOS_STORE", None)
+    env = {k: v for k, v in os.environ.items() if k not in ("SEGOS_STORE", "SEGOS_LANDING")}
     proc = subprocess.run(
         [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
     )
@@ -35,8 +31,9 @@ def test_readme_python_examples_run(tmp_path: Path):
     # the service example follows the newest version: the round the first example committed
     served = proc.stdout.split("README-OK", 1)[1].split()
     assert served[0] == served[1]
-    # the recorded trace landed in the scratch landing folder, in the native format ingestion reads
-    # (the shipped windows hold deliberately malformed lines, so only the new one is parsed)
-    landed = [x for f in (data / "traces").glob("*.jsonl") for x in f.read_text().splitlines()]
-    lines = [x for x in landed if "csv-report" in x]
-    assert [json.loads(x)["reward"] for x in lines] == [1.0]
+    # the recorded trace landed in the store's landing folder under the working directory (not in the
+    # package), in the native format ingestion reads
+    landing = tmp_path / "data" / "store" / "landing"
+    lines = [x for f in landing.glob("*.jsonl") for x in f.read_text().splitlines()]
+    assert [json.loads(x)["reward"] for x in lines] == [1.0] and "csv-report" in lines[0]
+    assert sorted((p.as_posix(), p.stat().st_mtime_ns) for p in DEMO_DIR.rglob("*")) == demo_before

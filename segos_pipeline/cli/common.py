@@ -53,7 +53,7 @@ store_option = click.option(
     "--store",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Snapshot store folder (default: $SEGOS_STORE or data/store).",
+    help="Snapshot store folder (default: $SEGOS_STORE, else ./data/store).",
 )
 version_option = click.option(
     "--version", "version", default=None, help="Version id, prefix or vN (default: latest)."

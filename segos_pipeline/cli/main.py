@@ -50,7 +50,7 @@ def main() -> None:
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @friendly_errors
 def build(library: Path | None, store: Path | None, preset: str, as_json: bool, quiet: bool) -> None:
-    """Build the cold-start graph version of LIBRARY (default: the demo library in data/)."""
+    """Build the cold-start graph version of LIBRARY (default: the demo library shipped with segos)."""
     from ..graph.build import build_cold_start
     from ..retrieval.ranker import warm_caches
 
@@ -370,7 +370,7 @@ def diff(v1: str, v2: str, store: Path | None, as_json: bool, markdown: bool, li
     "--queries",
     type=click.Path(path_type=Path),
     default=None,
-    help="Tasks with gold skills (JSONL; default: data/queries/demo.jsonl).",
+    help="Tasks with gold skills (JSONL; default: the demo queries shipped with segos).",
 )
 @store_option
 @version_option

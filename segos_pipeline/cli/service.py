@@ -32,7 +32,8 @@ from .common import _emit_json, _store, friendly_errors, store_option
     "--landing",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Folder record_trace appends to (default: $SEGOS_LANDING or data/traces/); `segos ingest` reads it.",
+    help="Folder record_trace appends to (default: $SEGOS_LANDING, else STORE/landing); `segos ingest` "
+    "reads it.",
 )
 @friendly_errors
 def mcp_command(store: Path | None, version: str | None, http: bool, port: int, landing: Path | None) -> None:

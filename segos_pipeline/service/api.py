@@ -111,8 +111,8 @@ class SegosService:
 
     `version`: a version id / prefix / `vN` to pin, or None to follow the newest version (at start, the
     newest that loads). `landing`: the folder `record_trace` appends to (default `$SEGOS_LANDING`, else
-    `data/traces/`). `config`: retrieval settings. `cache_size`: how many loaded versions to keep (requests
-    may name older ones). `reload`: "background" or "sync", see the module docstring.
+    `landing/` inside the store). `config`: retrieval settings. `cache_size`: how many loaded versions to
+    keep (requests may name older ones). `reload`: "background" or "sync", see the module docstring.
     """
 
     def __init__(
@@ -128,7 +128,7 @@ class SegosService:
     ):
         self.store = store if isinstance(store, SnapshotStore) else SnapshotStore(store)
         self.config = config  # None: each version's own preset (see config.retrieval_for)
-        self.landing = Path(landing) if landing is not None else default_landing()
+        self.landing = Path(landing) if landing is not None else default_landing(self.store.root)
         self.verify = verify
         if reload not in ("background", "sync"):
             raise ServiceError(f"reload must be 'background' or 'sync', not {reload!r}")
