@@ -96,6 +96,31 @@ def test_errors_are_one_actionable_line_and_nonzero(built, args, message):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_an_empty_library_is_an_error_unless_allowed(tmp_path):
+    (tmp_path / "lib" / "notes").mkdir(parents=True)
+    (tmp_path / "lib" / "notes" / "README.md").write_text("no skill here\n")
+    store = tmp_path / "store"
+    result = run("build", tmp_path / "lib", "--store", store, ok=False)
+    assert result.exit_code != 0 and "no skill packages" in result.output and "--allow-empty" in result.output
+    assert SnapshotStore(store).list_versions() == []  # nothing committed
+    allowed = run("build", tmp_path / "lib", "--store", store, "--allow-empty", "--quiet")
+    assert allowed.exit_code == 0 and len(SnapshotStore(store).list_versions()) == 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["retrieve", "csv", "--top-n", "0"],
+        ["retrieve", "csv", "--max-chars", "0"],
+        ["replay", "q", "--k", "0"],
+    ],
+)
+def test_sizes_out_of_range_are_rejected(built, args):
+    store, _ = built
+    result = run(*args, "--store", store, ok=False)
+    assert result.exit_code == 2 and "is not in the range" in result.output
+
+
 def test_empty_store_error(tmp_path):
     result = run("retrieve", "anything", "--store", tmp_path / "nothing", ok=False)
     assert result.exit_code != 0 and "segos build" in result.output

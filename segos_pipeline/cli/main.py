@@ -46,10 +46,13 @@ def main() -> None:
     help="Settings: 'default' (what wins on dev data) or 'paper' (the published kNN k = 1, no idf cutoff, "
     "no semantic evidence); recorded in the manifest, and retrieval over the version starts from it.",
 )
+@click.option("--allow-empty", is_flag=True, help="Commit a version even if LIBRARY holds no skill package.")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest instead of a summary.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @friendly_errors
-def build(library: Path | None, store: Path | None, preset: str, as_json: bool, quiet: bool) -> None:
+def build(
+    library: Path | None, store: Path | None, preset: str, allow_empty: bool, as_json: bool, quiet: bool
+) -> None:
     """Build the cold-start graph version of LIBRARY (default: the demo library shipped with segos)."""
     from ..graph.build import build_cold_start
     from ..retrieval.ranker import warm_caches
@@ -59,7 +62,7 @@ def build(library: Path | None, store: Path | None, preset: str, as_json: bool, 
         _fail(f"skill library folder not found: {library} (give a folder that contains SKILL.md packages)")
     progress = _progress(quiet or as_json)
     st = _store(store)
-    manifest = build_cold_start(library, st, build_preset(preset), progress=progress)
+    manifest = build_cold_start(library, st, build_preset(preset), progress=progress, allow_empty=allow_empty)
     warm_caches(st.load(manifest["version"]), progress=progress)
     if as_json:
         _emit_json(manifest)
@@ -159,8 +162,10 @@ def verify(version: str | None, store: Path | None, every: bool) -> None:
 @click.argument("query")
 @store_option
 @version_option
-@click.option("--top-n", type=int, default=None, help="Bundle size (default 5).")
-@click.option("--max-chars", type=int, default=None, help="Global character budget (default 9000).")
+@click.option("--top-n", type=click.IntRange(1, 100), default=None, help="Bundle size, 1-100 (default 5).")
+@click.option(
+    "--max-chars", type=click.IntRange(min=1), default=None, help="Global character budget (default 9000)."
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--show-text", is_flag=True, help="Print the hydrated skill texts.")
 @friendly_errors
@@ -196,7 +201,7 @@ def retrieve(
 @click.argument("queries", type=click.Path(path_type=Path))
 @store_option
 @version_option
-@click.option("--k", type=int, default=5, show_default=True)
+@click.option("--k", type=click.IntRange(min=1), default=5, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--details", is_flag=True, help="Include per-query rankings.")
 @friendly_errors

@@ -116,8 +116,12 @@ def build_cold_start(
     store: str | Path | SnapshotStore,
     config: BuildConfig | None = None,
     progress: Progress | None = None,
+    allow_empty: bool = False,
 ) -> dict[str, Any]:
-    """Parse `library`, build the cold-start graph and commit it as a new version; returns the manifest."""
+    """Parse `library`, build the cold-start graph and commit it as a new version; returns the manifest.
+
+    A library without a single skill package is an error (nothing is committed) unless `allow_empty`: an
+    empty version would become the latest, and a following service would serve nothing from it."""
     config = config or BuildConfig()
     store = store if isinstance(store, SnapshotStore) else SnapshotStore(store)
     say = progress or (lambda _msg: None)
@@ -126,6 +130,11 @@ def build_cold_start(
     parsed = parse_library(library, config.parse, progress=lambda n: say(f"parsed {n} packages"))
     timings["parse"] = time.perf_counter() - t0
     say(f"parsed {parsed.nodes.height} skills; {parsed.n_problems} problem(s) in the build report")
+    if parsed.nodes.height == 0 and not allow_empty:
+        raise ValueError(
+            f"no skill packages (folders with a SKILL.md) under {library}; nothing committed "
+            "(--allow-empty commits an empty version)"
+        )
     t1 = time.perf_counter()
     tables = graph_tables(parsed.nodes, config, say)
     timings["graph"] = time.perf_counter() - t1
