@@ -76,6 +76,11 @@ def test_every_tool_errors_and_the_trace_round_trip(store: Path, tmp_path: Path)
         async with Client(server(store, "--landing", str(landing))) as client:
             tools = await client.list_tools()
             assert {t.name for t in tools.tools} == TOOLS
+            for t in tools.tools:  # titles and hints for clients: only record_trace writes
+                assert t.title and t.annotations is not None, t.name
+                assert t.annotations.read_only_hint is (t.name != "record_trace"), t.name
+                assert t.annotations.destructive_hint is False and t.annotations.open_world_hint is False
+                assert t.annotations.idempotent_hint is (t.name != "record_trace"), t.name
             status = await call(client, "get_status")
             v1 = status["version"]
             assert status["mode"] == "latest" and status["counts"]["skills"] > 0

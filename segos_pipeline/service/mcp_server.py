@@ -30,7 +30,7 @@ import pydantic_core
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.message import SessionMessage
-from mcp.types import CallToolResult, TextContent, jsonrpc_message_adapter
+from mcp.types import CallToolResult, TextContent, ToolAnnotations, jsonrpc_message_adapter
 from pydantic import Field
 
 from .._version import __version__
@@ -87,6 +87,17 @@ def _tool_errors(fn: Callable[..., Awaitable[dict[str, Any]]]) -> Callable[..., 
     return wrapper
 
 
+# Hints clients use to decide what to run without asking: every tool but record_trace only reads the
+# store; record_trace appends to the landing folder (twice the same call records two attempts) and
+# touches nothing outside segos' own files.
+_READ = ToolAnnotations(
+    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+_WRITE = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
+
+
 def build_server(service: SegosService, name: str = "segos") -> MCPServer:
     """The MCP server whose tools call `service`."""
     app: MCPServer = MCPServer(
@@ -97,7 +108,7 @@ def build_server(service: SegosService, name: str = "segos") -> MCPServer:
         warn_on_duplicate_tools=False,
     )
 
-    @app.tool(structured_output=False)
+    @app.tool(title="Search skills", annotations=_READ, structured_output=False)
     @_tool_errors
     async def search_skills(
         query: Query,
@@ -107,7 +118,7 @@ def build_server(service: SegosService, name: str = "segos") -> MCPServer:
         """Ranked overview of the skills for a task: id, name, capability and score (no skill bodies)."""
         return service.search(query, top_k, version=version)
 
-    @app.tool(structured_output=False)
+    @app.tool(title="Retrieve a skill bundle", annotations=_READ, structured_output=False)
     @_tool_errors
     async def retrieve_skill_bundle(
         query: Query,
@@ -119,7 +130,7 @@ def build_server(service: SegosService, name: str = "segos") -> MCPServer:
         (prerequisites first), with the edges among them and why each one is included."""
         return service.retrieve_bundle(query, top_n, max_chars, version=version)
 
-    @app.tool(structured_output=False)
+    @app.tool(title="Read skills", annotations=_READ, structured_output=False)
     @_tool_errors
     async def hydrate_skills(
         names: Annotated[list[str], Field(description="Skill ids or names.")],
@@ -129,31 +140,31 @@ def build_server(service: SegosService, name: str = "segos") -> MCPServer:
         """The readable text of the named skills (identity, contract, body), clipped to the budgets."""
         return service.hydrate(names, max_chars, version=version)
 
-    @app.tool(structured_output=False)
+    @app.tool(title="Skill detail", annotations=_READ, structured_output=False)
     @_tool_errors
     async def get_skill_detail(name: SkillRef, version: Version = None) -> dict[str, Any]:
         """Every parsed field of one skill, its full body and its edge counts by relation."""
         return service.skill_detail(name, version=version)
 
-    @app.tool(structured_output=False)
+    @app.tool(title="Skill neighbours", annotations=_READ, structured_output=False)
     @_tool_errors
     async def get_skill_neighbors(name: SkillRef, version: Version = None) -> dict[str, Any]:
         """Typed out- and in-edges of one skill (semantic, workflow, dependency, alternative, avoid)."""
         return service.neighbors(name, version=version)
 
-    @app.tool(structured_output=False)
+    @app.tool(title="List graph versions", annotations=_READ, structured_output=False)
     @_tool_errors
     async def list_versions() -> dict[str, Any]:
         """Every committed graph version, oldest first, and which one is served."""
         return service.list_versions()
 
-    @app.tool(structured_output=False)
+    @app.tool(title="Server status", annotations=_READ, structured_output=False)
     @_tool_errors
     async def get_status() -> dict[str, Any]:
         """The version served (and whether pinned), its counts and configuration, and the trace landing."""
         return service.status()
 
-    @app.tool(structured_output=False)
+    @app.tool(title="Record a trace", annotations=_WRITE, structured_output=False)
     @_tool_errors
     async def record_trace(
         task_id: Annotated[str, Field(description="Stable id of the task attempted.")],
