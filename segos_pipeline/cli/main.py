@@ -75,7 +75,7 @@ def build(
         f"max degree {sem['max_degree']}, {sem['isolated']} isolated"
     )
     if counts["problems"]:
-        click.echo(f"see the build report: segos report {manifest['version']} --store {_store(store).root}")
+        click.echo(f"see the build report: segos report {manifest['version']} --store {st.root}")
     click.echo(manifest["version"])
 
 

@@ -400,10 +400,11 @@ def graph_ablation(
     for name, label, ranker in runs:
         results = measure(ranker, hydration, queries, k)
         reference = reference or results
+        summary = summarize(results)
         entry = {
             "method": name,
             "label": label,
-            **{key: summarize(results)[key] for key in (*CORE, "n")},
+            **{key: summary[key] for key in (*CORE, "n")},
             "by_length": _bucketed(results, lengths, LENGTH_BUCKETS),
             "by_gold": _bucketed(results, n_gold, GOLD_BUCKETS),
             "vs_seeds_only": {

@@ -115,15 +115,13 @@ class Ranking:
         graph: np.ndarray,
         evidence: Evidence,
         semantic: np.ndarray | None = None,
-        fused: np.ndarray | None = None,
     ):
         self.rho = rho
         self.candidates = candidates  # skills with seed or graph mass; nothing else is ever ranked
         self.seeds = seeds
         self.graph = graph  # s* over all nodes (dense)
         self.evidence = evidence  # lexical
-        self.semantic = semantic  # z over all nodes, None when semantic evidence is off
-        self.fused = evidence.evidence if fused is None else fused  # m, what seeds and the rerank read
+        self.semantic = semantic  # z over all nodes, None when the query was not embedded
 
     def top(self, n: int) -> np.ndarray:
         return top_k(self.rho, self.candidates, n)
@@ -190,10 +188,7 @@ class Retriever:
         self._nodes = nodes
         self.names = SkillNames(nodes)
         self.lexical = index_for(snapshot, self.config)
-        cfg = self.config
-        self.semantic: SemanticIndex | None = semantic_index(
-            snapshot, cfg.semantic, cfg.semantic_candidates, cfg.semantic_min_cosine
-        )
+        self.semantic: SemanticIndex | None = semantic_index(snapshot, self.config)
         if self.config.reverse:
             operator = snapshot.transition
         else:
@@ -281,15 +276,14 @@ class Retriever:
         patch = patch or RowPatch()
         ev = self.lexical.evidence(query, patch.lexical)
         m, z = ev.evidence, None
-        lam = self.fusion_weight(ev) if self.semantic is not None else 0.0
-        if self.semantic is not None and lam >= cfg.semantic_min_weight:
+        if self.semantic is not None and (lam := self.fusion_weight(ev)) >= cfg.semantic_min_weight:
             z = self.semantic.evidence(query, patch.vectors)
             m = (1.0 - lam) * m + lam * z
         seeds = np.sort(top_k(m, np.flatnonzero(m > 0), cfg.seed_k))
         graph = self.ppr(seeds, m[seeds]) if cfg.propagate and len(seeds) else np.zeros(self.n)
         rho = graph + cfg.rerank_mu * m
         cand = np.flatnonzero((graph > 0) | (m > 0))  # never rank a skill with no evidence at all
-        return Ranking(rho, cand, seeds, graph, ev, z, m)
+        return Ranking(rho, cand, seeds, graph, ev, z)
 
     def select(self, ranking: Ranking, top_n: int) -> tuple[list[int], list[dict[str, str]]]:
         """The top-N after avoid pruning: a candidate whose avoid partner is already chosen is dropped,
@@ -363,11 +357,9 @@ def warm_caches(
     t0 = time.perf_counter()
     config = config or retrieval_for(snapshot.manifest)
     index_for(snapshot, config)
-    vectors = semantic_index(
-        snapshot, config.semantic, config.semantic_candidates, config.semantic_min_cosine
-    )
+    semantic = semantic_index(snapshot, config)
     if progress:
-        embedded = f", {vectors.vectors.embedded} skill(s) embedded" if vectors is not None else ""
+        embedded = f", {semantic.vectors.embedded} skill(s) embedded" if semantic is not None else ""
         progress(f"retrieval caches ready in {time.perf_counter() - t0:.2f}s{embedded}")
 
 

@@ -39,6 +39,7 @@ import scipy.sparse as sp
 from ..store.cache import cache_root, write_entry
 
 if TYPE_CHECKING:
+    from ..config import RetrievalConfig
     from ..store.snapshot import Snapshot
 
 _CACHE_FORMAT = 1
@@ -296,11 +297,14 @@ def _remember(key: str, vectors: SkillVectors) -> None:
 
 
 def compute_vectors(
-    backend: EmbeddingBackend, nodes: pl.DataFrame, donors: Sequence[SkillVectors] = ()
+    backend: EmbeddingBackend,
+    heads: Sequence[str],
+    fulls: Sequence[str],
+    hashes: Sequence[str],
+    donors: Sequence[SkillVectors] = (),
 ) -> SkillVectors:
-    """Vectors of `nodes`, reusing any donor's vector whose text hash matches; the rest are embedded."""
-    heads, fulls = skill_texts(nodes)
-    hashes = text_hashes(heads, fulls)
+    """Vectors of the skills whose texts are given (see `skill_texts`, `text_hashes`), reusing any donor's
+    vector whose text hash matches; the rest are embedded."""
     known: dict[str, np.ndarray] = {}
     for donor in donors:
         if donor.fingerprint != backend.fingerprint:
@@ -318,7 +322,7 @@ def compute_vectors(
             matrix[i] = known[h]
     if todo:
         matrix[np.asarray(todo)] = fresh
-    return SkillVectors(backend.fingerprint, hashes, matrix, len(todo))
+    return SkillVectors(backend.fingerprint, list(hashes), matrix, len(todo))
 
 
 def _cache_key(fingerprint: str, hashes: Sequence[str]) -> str:
@@ -382,7 +386,7 @@ def vectors_for(snapshot: Snapshot, backend: EmbeddingBackend) -> SkillVectors:
         donors = list(reversed(_RECENT.values()))
     if root is not None:
         donors += _cached_donors(root, backend.fingerprint)
-    vectors = compute_vectors(backend, snapshot.nodes, donors)
+    vectors = compute_vectors(backend, heads, fulls, hashes, donors)
     if root is not None:
         _save_entry(root, key, vectors)
     _remember(key, vectors)
@@ -432,7 +436,9 @@ class SemanticIndex:
         n = self.matrix.shape[0]
         if n == 0 or not query.strip():
             return np.zeros(n)
-        q = self.query_vector(query)
+        return self._exact(self.query_vector(query), patch)
+
+    def _exact(self, q: np.ndarray, patch: dict[int, np.ndarray] | None) -> np.ndarray:
         sims = (self.matrix @ q).astype(np.float64)
         for node, vec in (patch or {}).items():
             sims[node] = float(vec @ q)
@@ -449,7 +455,7 @@ class SemanticIndex:
             FUNNEL_FACTOR * (self.candidates + 1), FUNNEL_MIN_SHORTLIST, int(FUNNEL_SHARE * len(coarse))
         )
         if short >= len(coarse):
-            return head_scores(self.similarities(query, patch), self.candidates, self.min_cosine)
+            return head_scores(self._exact(q, patch), self.candidates, self.min_cosine)
         shortlist = np.argpartition(-coarse, short - 1)[:short]
         if patch:
             shortlist = np.union1d(shortlist, np.fromiter(patch, dtype=np.int64))
@@ -487,9 +493,10 @@ def head_scores(sims: np.ndarray, m: int, floor: float) -> np.ndarray:
     return out
 
 
-def semantic_index(snapshot: Snapshot, spec: str, candidates: int, min_cosine: float) -> SemanticIndex | None:
-    """The semantic index of a version under a `semantic` setting (None when it is `none`)."""
-    backend = backend_for(spec)
+def semantic_index(snapshot: Snapshot, config: RetrievalConfig) -> SemanticIndex | None:
+    """The semantic index of a version under `config.semantic` (None when it is `none`)."""
+    backend = backend_for(config.semantic)
     if backend is None:
         return None
-    return SemanticIndex(vectors_for(snapshot, backend), backend, candidates, min_cosine)
+    vectors = vectors_for(snapshot, backend)
+    return SemanticIndex(vectors, backend, config.semantic_candidates, config.semantic_min_cosine)
