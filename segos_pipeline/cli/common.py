@@ -41,6 +41,16 @@ def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def require_extra(extra: str, modules: list[str], what: str) -> None:
+    """Stop with the install command when `what` needs an optional extra that is not installed."""
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        names = ", ".join(missing)
+        _fail(f"{what} needs the '{extra}' extra ({names} missing): pip install 'segos[{extra}]'")
+
+
 def _emit_json(obj: Any) -> None:
     click.echo(json.dumps(obj, indent=2, default=str))
 

@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from ..config import EvolutionConfig, retrieval_for
-from .common import _emit_json, _store, friendly_errors, store_option
+from .common import _emit_json, _store, friendly_errors, require_extra, store_option
 
 
 def _say(quiet: bool) -> Any:
@@ -97,6 +97,7 @@ def eval_cmd(
         raise ValueError("--k must be at least 1")
     if n_simulate < 0 or rounds < 0 or n_boot < 1:
         raise ValueError("--simulate and --rounds must be >= 0 and --bootstrap >= 1")
+    require_extra("eval", ["bm25s"] + ([] if no_charts else ["matplotlib"]), "segos eval")
     say = _say(quiet)
     st = _store(store)
     # the study's modules (matplotlib among them) load only when the command runs: `segos` starts fast
