@@ -6,11 +6,14 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-  "$PY" -m venv .venv
+# SEGOS_SKIP_INSTALL=1 reuses an existing .venv as it is (offline re-runs; the README test runs it so)
+if [ "${SEGOS_SKIP_INSTALL:-0}" != 1 ]; then
+  if [ ! -x .venv/bin/python ]; then
+    "$PY" -m venv .venv
+  fi
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -e ".[dev]"
 fi
-.venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e ".[dev]"
 export SEGOS_STORE=${SEGOS_STORE:-data/store}
 export DAGSTER_HOME=${DAGSTER_HOME:-$PWD/data/dagster_home}   # run history survives (git-ignored)
 mkdir -p "$DAGSTER_HOME"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -13,7 +14,21 @@ import scipy.sparse as sp
 from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR
 from segos_pipeline.store.snapshot import MANIFEST, Snapshot, SnapshotStore, sha256_file
 
-SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+def copy_checkout(dest: Path) -> Path:
+    """Copy the repository's tracked files (as a fresh clone has them) to `dest`; no build artefacts, no
+    store, no venv."""
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    for rel in filter(None, files.decode().split("\0")):
+        if (ROOT / rel).is_file():
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes((ROOT / rel).read_bytes())
+            target.chmod((ROOT / rel).stat().st_mode)
+    return dest
 
 
 def write_skill(

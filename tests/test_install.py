@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from .conftest import copy_checkout
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,12 +28,7 @@ def _snapshot(folder: Path) -> list[tuple[str, int, int]]:
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     # build from a copy of the tracked files, so the checkout gets no build/ or egg-info folders
-    src = out / "src"
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
-    for rel in filter(None, files.decode().split("\0")):
-        if (ROOT / rel).is_file():
-            (src / rel).parent.mkdir(parents=True, exist_ok=True)
-            (src / rel).write_bytes((ROOT / rel).read_bytes())
+    src = copy_checkout(out / "src")
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(src)],
         check=True,
@@ -82,3 +80,58 @@ def test_unpacked_wheel_builds_and_retrieves_from_any_directory(wheel: Path, tmp
     assert bundle["skills"]
     assert (cwd / "data" / "store" / "versions").is_dir()  # the default store: ./data/store
     assert _snapshot(package) == before  # nothing written inside the installed package
+
+
+def _readme_block(marker: str) -> str:
+    blocks = re.findall(r"^```bash\n(.*?)^```", (ROOT / "README.md").read_text(), re.S | re.M)
+    found = [b for b in blocks if marker in b]
+    assert len(found) == 1, f"the README has no single bash block with {marker!r}"
+    return found[0]
+
+
+@pytest.mark.slow
+def test_core_install_runs_the_readme_install_block(tmp_path: Path):
+    """The README's 'Installing the package alone' block, as written, in a fresh venv with no extras: the
+    packaged demo builds and answers from another directory, Dagster and the eval extra are absent, and
+    nothing is written into site-packages."""
+    copy_checkout(tmp_path / "segos")  # the block installs `./segos`: a clone next to the working directory
+    venv = tmp_path / "v"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+    work = tmp_path / "work"
+    work.mkdir()
+    script = _readme_block("pip install ./segos").replace("/some/work/folder", str(work))
+    env = {k: v for k, v in os.environ.items() if k not in ("SEGOS_STORE", "SEGOS_LANDING", "PYTHONPATH")}
+    env.update(PATH=f"{venv / 'bin'}:{env['PATH']}", VIRTUAL_ENV=str(venv), PYTHONDONTWRITEBYTECODE="1")
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "csv" in proc.stdout.lower()  # the bundle for "parse a csv file and plot a chart"
+    assert (work / "data" / "store" / "versions").is_dir()
+    py = str(venv / "bin" / "python")
+    for module in ("dagster", "bm25s", "matplotlib", "pyspark"):
+        probe = subprocess.run([py, "-c", f"import {module}"], capture_output=True, env=env)
+        assert probe.returncode != 0, f"{module} is in the core install"
+    site = Path(
+        subprocess.run(
+            [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    (record,) = site.glob("segos-*.dist-info/RECORD")
+    installed = {line.split(",", 1)[0] for line in record.read_text().splitlines()}
+    on_disk = {p.relative_to(site).as_posix() for p in (site / "segos_pipeline").rglob("*") if p.is_file()}
+    assert on_disk <= installed, sorted(on_disk - installed)[:5]  # nothing written into site-packages
+    assert not (site / "data").exists()
+    # `segos eval` in the core install names the extra to install instead of failing on an import
+    ev = subprocess.run(
+        [str(venv / "bin" / "segos"), "eval", "--queries", "q.jsonl"], cwd=work, env=env, capture_output=True
+    )
+    assert ev.returncode == 2 and b"pip install 'segos[eval]'" in ev.stderr, ev.stderr[-500:]
