@@ -43,6 +43,7 @@ import shutil
 import sys
 import threading
 import uuid
+import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -249,7 +250,7 @@ class VersionFiles:
 
     def read_nodes(self, columns: Sequence[str] | None = None) -> pl.DataFrame:
         cols = list(columns) if columns is not None else None
-        frames = [pl.read_parquet(self.path / p["nodes"], columns=cols) for p in self.parts]
+        frames = [self._parquet(p["nodes"], columns=cols) for p in self.parts]
         # one chunk per column: row gathers (hydrating a bundle) on a many-chunk frame are several times
         # slower, and every query pays that while the copy is paid once
         return pl.concat(frames, how="vertical", rechunk=True) if frames else pl.DataFrame()
@@ -257,7 +258,7 @@ class VersionFiles:
     def read_tokens(self) -> pl.DataFrame:
         frames, offset = [], 0
         for p in self.parts:
-            frame = pl.read_parquet(self.path / p["tokens"])
+            frame = self._parquet(p["tokens"])
             frames.append(frame.with_columns((pl.col("node") + offset).cast(pl.UInt32)) if offset else frame)
             offset += int(p["rows"])
         return (
@@ -272,8 +273,8 @@ class VersionFiles:
             p = self.parts[i]
             self.check([p["nodes"], p["tokens"]])
             self._parts_read[i] = (
-                pl.read_parquet(self.path / p["nodes"]),
-                pl.read_parquet(self.path / p["tokens"]),
+                self._parquet(p["nodes"]),
+                self._parquet(p["tokens"]),
             )
         return self._parts_read[i]
 
@@ -291,23 +292,41 @@ class VersionFiles:
         return SIGNATURE in self.manifest.get("files", {})
 
     def read_signature(self) -> Signature:
-        with np.load(self.path / SIGNATURE) as z:
+        with self._reading(SIGNATURE), np.load(self.path / SIGNATURE) as z:
             indptr, indices, shape = z["indptr"], z["indices"], tuple(int(x) for x in z["shape"])
         data = np.ones(len(indices), dtype=np.float32)
         matrix = sp.csr_matrix((data, indices, indptr), shape=shape)
-        return Signature(matrix, pl.read_parquet(self.path / VOCAB)["token"])
+        return Signature(matrix, self._parquet(VOCAB)["token"])
 
     def read_extra(self, name: str) -> pl.DataFrame:
         """Another Parquet table of this version (e.g. the build report), as listed in its manifest."""
         if name not in self.manifest.get("files", {}):
             raise SnapshotError(f"version {self.version} has no file {name!r}")
-        return pl.read_parquet(self.path / name)
+        return self._parquet(name)
 
     def read_edges(self) -> pl.DataFrame:
-        return pl.read_parquet(self.path / EDGES)
+        return self._parquet(EDGES)
 
     def read_transition(self) -> sp.csr_matrix:
-        return sp.load_npz(self.path / TRANSITION).tocsr()
+        with self._reading(TRANSITION):
+            return sp.load_npz(self.path / TRANSITION).tocsr()
+
+    def _parquet(self, name: str, columns: list[str] | None = None) -> pl.DataFrame:
+        with self._reading(name):
+            return pl.read_parquet(self.path / name, columns=columns)
+
+    @contextlib.contextmanager
+    def _reading(self, name: str) -> Iterator[None]:
+        """A file of this version that cannot be read (truncated, garbled, gone) is named in the error; the
+        readers' own messages name no file."""
+        try:
+            yield
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile, pl.exceptions.PolarsError) as exc:
+            raise DamagedSnapshot(
+                f"version {self.version}: cannot read {self.path / name}: {explain(exc)}. "
+                "Run `segos verify --all` to see which versions are intact; a damaged version is never "
+                "repaired in place: restore it from a backup, or delete its folder and rebuild"
+            ) from exc
 
 
 @dataclass
