@@ -690,7 +690,8 @@ class SnapshotStore:
             except (OSError, pl.exceptions.PolarsError) as exc:
                 # the staged folder is removed on the way out: no half version is left behind
                 raise StoreWriteError(
-                    f"could not write a new version to store {self.root}: {explain(exc, stage.current)}. "
+                    f"could not write a new version to store {self.root}: "
+                    f"{explain(exc, getattr(exc, 'filename', None) or stage.current)}. "
                     "Nothing was committed"
                 ) from exc
 
@@ -776,6 +777,8 @@ class SnapshotStore:
 def _command_line() -> str:
     """What this process is, for another writer's message (`segos evolve --window w1`, a script, ...)."""
     name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+    if name == "__main__.py":  # `python -m segos_pipeline.cli ...`
+        name = "segos"
     return " ".join([name, *sys.argv[1:]])[:200]
 
 
