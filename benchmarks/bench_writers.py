@@ -3,7 +3,10 @@
 Each trial appends a unique marker to one skill of a copy of the demo library, starts `segos update` of
 that skill and `segos evolve` of a demo window at the same moment, waits for both, and checks that
 sequence numbers are unique, that the newest version contains the marker (no edit lost), and that
-`segos verify --all` is clean. Writes `benchmarks/results/writers.{json,md}`.
+`segos verify --all` is clean. A second set of trials starts the update only once the evolve holds the
+store's writer lock, so that the update has to wait and build on the evolved version (started together,
+the lighter update often commits before the evolve reaches its commit, and neither waits). Writes
+`benchmarks/results/writers.{json,md}`.
 
     python benchmarks/bench_writers.py [--trials 3] [--out benchmarks/results]
 
@@ -35,24 +38,28 @@ WINDOWS = ("2026-11-27", "2026-11-28")
 SEGOS = [sys.executable, "-m", "segos_pipeline.cli"]
 
 
-def _run_pair(lib: Path, store: Path, marker: str, window: str) -> dict[str, Any]:
+def _segos(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([*SEGOS, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_holder(store: Path, word: str, limit: float = 300) -> None:
+    lock = store / ".writer.lock"
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if lock.is_file() and word in lock.read_text(errors="replace"):
+            return
+        time.sleep(0.01)
+    raise RuntimeError(f"no writer '{word}' took the lock of {store} within {limit} s")
+
+
+def _run_pair(lib: Path, store: Path, marker: str, window: str, overlap: bool) -> dict[str, Any]:
     with (lib / EDITED / "SKILL.md").open("a", encoding="utf-8") as fh:
         fh.write(f"\n\nEdited: {marker}.\n")
     t0 = time.perf_counter()
-    procs = {
-        "update": subprocess.Popen(
-            [*SEGOS, "update", str(lib / EDITED), "--store", str(store)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        ),
-        "evolve": subprocess.Popen(
-            [*SEGOS, "evolve", "--store", str(store), "--window", window, "--quiet"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        ),
-    }
+    evolve = _segos("evolve", "--store", str(store), "--window", window, "--quiet")
+    if overlap:
+        _wait_for_holder(store, "evolve")
+    procs = {"update": _segos("update", str(lib / EDITED), "--store", str(store)), "evolve": evolve}
     outcome = {}
     for name, proc in procs.items():
         out, err = proc.communicate(timeout=600)
@@ -72,6 +79,10 @@ def _run_pair(lib: Path, store: Path, marker: str, window: str) -> dict[str, Any
     )
     return {
         **outcome,
+        "mode": "update once evolve holds the lock" if overlap else "together",
+        "a_writer_waited": any(
+            "waiting for another writer" in " ".join(o["stderr"]) for o in outcome.values()
+        ),
         "seconds": round(seconds, 2),
         "versions": [(m["version"], m["kind"], m["parent"]) for m in versions[-2:]],
         "seqs_unique": len(seqs) == len(set(seqs)),
@@ -84,6 +95,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None, help="Folder for writers.json / writers.md.")
+    parser.add_argument(
+        "--together-only", action="store_true", help="Only the trials started together (code without a lock)."
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="segos-writers-"))
     try:
@@ -92,7 +106,8 @@ def main() -> None:
         build_cold_start(lib, store)
         TraceStore(store).ingest(iter_records(DEMO_TRACES, "native"))
         trials = [
-            _run_pair(lib, store, f"BENCH-EDIT-{i}-{time.time_ns()}", WINDOWS[i % 2])
+            _run_pair(lib, store, f"BENCH-EDIT-{i}-{time.time_ns()}", WINDOWS[i % 2], overlap)
+            for overlap in ((False,) if args.together_only else (False, True))
             for i in range(args.trials)
         ]
     finally:
@@ -109,14 +124,15 @@ def main() -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "writers.json").write_text(json.dumps(result, indent=2) + "\n")
         rows = [
-            "| trial | update | evolve | newest two versions (kind, parent) | seq unique | edit in newest "
-            "| verify --all | s |",
-            "|---|---|---|---|---|---|---|---|",
+            "| trial | started | update | evolve | a writer waited | newest two versions (kind, parent) "
+            "| seq unique | edit in newest | verify --all | s |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for i, t in enumerate(trials):
             newest = "; ".join(f"{v} ({k}, parent {p})" for v, k, p in t["versions"])
             rows.append(
-                f"| {i + 1} | exit {t['update']['exit']} | exit {t['evolve']['exit']} | {newest} | "
+                f"| {i + 1} | {t['mode']} | exit {t['update']['exit']} | exit {t['evolve']['exit']} | "
+                f"{t['a_writer_waited']} | {newest} | "
                 f"{t['seqs_unique']} | {t['newest_has_edit']} | {t['verify_all_clean']} | {t['seconds']} |"
             )
         (args.out / "writers.md").write_text(

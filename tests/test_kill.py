@@ -32,7 +32,7 @@ def _kill_while_staging(proc: subprocess.Popen[str], store: Path, rng: random.Ra
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline and proc.poll() is None:
         if staging.is_dir() and any(p.is_dir() for p in staging.iterdir()):
-            time.sleep(rng.uniform(0, 0.03))
+            time.sleep(rng.uniform(0, 0.015))
             proc.kill()
             return "while staging"
         time.sleep(0.002)
