@@ -336,3 +336,14 @@ def test_an_ambiguous_sequence_number_lists_both(tmp_path):
     m3 = build_cold_start(lib, st)  # a new commit steps past both
     assert m3["seq"] == 3
     assert pl.Series([m["seq"] for m in st.list_versions()]).to_list() == [1, 2, 2, 3]
+
+
+def test_a_store_passes_between_processes(tmp_path):
+    """Dagster hands stores to other processes: the per-thread read record is not part of a store."""
+    import pickle
+
+    st = SnapshotStore(tmp_path / "store", lock_timeout=7)
+    copy = pickle.loads(pickle.dumps(st))
+    assert copy.root == st.root and copy.lock_timeout == 7
+    with copy.writer("copied", timeout=0):
+        pass

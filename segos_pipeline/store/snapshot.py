@@ -490,6 +490,13 @@ class SnapshotStore:
         # per thread: the version `resolve` last returned for "latest", the base of the optimistic check
         self._reads = threading.local()
 
+    def __getstate__(self) -> dict[str, Any]:  # a store is passed between processes (Dagster): reads stay
+        return {k: v for k, v in self.__dict__.items() if k != "_reads"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reads = threading.local()
+
     # ------------------------------------------------------------------------------------------ writers
 
     @contextlib.contextmanager
