@@ -162,6 +162,14 @@ class BuildConfig:
         return asdict(self)
 
 
+# ------------------------------------------------------------------------------------------- store
+
+# segos' own choice: how long a writer waits for another writer of the same store before it gives up
+# (`segos build|update|add|remove|evolve|ingest --wait SECONDS`). A minute covers an update or an evolution
+# round of the demo and dev libraries; a cold start of a 100k library takes longer, so pass --wait for that.
+WRITER_WAIT_S = 60.0
+
+
 # ------------------------------------------------------------------------------------------- presets
 
 # `default`: what wins on the dev sets within the speed bars. `paper`: the published settings (every query

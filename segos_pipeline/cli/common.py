@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+import polars as pl
 
-from ..config import retrieval_for
+from ..config import WRITER_WAIT_S, retrieval_for
 from ..paths import default_store
+from ..store.oserrors import explain, os_errno
 from ..store.snapshot import SnapshotError, SnapshotStore
 
 if TYPE_CHECKING:
@@ -24,8 +27,26 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
+def _paths_given(kwargs: dict[str, Any]) -> str:
+    """The files and folders a command was given, for a failure that does not name its file."""
+    return ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in kwargs.items() if isinstance(v, Path))
+
+
+def _polars_message(exc: BaseException, kwargs: dict[str, Any]) -> str:
+    if os_errno(exc) is not None:  # an OS error inside polars (it does not name the file)
+        where = _paths_given(kwargs)
+        return f"{explain(exc)} (while working on {where or 'the store'})"
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    given = _paths_given(kwargs)
+    return f"could not read or process the data ({type(exc).__name__}: {first})" + (
+        f"; check the input given ({given}): is it the format the command expects?" if given else ""
+    )
+
+
 def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn the library's expected failures into one actionable stderr line and a non-zero exit."""
+    """One error path for every command: the library's expected failures, operating-system errors (disk
+    full, read-only store, permissions, missing files) and polars' errors become one actionable stderr
+    line naming the file, and exit 2. Writes are staged, so a failed command leaves no half version."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -33,9 +54,11 @@ def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except SnapshotError as exc:
             _fail(str(exc))
-        except FileNotFoundError as exc:
-            _fail(str(exc) if exc.filename is None else f"{exc.strerror or 'not found'}: {exc.filename}")
-        except (ValueError, KeyError) as exc:
+        except OSError as exc:  # FileNotFoundError, PermissionError, ENOSPC, EROFS, ...
+            _fail(explain(exc))
+        except pl.exceptions.PolarsError as exc:
+            _fail(_polars_message(exc, kwargs))
+        except (ValueError, KeyError) as exc:  # adapters' TraceError, bad JSON and settings are ValueErrors
             _fail(str(exc))
 
     return wrapper
@@ -65,6 +88,15 @@ store_option = click.option(
     default=None,
     help="Snapshot store folder (default: $SEGOS_STORE, else ./data/store).",
 )
+wait_option = click.option(
+    "--wait",
+    "wait",
+    type=click.FloatRange(min=0),
+    default=WRITER_WAIT_S,
+    show_default=True,
+    help="Seconds to wait for another writer of the same store to finish before giving up (0: do not "
+    "wait). Writers of one store take turns; readers never wait.",
+)
 version_option = click.option(
     "--version", "version", default=None, help="Version id, prefix or vN (default: latest)."
 )
@@ -72,6 +104,16 @@ version_option = click.option(
 
 def _store(path: Path | None) -> SnapshotStore:
     return SnapshotStore(path or default_store())
+
+
+@contextlib.contextmanager
+def _writing(store: Path | None, wait: float) -> Iterator[SnapshotStore]:
+    """The store, with its writer lock held for the whole command (read parent, compute, commit): a
+    concurrent writer waits up to its --wait, and so does this one, saying so on stderr."""
+    st = _store(store)
+    st.lock_timeout = wait
+    with st.writer(notify=lambda msg: click.echo(f"segos: {msg}", err=True)):
+        yield st
 
 
 def _load_retriever(store: Path | None, version: str | None, **overrides: Any) -> Retriever:

@@ -18,9 +18,11 @@ from .common import (
     _load_retriever,
     _progress,
     _store,
+    _writing,
     friendly_errors,
     store_option,
     version_option,
+    wait_option,
 )
 from .evaluate import eval_cmd
 from .service import COMMANDS as SERVICE_COMMANDS
@@ -49,9 +51,16 @@ def main() -> None:
 @click.option("--allow-empty", is_flag=True, help="Commit a version even if LIBRARY holds no skill package.")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest instead of a summary.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@wait_option
 @friendly_errors
 def build(
-    library: Path | None, store: Path | None, preset: str, allow_empty: bool, as_json: bool, quiet: bool
+    library: Path | None,
+    store: Path | None,
+    preset: str,
+    allow_empty: bool,
+    as_json: bool,
+    quiet: bool,
+    wait: float,
 ) -> None:
     """Build the cold-start graph version of LIBRARY (default: the demo library shipped with segos)."""
     from ..graph.build import build_cold_start
@@ -61,8 +70,10 @@ def build(
     if not library.is_dir():
         _fail(f"skill library folder not found: {library} (give a folder that contains SKILL.md packages)")
     progress = _progress(quiet or as_json)
-    st = _store(store)
-    manifest = build_cold_start(library, st, build_preset(preset), progress=progress, allow_empty=allow_empty)
+    with _writing(store, wait) as st:
+        manifest = build_cold_start(
+            library, st, build_preset(preset), progress=progress, allow_empty=allow_empty
+        )
     warm_caches(st.load(manifest["version"]), progress=progress)
     if as_json:
         _emit_json(manifest)
@@ -265,6 +276,7 @@ def _parse_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
     "--version", "version", default=None, help="Version whose skills names resolve against (default: latest)."
 )
 @click.option("--json", "as_json", is_flag=True)
+@wait_option
 @friendly_errors
 def ingest(
     traces: Path,
@@ -274,15 +286,17 @@ def ingest(
     queries: Path | None,
     version: str | None,
     as_json: bool,
+    wait: float,
 ) -> None:
     """Validate TRACES (a file or folder) into the store's per-window trace tables."""
     if not traces.exists():
         _fail(f"trace source not found: {traces}")
     from ..evolution.ingest import TraceStore
 
-    report = TraceStore(_store(store)).ingest(
-        iter_records(traces, fmt, queries=queries), window=window, version=version
-    )
+    with _writing(store, wait) as st:  # an evolution round reading the window waits for the whole ingest
+        report = TraceStore(st).ingest(
+            iter_records(traces, fmt, queries=queries), window=window, version=version
+        )
     if as_json:
         _emit_json(report.to_dict())
         return
@@ -309,6 +323,7 @@ def ingest(
 @click.option("--set", "settings", multiple=True, help="Evolution setting key=value (e.g. --set blend=true).")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest (with per-rule counters).")
 @click.option("--quiet", is_flag=True)
+@wait_option
 @friendly_errors
 def evolve(
     store: Path | None,
@@ -321,6 +336,7 @@ def evolve(
     settings: tuple[str, ...],
     as_json: bool,
     quiet: bool,
+    wait: float,
 ) -> None:
     """Make version N+1 from version N and a window of traces; prints the new version id last."""
     config = EvolutionConfig().with_overrides(**_parse_settings(settings))
@@ -334,8 +350,8 @@ def evolve(
     from ..retrieval.ranker import warm_caches
 
     progress = _progress(quiet or as_json)
-    st = _store(store)
-    manifest = run_evolution(st, window, from_version, config, progress=progress)
+    with _writing(store, wait) as st:
+        manifest = run_evolution(st, window, from_version, config, progress=progress)
     warm_caches(st.load(manifest["version"]), progress=progress)
     if as_json:
         _emit_json(manifest)

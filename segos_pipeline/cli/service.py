@@ -12,7 +12,8 @@ from pathlib import Path
 import click
 
 # the helpers main.py uses too, from common (importing `.main` would be an import cycle once registered)
-from .common import _emit_json, _store, friendly_errors, store_option
+from ..config import WRITER_WAIT_S
+from .common import _emit_json, _store, _writing, friendly_errors, store_option, wait_option
 
 
 @click.command(name="mcp")
@@ -57,10 +58,18 @@ def mcp_command(store: Path | None, version: str | None, http: bool, port: int, 
     serve(service, http=http, port=port)
 
 
-def _change(action: str, skill_dir: Path, store: Path | None, library: Path | None, as_json: bool) -> None:
+def _change(
+    action: str,
+    skill_dir: Path,
+    store: Path | None,
+    library: Path | None,
+    as_json: bool,
+    wait: float = WRITER_WAIT_S,
+) -> None:
     from ..graph.incremental import apply_change
 
-    result = apply_change(_store(store), action, skill_dir, library=library)
+    with _writing(store, wait) as st:
+        result = apply_change(st, action, skill_dir, library=library)
     if as_json:
         _emit_json(result.to_dict())
         return
@@ -88,9 +97,12 @@ def _change_command(action: str, doc: str) -> click.Command:
         help="Library root the skill ids are relative to (default: the one the parent version records).",
     )
     @click.option("--json", "as_json", is_flag=True, help="Print the result (with the new manifest).")
+    @wait_option
     @friendly_errors
-    def command(skill_dir: Path, store: Path | None, library: Path | None, as_json: bool) -> None:
-        _change(action, skill_dir, store, library, as_json)
+    def command(
+        skill_dir: Path, store: Path | None, library: Path | None, as_json: bool, wait: float
+    ) -> None:
+        _change(action, skill_dir, store, library, as_json, wait)
 
     return command
 

@@ -6,10 +6,19 @@ Layout of a store:
                                    signature.npz vocab.parquet edges.parquet transition.npz
                                    report.parquet [extra files] manifest.json
     STORE/.staging/<uuid>/         versions being written (invisible to readers)
+    STORE/.staging/<uuid>.lock     held by the live writer of <uuid> (see `lock.py`)
+    STORE/.writer.lock             the store's writer lock: one writer at a time (see `lock.py`)
 
 A version's files are written first and its manifest last, so the manifest is the commit point; the
 staged folder is then renamed into `versions/` in one step. Readers list only folders whose manifest is
 present, and loading verifies every file's sha256 against the manifest. Files are made read-only.
+
+Writers. A writing command holds the store's writer lock from reading its parent to its commit
+(`SnapshotStore.writer`), and every commit takes it (re-entrantly) to allocate its sequence number, so
+sequence numbers are unique whoever writes. A commit whose parent was read as the latest version refuses
+when another version was committed since (the optimistic check that covers a caller that did not hold the
+lock throughout): its edit would otherwise be missing from the newest version. Staging folders of dead
+writers are removed by the next write. Readers take no lock.
 
 Parts (format 2). The node table (sorted by id) is stored as consecutive parts of about `PART_ROWS` skills,
 each with the token rows of its skills (their `node` index local to the part). A child version whose part
@@ -31,7 +40,10 @@ import math
 import os
 import re
 import shutil
+import sys
+import threading
 import uuid
+import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -43,7 +55,10 @@ import polars as pl
 import scipy.sparse as sp
 
 from .._version import __version__
+from ..config import WRITER_WAIT_S
 from ..text.lexicon import TOKEN_SCHEMA, Signature
+from .lock import Notify, WriterBusy, stage_lock, sweep_stale_stages, writer_lock
+from .oserrors import explain
 
 FORMAT = 2
 MANIFEST = "manifest.json"
@@ -68,6 +83,18 @@ class UnknownVersion(SnapshotError):
 
 class DamagedSnapshot(SnapshotError):
     pass
+
+
+class StoreBusy(SnapshotError):
+    """Another writer holds the store's writer lock (the message names it: PID, command, since)."""
+
+
+class StoreWriteError(SnapshotError):
+    """Writing a version failed (disk full, read-only store, ...): nothing was committed."""
+
+
+class StaleParent(SnapshotError):
+    """The parent this writer read as the latest version is no longer the latest: nothing was committed."""
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -223,7 +250,7 @@ class VersionFiles:
 
     def read_nodes(self, columns: Sequence[str] | None = None) -> pl.DataFrame:
         cols = list(columns) if columns is not None else None
-        frames = [pl.read_parquet(self.path / p["nodes"], columns=cols) for p in self.parts]
+        frames = [self._parquet(p["nodes"], columns=cols) for p in self.parts]
         # one chunk per column: row gathers (hydrating a bundle) on a many-chunk frame are several times
         # slower, and every query pays that while the copy is paid once
         return pl.concat(frames, how="vertical", rechunk=True) if frames else pl.DataFrame()
@@ -231,7 +258,7 @@ class VersionFiles:
     def read_tokens(self) -> pl.DataFrame:
         frames, offset = [], 0
         for p in self.parts:
-            frame = pl.read_parquet(self.path / p["tokens"])
+            frame = self._parquet(p["tokens"])
             frames.append(frame.with_columns((pl.col("node") + offset).cast(pl.UInt32)) if offset else frame)
             offset += int(p["rows"])
         return (
@@ -246,8 +273,8 @@ class VersionFiles:
             p = self.parts[i]
             self.check([p["nodes"], p["tokens"]])
             self._parts_read[i] = (
-                pl.read_parquet(self.path / p["nodes"]),
-                pl.read_parquet(self.path / p["tokens"]),
+                self._parquet(p["nodes"]),
+                self._parquet(p["tokens"]),
             )
         return self._parts_read[i]
 
@@ -265,23 +292,41 @@ class VersionFiles:
         return SIGNATURE in self.manifest.get("files", {})
 
     def read_signature(self) -> Signature:
-        with np.load(self.path / SIGNATURE) as z:
+        with self._reading(SIGNATURE), np.load(self.path / SIGNATURE) as z:
             indptr, indices, shape = z["indptr"], z["indices"], tuple(int(x) for x in z["shape"])
         data = np.ones(len(indices), dtype=np.float32)
         matrix = sp.csr_matrix((data, indices, indptr), shape=shape)
-        return Signature(matrix, pl.read_parquet(self.path / VOCAB)["token"])
+        return Signature(matrix, self._parquet(VOCAB)["token"])
 
     def read_extra(self, name: str) -> pl.DataFrame:
         """Another Parquet table of this version (e.g. the build report), as listed in its manifest."""
         if name not in self.manifest.get("files", {}):
             raise SnapshotError(f"version {self.version} has no file {name!r}")
-        return pl.read_parquet(self.path / name)
+        return self._parquet(name)
 
     def read_edges(self) -> pl.DataFrame:
-        return pl.read_parquet(self.path / EDGES)
+        return self._parquet(EDGES)
 
     def read_transition(self) -> sp.csr_matrix:
-        return sp.load_npz(self.path / TRANSITION).tocsr()
+        with self._reading(TRANSITION):
+            return sp.load_npz(self.path / TRANSITION).tocsr()
+
+    def _parquet(self, name: str, columns: list[str] | None = None) -> pl.DataFrame:
+        with self._reading(name):
+            return pl.read_parquet(self.path / name, columns=columns)
+
+    @contextlib.contextmanager
+    def _reading(self, name: str) -> Iterator[None]:
+        """A file of this version that cannot be read (truncated, garbled, gone) is named in the error; the
+        readers' own messages name no file."""
+        try:
+            yield
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile, pl.exceptions.PolarsError) as exc:
+            raise DamagedSnapshot(
+                f"version {self.version}: cannot read {self.path / name}: {explain(exc)}. "
+                "Run `segos verify --all` to see which versions are intact; a damaged version is never "
+                "repaired in place: restore it from a backup, or delete its folder and rebuild"
+            ) from exc
 
 
 @dataclass
@@ -351,18 +396,31 @@ class _Stage:
         self.store = store
         store.staging_dir.mkdir(parents=True, exist_ok=True)
         store.versions_dir.mkdir(parents=True, exist_ok=True)
-        self.dir = store.staging_dir / uuid.uuid4().hex
-        self.dir.mkdir()
+        sweep_stale_stages(store.staging_dir)  # folders of killed writers (a live writer's lock is held)
+        self._lock = stage_lock(store.staging_dir, uuid.uuid4().hex)
+        self.dir = self._lock.__enter__()
+        try:
+            self.dir.mkdir()
+        except BaseException:
+            self._lock.__exit__(*sys.exc_info())
+            raise
         self.linked: dict[str, Any] = {}
         self.parts: list[dict[str, Any]] = []
+        self.current: Path = self.dir  # the file being written, for the message when writing fails
+
+    def at(self, name: str) -> Path:
+        """The staged path of `name`, noted as the file being written."""
+        self.current = self.dir / name
+        return self.current
 
     def link(self, name: str, source: Path, meta: Mapping[str, Any]) -> None:
         """Add an unchanged file of another version under `name`, keeping that version's recorded hash (so
         damage to the shared file stays detectable here too). Copies when the filesystem cannot link."""
+        target = self.at(name)
         try:
-            os.link(source, self.dir / name)
+            os.link(source, target)
         except OSError:
-            shutil.copyfile(source, self.dir / name)
+            shutil.copyfile(source, target)
         self.linked[name] = {"sha256": meta["sha256"], "bytes": meta["bytes"]}
 
     def add_parts(self, plan: PartPlan) -> None:
@@ -373,8 +431,8 @@ class _Stage:
                 self.link(tokens_name, part.folder / part.record["tokens"], part.files[part.record["tokens"]])
                 rec = {k: part.record[k] for k in ("rows", "first", "last") if k in part.record}
             else:
-                part.nodes.write_parquet(self.dir / nodes_name)
-                part.tokens.write_parquet(self.dir / tokens_name)
+                part.nodes.write_parquet(self.at(nodes_name))
+                part.tokens.write_parquet(self.at(tokens_name))
                 ids = part.nodes["id"]
                 rec = {
                     "rows": part.nodes.height,
@@ -390,14 +448,14 @@ class _Stage:
                 self.link(name, signature.path / name, files[name])
             return
         m = signature.matrix.tocsr()
-        with (self.dir / SIGNATURE).open("wb") as fh:  # uncompressed: written on every update, read fast
+        with self.at(SIGNATURE).open("wb") as fh:  # uncompressed: written on every update, read fast
             np.savez(
                 fh,
                 indptr=m.indptr.astype(np.int64),
                 indices=m.indices.astype(np.int32),
                 shape=np.array(m.shape, dtype=np.int64),
             )
-        pl.DataFrame({"token": signature.vocab}, schema={"token": pl.String}).write_parquet(self.dir / VOCAB)
+        pl.DataFrame({"token": signature.vocab}, schema={"token": pl.String}).write_parquet(self.at(VOCAB))
 
     def commit(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         files = {}
@@ -405,30 +463,75 @@ class _Stage:
             if f.name in self.linked:
                 files[f.name] = self.linked[f.name]
                 continue
+            self.current = f
             with f.open("rb") as fh:
                 os.fsync(fh.fileno())
             files[f.name] = {"sha256": sha256_file(f), "bytes": f.stat().st_size}
         content = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:8]
         extra = {"parts": self.parts} if self.parts else {}
+        self.current = self.dir / MANIFEST
         return self.store._commit(self.dir, {**manifest, **extra}, files, content)
 
     def discard(self) -> None:
-        if self.dir.exists():
-            shutil.rmtree(self.dir, ignore_errors=True)
+        """Remove what is left of the folder (all of it unless committed), then release its lock."""
+        try:
+            if self.dir.exists():
+                shutil.rmtree(self.dir, ignore_errors=True)
+        finally:
+            self._lock.__exit__(None, None, None)
 
 
 class SnapshotStore:
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, lock_timeout: float = WRITER_WAIT_S):
         self.root = Path(root)
         self.versions_dir = self.root / "versions"
         self.staging_dir = self.root / ".staging"
+        self.lock_timeout = lock_timeout  # seconds a commit waits for another writer (see `writer`)
+        # per thread: the version `resolve` last returned for "latest", the base of the optimistic check
+        self._reads = threading.local()
+
+    def __getstate__(self) -> dict[str, Any]:  # a store is passed between processes (Dagster): reads stay
+        return {k: v for k, v in self.__dict__.items() if k != "_reads"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reads = threading.local()
+
+    # ------------------------------------------------------------------------------------------ writers
+
+    @contextlib.contextmanager
+    def writer(
+        self, command: str | None = None, timeout: float | None = None, notify: Notify | None = None
+    ) -> Iterator[SnapshotStore]:
+        """Hold the store's writer lock for a whole write (read the parent, compute, commit):
+
+            with store.writer("segos evolve --window w1"):
+                ...  # reads and commits of this process; other writers wait or give up
+
+        Waits up to `timeout` seconds (default `lock_timeout`), saying so on stderr (or to `notify`), then
+        raises `StoreBusy` naming the holder (PID, command, since). Re-entrant within a process. The lock
+        is released when the block ends, or by the kernel when the process dies."""
+        try:
+            with writer_lock(
+                self.root,
+                command or _command_line(),
+                self.lock_timeout if timeout is None else timeout,
+                notify,
+            ):
+                yield self
+        except WriterBusy as exc:
+            raise StoreBusy(str(exc)) from None
 
     # ------------------------------------------------------------------------------------------ listing
 
     def list_versions(self) -> list[dict[str, Any]]:
         """Manifests of committed versions, oldest first (a folder without manifest is not a version, and
         one whose manifest cannot be read is left out: `unreadable_versions` names those)."""
-        return sorted(self._scan()[0], key=lambda m: _seq(m["version"]))
+        # ties (two versions with one sequence number, from a store written before writers were
+        # serialized) in creation order, so that `latest` is at least the same one every time
+        return sorted(
+            self._scan()[0], key=lambda m: (_seq(m["version"]), str(m.get("created_at", "")), m["version"])
+        )
 
     def unreadable_versions(self) -> dict[str, str]:
         """Version folders whose manifest exists but cannot be read: folder name → why. A commit writes the
@@ -460,17 +563,31 @@ class SnapshotStore:
     def resolve(self, version: str | None) -> str:
         """A version id from an id, a unique prefix, `latest`/None, or `vN` (sequence number)."""
         if version in (None, "", "latest"):
-            return self.latest()
-        ids = [m["version"] for m in self.list_versions()]
+            vid = self.latest()
+            self._reads.latest = vid
+            return vid
+        manifests = self.list_versions()
+        ids = [m["version"] for m in manifests]
         if version in ids:
             return version
+        if re.fullmatch(r"v?\d+", version):
+            seq = [m for m in manifests if m.get("seq", _seq(m["version"])) == int(version.lstrip("v"))]
+            if len(seq) > 1:
+                listed = "; ".join(
+                    f"{m['version']} ({m.get('kind', '?')}, parent {m.get('parent') or '-'}, created "
+                    f"{m.get('created_at', '?')})"
+                    for m in seq
+                )
+                raise UnknownVersion(
+                    f"{version!r} is ambiguous in store {self.root}: {len(seq)} versions share sequence "
+                    f"number {int(version.lstrip('v'))} (written by concurrent writers before segos "
+                    f"serialized them): {listed}. Give the full version id"
+                )
+            if seq:
+                return seq[0]["version"]
         matches = [i for i in ids if i.startswith(version)]
         if len(matches) == 1:
             return matches[0]
-        if re.fullmatch(r"v?\d+", version):
-            seq = [i for i in ids if _seq(i) == int(version.lstrip("v"))]
-            if seq:
-                return seq[0]
         known = ", ".join(ids[-5:]) or "none"
         hint = f"ambiguous prefix (matches {len(matches)})" if matches else "no such version"
         raise UnknownVersion(
@@ -566,16 +683,24 @@ class SnapshotStore:
     ) -> dict[str, Any]:
         """Write a version from a part plan (new parts written, unchanged ones linked); see `write`."""
         with self._staged() as stage:
-            stage.add_parts(parts)
-            stage.add_signature(signature)
-            edges.write_parquet(stage.dir / EDGES)
-            # uncompressed: zlib costs more time than the bytes it saves (the operator is ~1 MB at 100k)
-            sp.save_npz(stage.dir / TRANSITION, transition.tocsr(), compressed=False)
-            for name, table in (extra_tables or {}).items():
-                table.write_parquet(stage.dir / name)
-            for name, writer in (extra_writers or {}).items():
-                writer(stage.dir / name)
-            return stage.commit(manifest)
+            try:
+                stage.add_parts(parts)
+                stage.add_signature(signature)
+                edges.write_parquet(stage.at(EDGES))
+                # uncompressed: zlib costs more time than the bytes it saves (the operator is ~1 MB at 100k)
+                sp.save_npz(stage.at(TRANSITION), transition.tocsr(), compressed=False)
+                for name, table in (extra_tables or {}).items():
+                    table.write_parquet(stage.at(name))
+                for name, writer in (extra_writers or {}).items():
+                    writer(stage.at(name))
+                return stage.commit(manifest)
+            except (OSError, pl.exceptions.PolarsError) as exc:
+                # the staged folder is removed on the way out: no half version is left behind
+                raise StoreWriteError(
+                    f"could not write a new version to store {self.root}: "
+                    f"{explain(exc, getattr(exc, 'filename', None) or stage.current)}. "
+                    "Nothing was committed"
+                ) from exc
 
     @contextlib.contextmanager
     def _staged(self) -> Iterator[_Stage]:
@@ -588,8 +713,41 @@ class SnapshotStore:
     def _commit(
         self, stage: Path, manifest: dict[str, Any], files: dict[str, Any], content: str
     ) -> dict[str, Any]:
-        for _attempt in range(100):  # another writer may take the same sequence number: take the next
-            seq = max((_seq(m["version"]) for m in self.list_versions()), default=0) + 1
+        # under the writer lock: the sequence number read here is still free when the folder is renamed
+        with self.writer():
+            versions = self.list_versions()
+            self._check_parent(manifest.get("parent"), versions)
+            full = self._rename_into_place(stage, manifest, files, content, versions)
+        self._reads.latest = None  # this thread's next commit builds on what it reads next
+        return full
+
+    def _check_parent(self, parent: str | None, versions: list[dict[str, Any]]) -> None:
+        """Refuse a child of the version this thread read as the latest when another version has been
+        committed since: the newest version would silently lack that one's change (an edit lost)."""
+        based_on = getattr(self._reads, "latest", None)
+        if parent is None or parent != based_on or not versions:
+            return
+        newest = versions[-1]
+        if newest["version"] == parent:
+            return
+        raise StaleParent(
+            f"another writer committed {newest['version']} ({newest.get('kind', '?')}, "
+            f"{newest.get('created_at', '?')}) after this command read {parent} as the latest version; "
+            f"nothing was committed, so that its change is not lost. Rerun the command: it builds on "
+            f"{newest['version']}"
+        )
+
+    def _rename_into_place(
+        self,
+        stage: Path,
+        manifest: dict[str, Any],
+        files: dict[str, Any],
+        content: str,
+        versions: list[dict[str, Any]],
+    ) -> dict[str, Any]:
+        taken = max((_seq(m["version"]) for m in versions), default=0)
+        for attempt in range(100):  # a writer of older code takes no lock: step past its numbers
+            seq = taken + 1 + attempt
             vid = f"v{seq:04d}-{content}"
             full = {
                 "format": FORMAT,
@@ -610,6 +768,8 @@ class SnapshotStore:
                 if f.stat().st_mode & 0o222:
                     f.chmod(0o444)
             _fsync_dir(stage)
+            if any(_seq(p.name) == seq for p in self.versions_dir.iterdir()):
+                continue
             try:
                 os.rename(stage, self.versions_dir / vid)
             except OSError:
@@ -619,6 +779,14 @@ class SnapshotStore:
             _fsync_dir(self.versions_dir)
             return full
         raise SnapshotError(f"could not allocate a version id in {self.root} after 100 attempts")
+
+
+def _command_line() -> str:
+    """What this process is, for another writer's message (`segos evolve --window w1`, a script, ...)."""
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+    if name == "__main__.py":  # `python -m segos_pipeline.cli ...`
+        name = "segos"
+    return " ".join([name, *sys.argv[1:]])[:200]
 
 
 def _seq(version: str) -> int:
