@@ -13,10 +13,10 @@ import click
 
 from ..config import retrieval_for
 from ..paths import default_store
-from ..store.snapshot import SnapshotError, SnapshotStore
 
 if TYPE_CHECKING:
     from ..retrieval.ranker import Retriever
+    from ..store.snapshot import SnapshotStore
 
 
 def _fail(message: str) -> None:
@@ -31,12 +31,18 @@ def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except SnapshotError as exc:
-            _fail(str(exc))
-        except FileNotFoundError as exc:
-            _fail(str(exc) if exc.filename is None else f"{exc.strerror or 'not found'}: {exc.filename}")
-        except (ValueError, KeyError) as exc:
-            _fail(str(exc))
+        except Exception as exc:
+            # imported here, not at start: `segos mcp` answers its client before loading polars and scipy
+            # (the store module is loaded already whenever one of its errors was raised)
+            from ..store.snapshot import SnapshotError
+
+            if isinstance(exc, SnapshotError):
+                _fail(str(exc))
+            if isinstance(exc, FileNotFoundError):
+                _fail(str(exc) if exc.filename is None else f"{exc.strerror or 'not found'}: {exc.filename}")
+            if isinstance(exc, ValueError | KeyError):
+                _fail(str(exc))
+            raise
 
     return wrapper
 
@@ -71,6 +77,8 @@ version_option = click.option(
 
 
 def _store(path: Path | None) -> SnapshotStore:
+    from ..store.snapshot import SnapshotStore
+
     return SnapshotStore(path or default_store())
 
 
