@@ -165,6 +165,24 @@ def test_workspace_validates(tmp_path: Path) -> None:
     assert "Validation successful" in proc.stdout + proc.stderr
 
 
+def test_dg_loads_the_project(tmp_path: Path) -> None:
+    """`dg` (dagster-dg-cli, pinned with Dagster; not in any extra) sees the project through the
+    `[tool.dg]` section of pyproject.toml."""
+    if not (BIN / "dg").is_file():
+        pytest.skip("dg is not installed (pip install 'dagster-dg-cli==1.13.27')")
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
+    proc = subprocess.run(
+        [str(BIN / "dg"), "check", "defs"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "All definitions loaded successfully" in proc.stdout + proc.stderr
+
+
 def test_windows_chain_versions(pipeline: dict[str, Any]) -> None:
     store = SnapshotStore(pipeline["store"])
     cold, v1, v2 = store.list_versions()
