@@ -153,6 +153,8 @@ class ServiceSlot:
         return self._future.result()
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # the slot's own state (e.g. looked up before __init__ ran): not passed on
+            raise AttributeError(name)
         return getattr(self._future.result(timeout=0), name)
 
 
