@@ -23,13 +23,15 @@ mkdir -p "$LANDING"
 for f in "$DEMO"/traces/2026-11-27.jsonl "$DEMO"/traces/2026-11-28.jsonl; do   # never over a landed file
   [ -e "$LANDING/$(basename "$f")" ] || cp "$f" "$LANDING"/
 done
-materialize() { .venv/bin/dagster asset materialize -m assets.definitions -d . "$@" >/dev/null 2>&1 \
-  || { echo "dagster run failed: dagster asset materialize $*" >&2; exit 1; }; }
-echo "== Dagster: cold start of the demo library ($DEMO/library) into $SEGOS_STORE"
-materialize --select 'group:cold_start'
+# The named jobs (not ad-hoc asset selections), so that the runs show in the UI as cold_start_job and
+# evolution_job; a window is the job's partition, given as the run's dagster/partition tag.
+run_job() { .venv/bin/dagster job execute -m assets.definitions -d . -j "$@" >/dev/null 2>&1 \
+  || { echo "dagster run failed: dagster job execute -m assets.definitions -d . -j $*" >&2; exit 1; }; }
+echo "== Dagster: cold_start_job, the cold start of the demo library ($DEMO/library) into $SEGOS_STORE"
+run_job cold_start_job
 for window in 2026-11-27 2026-11-28; do
-  echo "== Dagster: evolution window $window (traces landed in $LANDING)"
-  materialize --select 'group:evolution' --partition "$window"
+  echo "== Dagster: evolution_job, window $window (traces landed in $LANDING)"
+  run_job evolution_job --tags "{\"dagster/partition\": \"$window\"}"
 done
 echo "== versions"
 .venv/bin/segos versions

@@ -20,8 +20,8 @@ from dagster import (
     asset,
 )
 
-from segos_pipeline.graph.edges import counts_by_relation
-from segos_pipeline.graph.parsing import parse_library
+from segos_pipeline.graph.edges import EDGE_SCHEMA, counts_by_relation
+from segos_pipeline.graph.parsing import NODE_SCHEMA, REPORT_SCHEMA, parse_library
 from segos_pipeline.graph.transition import transition_matrix as build_transition
 from segos_pipeline.pipeline.stages import (
     commit_cold_start,
@@ -34,23 +34,27 @@ from segos_pipeline.pipeline.stages import (
 from segos_pipeline.text.lexicon import token_table
 
 from . import checks
+from .metadata import (
+    MATRIX_KINDS,
+    OWNERS,
+    TABLE_KINDS,
+    column_schema,
+    frame_table,
+    rounded,
+    table,
+    tags,
+)
 from .resources import BuildSettings, SegosPaths
 
 GROUP = "cold_start"
+PROBLEM_COLUMNS = ["severity", "file", "problem", "action"]  # the build report, most useful first
 
 
-def problems_markdown(report: pl.DataFrame, limit: int = 50) -> str:
-    """The build report as a Markdown table (problems are rare; the full list is in the version)."""
+def problems_table(report: pl.DataFrame, limit: int = 50) -> MetadataValue:
+    """The build report's first `limit` problems as a table (the full list: `segos report <version>`)."""
     if report.is_empty():
-        return "No problems: every package parsed cleanly."
-    cols = [c for c in ("severity", "file", "problem", "action") if c in report.columns]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for row in report.head(limit).iter_rows(named=True):
-        cells = [str(row[c]).replace("|", "\\|").replace("\n", " ") for c in cols]
-        lines.append("| " + " | ".join(cells) + " |")
-    if report.height > limit:
-        lines.append(f"\n… and {report.height - limit} more (`segos report <version>`)")
-    return "\n".join(lines)
+        return table([], {c: REPORT_SCHEMA[c] for c in PROBLEM_COLUMNS})
+    return frame_table(report, PROBLEM_COLUMNS, limit)
 
 
 def version_record(manifest: dict[str, Any], store_root: str) -> dict[str, Any]:
@@ -70,6 +74,10 @@ def version_record(manifest: dict[str, Any], store_root: str) -> dict[str, Any]:
 @asset(
     group_name=GROUP,
     code_version="1",
+    kinds=TABLE_KINDS,
+    owners=OWNERS,
+    tags=tags("1-parse", GROUP),
+    metadata=column_schema(NODE_SCHEMA),
     check_specs=[checks.unique_ids_spec("skill_nodes")],
     description="Parse every SKILL.md under the library root into the node table, its tokens and the "
     "build report (stage 1). Output: {nodes, tokens, report} Parquet tables.",
@@ -92,13 +100,13 @@ def skill_nodes(
         data_version=DataVersion(content_hash(tables)),
         metadata={
             "dagster/row_count": parsed.nodes.height,
-            "skills": parsed.nodes.height,
-            "token_rows": tokens.height,
             "problems": parsed.report.height,
             "problems_by_severity": MetadataValue.json(severity),
-            "problems_table": MetadataValue.md(problems_markdown(parsed.report)),
+            "problems_table": problems_table(parsed.report),
             "library_root": MetadataValue.path(str(segos.library())),
-            "parse_seconds": round(time.perf_counter() - t0, 4),
+            "details": MetadataValue.json(
+                {"token_rows": tokens.height, "parse_seconds": rounded(time.perf_counter() - t0)}
+            ),
         },
     )
     yield checks.check_unique_ids("skill_nodes", parsed.nodes)
@@ -107,6 +115,10 @@ def skill_nodes(
 @asset(
     group_name=GROUP,
     code_version="1",
+    kinds=TABLE_KINDS,
+    owners=OWNERS,
+    tags=tags("2-semantic-edges", GROUP),
+    metadata=column_schema(EDGE_SCHEMA),
     check_specs=[checks.edge_invariants_spec("semantic_edges")],
     description="Signature-token Jaccard kNN edges (stage 2). Output: {edges, stats} Parquet tables.",
 )
@@ -121,14 +133,17 @@ def semantic_edges(
         data_version=DataVersion(content_hash(tables)),
         metadata={
             "dagster/row_count": edges.height,
-            "edges": stats.directed_edges,
-            "unordered_pairs": stats.unordered_pairs,
-            "mutual_pairs": stats.mutual_pairs,
-            "max_degree": stats.max_degree,
-            "isolated_skills": stats.isolated,
-            "df_cap": stats.df_cap,
-            "capped_tokens": stats.capped_tokens,
             "edges_by_relation": MetadataValue.json(counts_by_relation(edges)),
+            "stats": MetadataValue.json(
+                {
+                    "unordered_pairs": stats.unordered_pairs,
+                    "mutual_pairs": stats.mutual_pairs,
+                    "max_degree": stats.max_degree,
+                    "isolated_skills": stats.isolated,
+                    "df_cap": stats.df_cap,
+                    "capped_tokens": stats.capped_tokens,
+                }
+            ),
         },
     )
     yield checks.check_edges("semantic_edges", edges, nodes["id"])
@@ -137,6 +152,9 @@ def semantic_edges(
 @asset(
     group_name=GROUP,
     code_version="1",
+    kinds=MATRIX_KINDS,
+    owners=OWNERS,
+    tags=tags("3-transition", GROUP),
     check_specs=[checks.transition_spec("transition_matrix")],
     description="Reverse-aware, row-normalised CSR operator over the traversable edges (stage 3).",
 )
@@ -154,10 +172,9 @@ def transition_matrix(
         matrix,
         data_version=DataVersion(content_hash(matrix)),
         metadata={
+            "dagster/row_count": health["rows"],
             "nnz": health["nnz"],
-            "rows": health["rows"],
-            "rows_empty": health["rows_empty"],
-            "rows_stochastic": health["rows_stochastic"],
+            "rows": MetadataValue.json({k: health[k] for k in ("rows", "rows_empty", "rows_stochastic")}),
         },
     )
     yield checks.check_transition("transition_matrix", matrix)
@@ -166,6 +183,9 @@ def transition_matrix(
 @asset(
     group_name=GROUP,
     code_version="1",
+    kinds={"parquet", "scipy", "json"},  # the version's tables and operator; the record passed on
+    owners=OWNERS,
+    tags=tags("commit", GROUP),
     check_specs=[checks.manifest_spec("cold_start_snapshot")],
     description="Commit the cold-start version (round 0) to the snapshot store, as `segos build` does. "
     "Output: the version record (id, store); the tables live in STORE/versions/<id>/.",
@@ -205,12 +225,13 @@ def cold_start_snapshot(
         metadata={
             "version": manifest["version"],
             "path": MetadataValue.path(str(store.versions_dir / manifest["version"])),
-            "skills": counts["skills"],
-            "edges": counts["edges"],
-            "transition_nnz": counts["transition_nnz"],
-            "problems": counts["problems"],
-            "edges_by_relation": MetadataValue.json(counts["edges_by_relation"]),
-            "write_seconds": round(time.perf_counter() - t0, 4),
+            **{f"edges.{rel}": n for rel, n in counts["edges_by_relation"].items()},
+            "counts": MetadataValue.json(
+                {
+                    **{k: counts.get(k) for k in ("skills", "edges", "transition_nnz", "problems")},
+                    "write_seconds": rounded(time.perf_counter() - t0),
+                }
+            ),
         },
     )
     yield checks.check_manifest("cold_start_snapshot", store, manifest["version"])

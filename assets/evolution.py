@@ -17,6 +17,7 @@ Each stage still is its own asset with its own output, metadata, checks and code
 
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import polars as pl
@@ -28,6 +29,7 @@ from dagster import (
     DailyPartitionsDefinition,
     DataVersion,
     Failure,
+    FreshnessPolicy,
     MetadataValue,
     Output,
     TimeWindowPartitionMapping,
@@ -40,7 +42,8 @@ from segos_pipeline.evaluation.study import headline_numbers, resolve_base
 from segos_pipeline.evolution.adapters import iter_records
 from segos_pipeline.evolution.descriptions import REVISION_SCHEMA
 from segos_pipeline.evolution.ingest import TraceStore, empty_traces
-from segos_pipeline.graph.edges import counts_by_relation, violations
+from segos_pipeline.evolution.traces import TRACE_SCHEMA
+from segos_pipeline.graph.edges import EDGE_SCHEMA, counts_by_relation, violations
 from segos_pipeline.pipeline.stages import (
     commit_round,
     content_hash,
@@ -51,30 +54,30 @@ from segos_pipeline.pipeline.stages import (
     replay_metrics,
 )
 from segos_pipeline.store.diff import counts_by_relation as diff_counts_by_relation
-from segos_pipeline.store.diff import diff_versions, to_markdown
+from segos_pipeline.store.diff import diff_versions, largest_changes
 
 from . import checks
 from .cold_start import version_record
+from .metadata import OWNERS, RECORD_KINDS, TABLE_KINDS, column_schema, frame_table, rounded, table, tags
 from .resources import EvolutionSettings, RetrievalSettings, SegosPaths
 
 GROUP = "evolution"
 # The demo traces are windows 2026-11-27 and 2026-11-28; a window's partition exists once its day ended.
 windows = DailyPartitionsDefinition(start_date="2026-11-27")
 PREVIOUS_WINDOW = TimeWindowPartitionMapping(start_offset=-1, end_offset=-1)
-
-
-def flat_counters(counters: dict[str, Any], prefix: str = "") -> dict[str, float]:
-    """{"workflow": {"induced": 3}} -> {"workflow.induced": 3}: one plottable number per rule counter."""
-    out: dict[str, float] = {}
-    for key, value in counters.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(flat_counters(value, f"{name}."))
-        elif isinstance(value, bool):
-            out[name] = int(value)
-        elif isinstance(value, int | float):
-            out[name] = value
-    return out
+# The nightly schedule commits the window of the day before at 03:00: a graph_snapshot not materialized for
+# more than a day (plus the run's margin) missed a night; two nights missed is a failure.
+NIGHTLY_FRESHNESS = FreshnessPolicy.time_window(
+    fail_window=timedelta(hours=49), warn_window=timedelta(hours=25)
+)
+DIFF_COLUMNS = {  # a diff's largest changes (store.diff.largest_changes rows)
+    "change": pl.String,
+    "relation": pl.String,
+    "src": pl.String,
+    "dst": pl.String,
+    "before": pl.Float64,
+    "after": pl.Float64,
+}
 
 
 # ------------------------------------------------------------------------------------------------ traces
@@ -84,6 +87,10 @@ def flat_counters(counters: dict[str, Any], prefix: str = "") -> dict[str, float
     group_name=GROUP,
     partitions_def=windows,
     code_version="1",
+    kinds=TABLE_KINDS,
+    owners=OWNERS,
+    tags=tags("4-ingest", GROUP),
+    metadata=column_schema(TRACE_SCHEMA),
     ins={"cold_start_snapshot": AssetIn()},
     description="Ingest the window's landing file (<landing_dir>/<YYYY-MM-DD>.jsonl, native format) into "
     "the store's trace table for the window: validated, quarantined with reasons, idempotent on trace id "
@@ -102,49 +109,48 @@ def traces(
         report = trace_store.ingest(
             iter_records(landing, "native"), window=window, version=cold_start_snapshot["version"]
         )
+        counts = {
+            "read": report.read,
+            "accepted": report.accepted,
+            "duplicates": report.duplicates,
+            "quarantined": report.quarantined,
+        }
         meta.update(
-            read=report.read,
-            accepted=report.accepted,
-            duplicates=report.duplicates,
-            quarantined=report.quarantined,
             quarantine_reasons=MetadataValue.json(report.quarantine_reasons),
             unknown_skills=MetadataValue.json(report.unknown_skills),
         )
     else:
         context.log.warning(f"no landing file {landing}: the window keeps what was ingested before")
-        meta.update(read=0, accepted=0, duplicates=0, quarantined=0)
-    table = trace_store.load(window) if window in trace_store.windows() else empty_traces()
+        counts = {"read": 0, "accepted": 0, "duplicates": 0, "quarantined": 0}
+    frame = trace_store.load(window) if window in trace_store.windows() else empty_traces()
     meta.update(
         {
-            "dagster/row_count": table.height,
-            "window_traces": table.height,
-            "window_quarantine_total": len(trace_store.quarantine(window)),
+            "dagster/row_count": frame.height,  # traces per window: the one number plotted
+            "ingest": MetadataValue.json(
+                {**counts, "window_quarantine_total": len(trace_store.quarantine(window))}
+            ),
         }
     )
-    yield Output(table, data_version=DataVersion(content_hash(table)), metadata=meta)
+    yield Output(frame, data_version=DataVersion(content_hash(frame)), metadata=meta)
 
 
 # ----------------------------------------------------------------------------------- the round (L1-L3)
 
 
 def _edge_meta(edges: pl.DataFrame) -> dict[str, Any]:
-    by_rel = counts_by_relation(edges)
     return {
         "dagster/row_count": edges.height,
-        "edges": edges.height,
-        **{f"edges.{rel}": n for rel, n in by_rel.items()},
+        "edges_by_relation": MetadataValue.json(counts_by_relation(edges)),
     }
 
 
-def _revisions_markdown(revisions: pl.DataFrame, limit: int = 20) -> str:
+REVISION_COLUMNS = ["skill", "rank_before", "rank_after", "after"]
+
+
+def revisions_table(revisions: pl.DataFrame, limit: int = 20) -> MetadataValue:
+    """The descriptions committed this round (skill, its rank for the query before and after, new text)."""
     done = revisions.filter(pl.col("committed")) if revisions.height else revisions
-    if done.is_empty():
-        return "No description committed this round."
-    lines = ["| skill | rank before | rank after | after |", "|---|---|---|---|"]
-    for r in done.head(limit).iter_rows(named=True):
-        after = str(r["after"]).replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| `{r['skill']}` | {r['rank_before']} | {r['rank_after']} | {after} |")
-    return "\n".join(lines)
+    return frame_table(done, REVISION_COLUMNS, limit)
 
 
 @multi_asset(
@@ -153,20 +159,36 @@ def _revisions_markdown(revisions: pl.DataFrame, limit: int = 20) -> str:
     outs={
         "topology_update": AssetOut(
             code_version="1",
+            kinds=TABLE_KINDS,
+            owners=OWNERS,
+            tags=tags("5-l1-topology", GROUP),
+            metadata=column_schema(EDGE_SCHEMA),
             description="L1: the edge table after workflow / dependency / avoid induction and avoid "
             "retraction (stage 5). Per-rule counters as metadata.",
         ),
         "edge_weights": AssetOut(
             code_version="1",
+            kinds=TABLE_KINDS,
+            owners=OWNERS,
+            tags=tags("6-l2-weights", GROUP),
+            metadata=column_schema(EDGE_SCHEMA),
             description="L2: the edge table after reinforcement and attenuation (stage 6).",
         ),
         "descriptions": AssetOut(
             code_version="1",
+            kinds=TABLE_KINDS,
+            owners=OWNERS,
+            tags=tags("7-l3-descriptions", GROUP),
+            metadata=column_schema(REVISION_SCHEMA),
             description="L3: every description revision tried this round, committed or not, with its "
             "evidence and gates (stage 7).",
         ),
         "graph_snapshot": AssetOut(
             code_version="1",
+            kinds={"parquet", "scipy", "json"},  # the version's tables and operator; the record passed on
+            owners=OWNERS,
+            tags=tags("8-commit", GROUP),
+            freshness_policy=NIGHTLY_FRESHNESS,
             description="The window's version committed to the snapshot store, child of the previous "
             "window's version (the cold start for the first window) (stage 8). Output: version record.",
         ),
@@ -234,8 +256,9 @@ def evolution_round(
         data_version=DataVersion(content_hash(state.revisions)),
         metadata={
             "dagster/row_count": state.revisions.height,
-            **flat_counters(l3),
-            "committed_revisions": MetadataValue.md(_revisions_markdown(state.revisions)),
+            "committed": int(state.revisions["committed"].sum()) if state.revisions.height else 0,
+            "counters": MetadataValue.json(l3),
+            "committed_revisions": revisions_table(state.revisions),
         },
     )
     yield checks.check_unique_ids("descriptions", state.nodes)
@@ -259,13 +282,11 @@ def evolution_round(
         metadata={
             "version": vid,
             "parent": parent_id,
-            "round": manifest["round"],
+            "round": MetadataValue.text(str(manifest["round"])),
             "path": MetadataValue.path(str(store.versions_dir / vid)),
-            "skills": counts["skills"],
-            "edges": counts["edges"],
-            "transition_nnz": counts["transition_nnz"],
+            "traces": traces.height,  # traces per window, plotted next to the edges by relation
             **{f"edges.{rel}": n for rel, n in counts["edges_by_relation"].items()},
-            **flat_counters(state.counters),
+            "counts": MetadataValue.json({k: counts.get(k) for k in ("skills", "edges", "transition_nnz")}),
             "counters": MetadataValue.json(state.counters),
             "timings_s": MetadataValue.json(manifest.get("timings_s", {})),
         },
@@ -281,11 +302,7 @@ def _stage_output(name: str, edges: pl.DataFrame, ids: pl.Series, extra: dict[st
         edges,
         output_name=name,
         data_version=DataVersion(content_hash(edges)),
-        metadata={
-            **_edge_meta(edges),
-            **flat_counters(extra["counters"]),
-            "counters": MetadataValue.json(extra["counters"]),
-        },
+        metadata={**_edge_meta(edges), "counters": MetadataValue.json(extra["counters"])},
     )
     yield result
     if not result.passed:
@@ -302,7 +319,7 @@ def _unchanged(parent_id: str, parent: Any, store: Any, window: str) -> Iterator
         revisions,
         output_name="descriptions",
         data_version=DataVersion(content_hash(revisions)),
-        metadata={"dagster/row_count": 0, "committed": 0},
+        metadata={"dagster/row_count": 0, "committed": 0, "counters": MetadataValue.json({})},
     )
     yield checks.check_unique_ids("descriptions", parent.nodes)
     record = {
@@ -315,7 +332,13 @@ def _unchanged(parent_id: str, parent: Any, store: Any, window: str) -> Iterator
         record,
         output_name="graph_snapshot",
         data_version=DataVersion(record["files_sha256"]),
-        metadata={"version": parent_id, "parent": parent_id, "committed": False, "note": "no traces"},
+        metadata={
+            "version": parent_id,
+            "parent": parent_id,
+            "committed": False,
+            "traces": 0,
+            "note": "no traces",
+        },
     )
     yield checks.check_manifest("graph_snapshot", store, parent_id)
     yield checks.check_transition("graph_snapshot", parent.transition)
@@ -327,7 +350,10 @@ def _unchanged(parent_id: str, parent: Any, store: Any, window: str) -> Iterator
 @asset(
     group_name=GROUP,
     partitions_def=windows,
-    code_version="1",
+    code_version="2",
+    kinds=RECORD_KINDS,
+    owners=OWNERS,
+    tags=tags("9-diff", GROUP),
     description="What the window changed: edges added / removed / reweighted / retyped and descriptions "
     "changed, from the parent version to the window's version (SPEC §9 JSON shape).",
 )
@@ -343,12 +369,12 @@ def edge_diff(
         metadata={
             "from": diff["from"],
             "to": diff["to"],
-            **{k: int(v) for k, v in counts.items()},
             "changes": int(
                 counts["added"] + counts["removed"] + counts["reweighted"] + counts["descriptions"]
             ),
+            "counts": MetadataValue.json({k: int(v) for k, v in counts.items()}),
             "by_relation": MetadataValue.json(diff_counts_by_relation(diff)),
-            "largest_changes": MetadataValue.md(to_markdown(diff, 15)),
+            "largest_changes": table(largest_changes(diff, 15), DIFF_COLUMNS),
         },
     )
 
@@ -356,7 +382,10 @@ def edge_diff(
 @asset(
     group_name=GROUP,
     partitions_def=windows,
-    code_version="2",
+    code_version="3",
+    kinds=RECORD_KINDS,
+    owners=OWNERS,
+    tags=tags("10-replay", GROUP),
     description="Replay metrics of the window's version on the configured query set (hit@k, recall@k, "
     "COMP@k, MRR, mean best rank, latency) as numbers the UI plots across windows.",
 )
@@ -372,30 +401,25 @@ def replay_report(
         snapshot, segos.queries_path(), segos.replay_k, retrieval_settings.config(snapshot.manifest)
     )
     k = result["k"]
-    numbers = {
-        f"hit@{k}": float(result["hit"]),
-        f"recall@{k}": float(result["recall"]),
-        f"comp@{k}": float(result["comp"]),
-        "mrr": float(result["mrr"]),
-        "queries": int(result["n"]),
-        "latency_ms_p50": float(result["latency_ms"]["p50"]),
-        "latency_ms_p95": float(result["latency_ms"]["p95"]),
-    }
-    if result["mean_best_rank"] is not None:  # None when nothing hit: leave the plot's point out
-        numbers["mean_best_rank"] = float(result["mean_best_rank"])
     # Headline numbers of the offline study (SPEC §10, `segos eval`): this version next to the trace-free
     # baselines on its cold start (flat BM25, lexical seeds, reverse-aware PPR), so every version shows
     # in the UI whether it beats them; the full study (factorial, protocols) stays a `segos eval` run.
     base = store.load(resolve_base(store, None, [snapshot.version]))
-    numbers.update(
-        headline_numbers(
-            snapshot,
-            base,
-            load_queries(segos.queries_path()),
-            segos.replay_k,
-            retrieval_settings.config(snapshot.manifest),
-        )
+    headline = headline_numbers(
+        snapshot,
+        base,
+        load_queries(segos.queries_path()),
+        segos.replay_k,
+        retrieval_settings.config(snapshot.manifest),
     )
+    replay = {
+        f"hit@{k}": rounded(result["hit"]),
+        "mrr": rounded(result["mrr"]),
+        "mean_best_rank": None if result["mean_best_rank"] is None else rounded(result["mean_best_rank"]),
+        "queries": int(result["n"]),
+        "latency_ms_p50": rounded(result["latency_ms"]["p50"]),
+        "latency_ms_p95": rounded(result["latency_ms"]["p95"]),
+    }
     stable = {k2: v for k2, v in result.items() if k2 != "latency_ms"}  # latency is not content
     yield Output(
         result,
@@ -403,7 +427,37 @@ def replay_report(
         metadata={
             "version": graph_snapshot["version"],
             "query_set": MetadataValue.path(str(segos.queries_path())),
-            **numbers,
+            # the two numbers plotted across windows
+            f"recall@{k}": rounded(result["recall"]),
+            f"comp@{k}": rounded(result["comp"]),
+            "replay": MetadataValue.json(replay),
+            "versus_baselines": table(evaluation_rows(headline, k), evaluation_columns(k)),
             "unknown_gold": MetadataValue.json(result["unknown_gold"]),
         },
     )
+
+
+EVAL_METHODS = ("version", "ppr", "lexical", "bm25")  # this version first, then the baselines
+
+
+def evaluation_columns(k: int) -> dict[str, Any]:
+    return {
+        "method": pl.String,
+        f"hit@{k}": pl.Float64,
+        f"recall@{k}": pl.Float64,
+        f"comp@{k}": pl.Float64,
+        "mrr": pl.Float64,
+    }
+
+
+def evaluation_rows(headline: dict[str, float], k: int) -> list[dict[str, Any]]:
+    """`eval.<method>.<metric>` numbers (study.headline_numbers) as one row per method."""
+    rows = []
+    for method in EVAL_METHODS:
+        row: dict[str, Any] = {"method": method}
+        for column in evaluation_columns(k):
+            if column != "method":
+                row[column] = headline.get(f"eval.{method}.{column}")
+        if any(v is not None for c, v in row.items() if c != "method"):
+            rows.append(row)
+    return rows

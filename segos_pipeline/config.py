@@ -21,6 +21,14 @@ TRAVERSABLE = (SEMANTIC, WORKFLOW, DEPENDENCY, ALTERNATIVE)
 # Skill fields that feed lexical seeding, in SPEC §6 order; `body` is a segos addition (see FIELD_WEIGHTS).
 FIELDS = ("name", "domain", "tooling", "capability", "description", "examples", "io", "entrypoints", "body")
 
+# Bounds of top_k / top_n a caller of the service may ask for (segos' own choice). Here rather than in the
+# service so that the MCP tools' input schemas and the CLI can name them without loading the service.
+MAX_TOP = 100
+
+# Trace formats the adapters read (`segos ingest --format`); here so that the CLI offers them without
+# importing the adapters (and polars) at start.
+TRACE_FORMATS = ("native", "skillsbench-trials", "apibank", "toolbench")
+
 
 class _Overridable:
     """`with_overrides(**kw)`: a copy with some settings changed; unknown names are an error."""

@@ -115,6 +115,42 @@ def test_definitions_load() -> None:
     assert defs.resolve_sensor_def("trace_landing_sensor").default_status == DefaultSensorStatus.STOPPED
 
 
+def test_every_asset_has_kinds_owners_and_tags_and_the_tables_declare_columns() -> None:
+    from assets.metadata import OWNERS
+    from segos_pipeline.evolution.descriptions import REVISION_SCHEMA
+    from segos_pipeline.evolution.traces import TRACE_SCHEMA
+    from segos_pipeline.graph.edges import EDGE_SCHEMA
+    from segos_pipeline.graph.parsing import NODE_SCHEMA
+
+    graph = defs.resolve_asset_graph()
+    for key in graph.get_all_asset_keys():
+        node = graph.get(key)
+        assert node.kinds and node.kinds <= {"polars", "parquet", "scipy", "json"}, key
+        assert list(node.owners) == OWNERS, key
+        assert {"segos/stage", "segos/layer"} <= set(node.tags), key
+    declared = {
+        key.to_user_string(): graph.get(key).metadata["dagster/column_schema"]
+        for key in graph.get_all_asset_keys()
+        if "dagster/column_schema" in graph.get(key).metadata
+    }
+    expected = {
+        "skill_nodes": NODE_SCHEMA,
+        "semantic_edges": EDGE_SCHEMA,
+        "traces": TRACE_SCHEMA,
+        "topology_update": EDGE_SCHEMA,
+        "edge_weights": EDGE_SCHEMA,
+        "descriptions": REVISION_SCHEMA,
+    }
+    assert set(declared) == set(expected)
+    for name, schema in expected.items():  # the library's own schemas, column for column
+        assert [c.name for c in declared[name].columns] == list(schema), name
+        assert [c.type for c in declared[name].columns] == [str(t) for t in schema.values()], name
+    snapshot = graph.get(AssetKey("graph_snapshot"))  # the nightly one: stale after a missed night
+    assert snapshot.freshness_policy is not None
+    assert snapshot.freshness_policy.warn_window.to_timedelta().total_seconds() == 25 * 3600
+    assert snapshot.freshness_policy.fail_window.to_timedelta().total_seconds() == 49 * 3600
+
+
 def test_workspace_validates(tmp_path: Path) -> None:
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}  # keep validate's temp instance out of the repo
     proc = subprocess.run(
@@ -127,6 +163,24 @@ def test_workspace_validates(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Validation successful" in proc.stdout + proc.stderr
+
+
+def test_dg_loads_the_project(tmp_path: Path) -> None:
+    """`dg` (dagster-dg-cli, pinned with Dagster; not in any extra) sees the project through the
+    `[tool.dg]` section of pyproject.toml."""
+    if not (BIN / "dg").is_file():
+        pytest.skip("dg is not installed (pip install 'dagster-dg-cli==1.13.27')")
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
+    proc = subprocess.run(
+        [str(BIN / "dg"), "check", "defs"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "All definitions loaded successfully" in proc.stdout + proc.stderr
 
 
 def test_windows_chain_versions(pipeline: dict[str, Any]) -> None:
@@ -152,25 +206,70 @@ def test_windows_chain_versions(pipeline: dict[str, Any]) -> None:
 def test_metadata_and_diff(pipeline: dict[str, Any]) -> None:
     nodes = metadata(pipeline["cold"], "skill_nodes")
     assert nodes["dagster/row_count"] > 0 and nodes["problems"] > 0
-    assert "| severity |" in nodes["problems_table"]
+    problems = nodes["problems_table"]  # a table with its schema, not Markdown
+    assert [c.name for c in problems.schema.columns] == ["severity", "file", "problem", "action"]
+    assert len(problems.records) == min(nodes["problems"], 50)
+    assert {r.data["severity"] for r in problems.records} <= {"error", "warning"}
     edges = metadata(pipeline["cold"], "semantic_edges")
-    assert edges["edges"] > 0 and edges["unordered_pairs"] > 0 and edges["max_degree"] >= 1
+    assert edges["dagster/row_count"] > 0 and edges["stats"]["unordered_pairs"] > 0
+    assert edges["stats"]["max_degree"] >= 1
     assert metadata(pipeline["cold"], "transition_matrix")["nnz"] > 0
 
     traces = metadata(pipeline["w2"], "traces")
-    assert traces["accepted"] > 0 and traces["quarantined"] > 0 and traces["quarantine_reasons"]
+    assert traces["dagster/row_count"] > 0 and traces["quarantine_reasons"]
+    assert traces["ingest"]["accepted"] > 0 and traces["ingest"]["quarantined"] > 0
     l1 = metadata(pipeline["w1"], "topology_update")
-    assert "workflow.induced" in l1 and "avoid.induced" in l1 and "dependency.blocked_by_zeta" in l1
-    assert "edges_reinforced" in metadata(pipeline["w2"], "edge_weights")
+    assert {"workflow", "avoid", "dependency"} <= set(l1["counters"])
+    assert "induced" in l1["counters"]["workflow"] and "blocked_by_zeta" in l1["counters"]["dependency"]
+    assert "edges_reinforced" in metadata(pipeline["w2"], "edge_weights")["counters"]
     assert "committed" in metadata(pipeline["w1"], "descriptions")
 
     for window in ("w1", "w2"):
+        # materialization row counts on every table asset
+        for name in ("traces", "topology_update", "edge_weights", "descriptions"):
+            assert isinstance(metadata(pipeline[window], name)["dagster/row_count"], int), (window, name)
         diff = metadata(pipeline[window], "edge_diff")
-        assert diff["added"] + diff["removed"] + diff["reweighted"] > 0, "the diff must not be empty"
-        assert "Largest changes" in diff["largest_changes"]
+        counts = diff["counts"]
+        assert counts["added"] + counts["removed"] + counts["reweighted"] > 0, "the diff must not be empty"
+        largest = diff["largest_changes"]
+        assert [c.name for c in largest.schema.columns] == [
+            "change",
+            "relation",
+            "src",
+            "dst",
+            "before",
+            "after",
+        ]
+        assert 0 < len(largest.records) <= 15
+        assert all(r.data["change"] in ("added", "removed", "reweighted") for r in largest.records)
+        snap = metadata(pipeline[window], "graph_snapshot")
+        assert snap["traces"] > 0 and any(k.startswith("edges.") for k in snap)
         report = metadata(pipeline[window], "replay_report")
-        assert isinstance(report["hit@5"], float) and 0.0 <= report["hit@5"] <= 1.0
-        assert isinstance(report["mrr"], float)
+        for metric in ("recall@5", "comp@5"):  # the plotted numbers, rounded
+            assert isinstance(report[metric], float) and 0.0 <= report[metric] <= 1.0
+            assert report[metric] == round(report[metric], 4)
+        assert 0.0 <= report["replay"]["hit@5"] <= 1.0 and isinstance(report["replay"]["mrr"], float)
+        methods = [r.data["method"] for r in report["versus_baselines"].records]
+        assert methods == ["version", "ppr", "lexical", "bm25"]
+
+
+def test_only_a_few_numbers_are_plotted(pipeline: dict[str, Any]) -> None:
+    """Dagster draws a plot per numeric metadata entry: only the ones that matter are numbers."""
+    for window in ("w1", "w2"):
+        numeric = {
+            (m.asset_key.to_user_string(), k)
+            for m in (e.materialization for e in pipeline[window].get_asset_materialization_events())
+            for k, v in m.metadata.items()
+            if isinstance(v.value, int | float) and not isinstance(v.value, bool)
+        }
+        assert len(numeric) <= 16, sorted(numeric)
+        assert {
+            ("replay_report", "recall@5"),
+            ("replay_report", "comp@5"),
+            ("graph_snapshot", "traces"),
+        } <= numeric
+        for _asset, key in numeric:
+            assert not key.startswith("eval.") and "." not in key.replace("edges.", ""), key
 
 
 def test_checks_passed(pipeline: dict[str, Any]) -> None:
@@ -232,7 +331,7 @@ def test_stages_match_library_evolve(pipeline: dict[str, Any], tmp_path: Path) -
 def test_traces_reingest_is_idempotent(pipeline: dict[str, Any]) -> None:
     again = run(AssetSelection.assets("traces"), pipeline["resources"], pipeline["instance"], W2)
     meta = metadata(again, "traces")
-    assert meta["accepted"] == 0 and meta["duplicates"] > 0
+    assert meta["ingest"]["accepted"] == 0 and meta["ingest"]["duplicates"] > 0
 
 
 def test_window_without_traces_commits_nothing(tmp_path: Path) -> None:
@@ -243,7 +342,7 @@ def test_window_without_traces_commits_nothing(tmp_path: Path) -> None:
     run(COLD, resources, instance)
     result = run(EVOLUTION, resources, instance, W1)
     assert metadata(result, "graph_snapshot")["committed"] is False
-    assert metadata(result, "edge_diff")["added"] == 0
+    assert metadata(result, "edge_diff")["counts"]["added"] == 0
     assert len(SnapshotStore(tmp_path / "store").list_versions()) == 1
 
 

@@ -3,7 +3,6 @@ ingest → evolve round trip, and a newly committed version picked up without a 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import socket
@@ -23,7 +22,7 @@ from segos_pipeline.evolution.adapters import iter_records
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.round import evolve
 from segos_pipeline.paths import DEFAULT_LIBRARY
-from segos_pipeline.service.mcp_server import _WireIn, _WireOut
+from segos_pipeline.service.mcp_server import SKILL_URI, argument_errors
 
 from .conftest import commit_copy
 
@@ -118,6 +117,12 @@ def test_every_tool_errors_and_the_trace_round_trip(store: Path, tmp_path: Path)
             # errors are tool errors with the reason, and the server keeps serving
             assert "unknown skill" in await error(client, "get_skill_detail", name="no-such-skill")
             assert "unknown skill" in await error(client, "hydrate_skills", names=["no-such-skill"])
+            # one unknown name among known ones: the known ones are hydrated, the unknown one reported
+            some = await call(client, "hydrate_skills", names=["csv-loader", "no-such-skill", first])
+            assert [s["id"] for s in some["skills"]] == list(dict.fromkeys([detail["skill"]["id"], first]))
+            assert [e["name"] for e in some["errors"]] == ["no-such-skill"]
+            assert "unknown skill 'no-such-skill'" in some["errors"][0]["error"]
+            assert hydrated["errors"] == []
             assert "no such version" in await error(client, "search_skills", query=QUERY, version="v9999")
             assert "reward" in await error(
                 client, "record_trace", task_id="t", queries=["q"], used=["csv-loader"], reward=7
@@ -222,48 +227,232 @@ def test_a_malformed_line_is_dropped_and_the_server_goes_on(store: Path):
     assert proc.returncode == 0  # stdin closed: a clean exit
 
 
-def test_wire_reader_parses_lines_and_hands_on_bad_ones():
-    async def scenario() -> list[Any]:
-        reader = asyncio.StreamReader(limit=64)
-        ping = b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n'
-        reader.feed_data(b"{oops\n" + b"x" * 100 + b"\n" + ping)
-        reader.feed_eof()
-        return [item async for item in _WireIn(reader)]
+# Bounds every client sees in the input schema (JSON Schema keywords), by tool and parameter.
+BOUNDS = {
+    "search_skills": {
+        "query": {"minLength": 1},
+        "top_k": {"minimum": 1, "maximum": 100},
+        "version": {"maxLength": 200},
+    },
+    "retrieve_skill_bundle": {
+        "query": {"minLength": 1},
+        "top_n": {"minimum": 1, "maximum": 100},
+        "max_chars": {"minimum": 1},
+        "version": {"maxLength": 200},
+    },
+    "hydrate_skills": {
+        "names": {"minItems": 1, "maxItems": 100},
+        "max_chars": {"minimum": 1},
+        "version": {"maxLength": 200},
+    },
+    "get_skill_detail": {"name": {"minLength": 1, "maxLength": 1000}, "version": {"maxLength": 200}},
+    "get_skill_neighbors": {"name": {"minLength": 1, "maxLength": 1000}, "version": {"maxLength": 200}},
+    "list_versions": {},
+    "get_status": {},
+    "record_trace": {
+        "task_id": {"minLength": 1},
+        "reward": {"minimum": 0, "maximum": 1},
+        "attempt": {"minimum": 1},
+    },
+}
 
-    bad, too_long, ok = anyio.run(scenario)
-    assert isinstance(bad, Exception) and isinstance(too_long, ValueError)  # handed on, not raised
-    assert ok.message.id == 1 and ok.message.method == "ping"
+
+def _bounds(schema: dict[str, Any]) -> dict[str, Any]:
+    """The bound keywords of one property, looking into `anyOf` (an optional parameter is `X | null`)."""
+    found = {
+        k: v
+        for k, v in schema.items()
+        if k in ("minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems")
+    }
+    for branch in schema.get("anyOf", []):
+        found.update(_bounds(branch))
+    return found
 
 
-def test_wire_writer_writes_one_line_per_message_and_reports_a_lost_pipe():
-    from mcp.shared.message import SessionMessage
-    from mcp.types import JSONRPCResponse
+def test_tools_declare_hints_and_bounds_and_argument_errors_are_short(store: Path):
+    async def scenario() -> None:
+        async with Client(server(store)) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert set(tools) == TOOLS == set(BOUNDS)
+            for name, tool in tools.items():
+                assert tool.annotations is not None and tool.annotations.read_only_hint is not None, name
+                props = tool.input_schema["properties"]
+                for param, bounds in BOUNDS[name].items():
+                    assert _bounds(props[param]) == bounds, (name, param, props[param])
+                for param, prop in props.items():  # no integer or number without a lower bound
+                    kinds = {prop.get("type")} | {b.get("type") for b in prop.get("anyOf", [])}
+                    if kinds & {"integer", "number"}:
+                        assert "minimum" in _bounds(prop), (name, param)
+            names = tools["hydrate_skills"].input_schema["properties"]["names"]
+            assert _bounds(names["items"]) == {"minLength": 1, "maxLength": 1000}
 
-    async def scenario() -> bytes:
-        loop = asyncio.get_running_loop()
-        r, w = os.pipe()
-        transport, protocol = await loop.connect_write_pipe(
-            asyncio.streams.FlowControlMixin, os.fdopen(w, "wb", 0)
-        )
-        out = _WireOut(asyncio.StreamWriter(transport, protocol, None, loop))
-        for i in (1, 2):
-            await out.send(SessionMessage(JSONRPCResponse(jsonrpc="2.0", id=i, result={"n": "é" * i})))
-        written = os.read(r, 1 << 16)
-        os.close(r)
-        with pytest.raises(anyio.BrokenResourceError):  # the reader is gone
-            for _ in range(3):
-                await out.send(SessionMessage(JSONRPCResponse(jsonrpc="2.0", id=3, result={})))
-        await out.aclose()
-        with pytest.raises(anyio.ClosedResourceError):
-            await out.send(SessionMessage(JSONRPCResponse(jsonrpc="2.0", id=4, result={})))
-        transport.close()
-        return written
+            # arguments the schema refuses: one short line per field, without pydantic's dump and URL
+            text = await error(client, "search_skills", query="", top_k=500)
+            assert text == (
+                "invalid arguments for search_skills:\n"
+                "query: String should have at least 1 character (got '')\n"
+                "top_k: Input should be less than or equal to 100 (got 500)"
+            )
+            text = await error(client, "retrieve_skill_bundle", query=QUERY, top_n="five")
+            assert text.splitlines() == [
+                "invalid arguments for retrieve_skill_bundle:",
+                "top_n: Input should be a valid integer, unable to parse string as an integer (got 'five')",
+            ]
+            text = await error(client, "hydrate_skills", names=[])
+            assert "names: List should have at least 1 item" in text and "http" not in text
+            assert "query: Field required" in await error(client, "search_skills")
 
-    lines = anyio.run(scenario).decode().splitlines()
-    assert [json.loads(x) for x in lines] == [
-        {"jsonrpc": "2.0", "id": 1, "result": {"n": "é"}},
-        {"jsonrpc": "2.0", "id": 2, "result": {"n": "éé"}},
+    anyio.run(scenario)
+
+
+def test_argument_errors_take_one_line_per_field():
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        TypeAdapter(dict[str, list[str | int]]).validate_python({"queries": [None]})
+    except ValidationError as exc:
+        text = argument_errors("record_trace", exc)
+    assert text.splitlines()[0] == "invalid arguments for record_trace:"
+    assert len(text.splitlines()) == 2 and text.splitlines()[1].startswith("queries.0.str: ")
+    assert "errors.pydantic.dev" not in text
+
+
+def test_skills_are_resources_with_a_template_a_listing_and_completion(store: Path):
+    from mcp.types import ResourceTemplateReference
+
+    snap = SnapshotStore(store).load()
+    ids = snap.nodes["id"].to_list()
+    loader = next(i for i in ids if i.endswith("csv-loader"))
+
+    async def scenario() -> None:
+        async with Client(server(store)) as client:
+            templates = (await client.list_resource_templates()).resource_templates
+            assert [t.uri_template for t in templates] == [SKILL_URI] == ["skill://{+id}"]
+            listed = (await client.list_resources()).resources
+            assert sorted(r.uri for r in listed) == sorted(f"skill://{i}" for i in ids)
+            assert all(r.mime_type == "text/markdown" and r.title for r in listed)
+
+            read = await client.read_resource(f"skill://{loader}")
+            [content] = read.contents
+            assert content.mime_type == "text/markdown"
+            assert content.text.startswith(f"### csv-loader (`{loader}`)")
+            body = snap.nodes.filter(snap.nodes["id"] == loader)["body"][0]
+            assert body.strip()[:200] in content.text  # the full card, not a clipped one
+            by_name = await client.read_resource("skill://csv-loader")
+            assert by_name.contents[0].text == content.text
+            with pytest.raises(Exception, match="unknown skill"):
+                await client.read_resource("skill://no-such-skill")
+
+            prefix = loader.split("/")[0]
+            done = await client.complete(
+                ResourceTemplateReference(type="ref/resource", uri=SKILL_URI), {"name": "id", "value": prefix}
+            )
+            assert loader in done.completion.values
+            assert all(v.startswith(prefix) for v in done.completion.values)
+            assert done.completion.total == sum(i.startswith(prefix) for i in ids)
+
+    anyio.run(scenario)
+
+
+def test_print_config_starts_the_server_it_describes(store: Path, tmp_path: Path):
+    """`segos mcp --print-config`: absolute paths to this interpreter's `segos`, the store and the landing
+    folder; the printed entry, run as a client would run it from elsewhere, serves the store."""
+    segos = Path(sys.executable).parent / "segos"
+    landing = tmp_path / "landing"
+    proc = subprocess.run(
+        [str(segos), "mcp", "--store", str(store), "--landing", str(landing), "--print-config"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    entry = json.loads(proc.stdout)["mcpServers"]["segos"]
+    assert entry == {
+        "type": "stdio",
+        "command": str(segos),
+        "args": ["mcp", "--store", str(store.resolve()), "--landing", str(landing.resolve())],
+    }
+    alone = subprocess.run(
+        [str(segos), "mcp", "--print-config", "server", "--version", "v1"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "SEGOS_STORE": "rel-store", "SEGOS_LANDING": ""},
+        timeout=60,
+    )
+    assert alone.returncode == 0, alone.stderr
+    assert json.loads(alone.stdout)["args"] == [
+        "mcp",
+        "--store",
+        str(tmp_path.resolve() / "rel-store"),
+        "--landing",
+        str(tmp_path.resolve() / "rel-store" / "landing"),
+        "--version",
+        "v1",
     ]
+    assert "holds no version yet" in alone.stderr  # said on stderr, the JSON stays clean
+    http = subprocess.run(
+        [str(segos), "mcp", "--http", "--port", "9123", "--print-config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert json.loads(http.stdout)["mcpServers"]["segos"] == {
+        "type": "http",
+        "url": "http://127.0.0.1:9123/mcp",
+    }
+
+    async def scenario() -> None:
+        params = StdioServerParameters(command=entry["command"], args=entry["args"], cwd=str(tmp_path))
+        async with Client(params) as client:
+            rec = await call(
+                client, "record_trace", task_id="t", queries=[QUERY], used=["csv-loader"], reward=1.0
+            )
+            assert Path(rec["file"]).parent == landing.resolve()
+
+    anyio.run(scenario)
+
+
+def test_the_server_starts_without_the_numeric_stack():
+    """What `segos mcp` imports before it can answer `initialize`: the CLI and the server module, neither of
+    which may pull polars, numpy, scipy or pyarrow (the store loads on a thread after the handshake)."""
+    code = (
+        "import sys, segos_pipeline.cli, segos_pipeline.service.mcp_server\n"
+        "print(sorted(m for m in ('polars', 'numpy', 'scipy', 'pyarrow') if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_initialize_is_answered_while_the_store_loads(store: Path):
+    """The handshake and tools/list are answered before the store is loaded: a server told to load a store
+    that cannot be served still answers them, then exits with the reason."""
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"},
+        },
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "segos_pipeline.cli", "mcp", "--store", str(store), "--version", "v0099"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=PROJECT_ROOT,
+    )
+    try:
+        out, err = proc.communicate(json.dumps(init).encode() + b"\n", timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 2 and "no such version" in err.decode()
+    # answered before the failing load ended: importing the numeric stack alone takes longer than that
+    assert json.loads(out.splitlines()[0])["result"]["serverInfo"]["name"] == "segos"
 
 
 def _mcp_http(store: Path, port: int) -> list[str]:

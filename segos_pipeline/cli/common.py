@@ -11,15 +11,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-import polars as pl
 
 from ..config import WRITER_WAIT_S, retrieval_for
 from ..paths import default_store
-from ..store.oserrors import explain, os_errno
-from ..store.snapshot import SnapshotError, SnapshotStore
+from ..store.oserrors import explain, os_errno  # standard library only
 
 if TYPE_CHECKING:
     from ..retrieval.ranker import Retriever
+    from ..store.snapshot import SnapshotStore
 
 
 def _fail(message: str) -> None:
@@ -52,14 +51,21 @@ def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except SnapshotError as exc:
-            _fail(str(exc))
-        except OSError as exc:  # FileNotFoundError, PermissionError, ENOSPC, EROFS, ...
-            _fail(explain(exc))
-        except pl.exceptions.PolarsError as exc:
-            _fail(_polars_message(exc, kwargs))
-        except (ValueError, KeyError) as exc:  # adapters' TraceError, bad JSON and settings are ValueErrors
-            _fail(str(exc))
+        except Exception as exc:
+            # imported here, not at start: `segos mcp` answers its client before loading polars and scipy
+            # (the store module, and polars, are loaded already whenever one of their errors was raised)
+            from ..store.snapshot import SnapshotError
+
+            polars = sys.modules.get("polars")
+            if isinstance(exc, SnapshotError):
+                _fail(str(exc))
+            if isinstance(exc, OSError):  # FileNotFoundError, PermissionError, ENOSPC, EROFS, ...
+                _fail(explain(exc))
+            if polars is not None and isinstance(exc, polars.exceptions.PolarsError):
+                _fail(_polars_message(exc, kwargs))
+            if isinstance(exc, ValueError | KeyError):  # adapters' TraceError, bad JSON and settings
+                _fail(str(exc))
+            raise
 
     return wrapper
 
@@ -103,6 +109,8 @@ version_option = click.option(
 
 
 def _store(path: Path | None) -> SnapshotStore:
+    from ..store.snapshot import SnapshotStore
+
     return SnapshotStore(path or default_store())
 
 

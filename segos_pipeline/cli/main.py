@@ -9,8 +9,7 @@ from typing import Any
 
 import click
 
-from ..config import PRESETS, EvolutionConfig, build_preset
-from ..evolution.adapters import FORMATS, iter_records, write_library
+from ..config import PRESETS, TRACE_FORMATS, EvolutionConfig, build_preset
 from ..paths import DEFAULT_LIBRARY
 from .common import (
     _emit_json,
@@ -265,7 +264,7 @@ def _parse_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
 @click.option(
     "--window", default=None, help="Window id (e.g. 2026-11-29); default: each trace's timestamp date."
 )
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="native", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(TRACE_FORMATS), default="native", show_default=True)
 @click.option(
     "--queries",
     type=click.Path(path_type=Path),
@@ -291,6 +290,7 @@ def ingest(
     """Validate TRACES (a file or folder) into the store's per-window trace tables."""
     if not traces.exists():
         _fail(f"trace source not found: {traces}")
+    from ..evolution.adapters import iter_records
     from ..evolution.ingest import TraceStore
 
     with _writing(store, wait) as st:  # an evolution round reading the window waits for the whole ingest
@@ -436,6 +436,8 @@ def simulate(
 @friendly_errors
 def generate_library(source: Path, out_dir: Path, fmt: str, as_json: bool) -> None:
     """Write a SKILL.md library generated from a trace source's APIs (API-Bank, ToolBench)."""
+    from ..evolution.adapters import write_library
+
     summary = write_library(source, fmt, out_dir)
     if as_json:
         _emit_json(summary)

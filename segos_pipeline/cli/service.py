@@ -6,14 +6,22 @@ Registered into the `segos` group by `main.py` (`main.add_command(...)`).
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
-# the helpers main.py uses too, from common (importing `.main` would be an import cycle once registered)
 from ..config import WRITER_WAIT_S
+from ..paths import default_landing, default_store
+
+# the helpers main.py uses too, from common (importing `.main` would be an import cycle once registered)
 from .common import _emit_json, _store, _writing, friendly_errors, store_option, wait_option
+
+if TYPE_CHECKING:
+    from ..service.api import SegosService
 
 
 @click.command(name="mcp")
@@ -36,11 +44,32 @@ from .common import _emit_json, _store, _writing, friendly_errors, store_option,
     help="Folder record_trace appends to (default: $SEGOS_LANDING, else STORE/landing); `segos ingest` "
     "reads it.",
 )
+@click.option(
+    "--print-config",
+    "print_config",
+    type=click.Choice(["mcpServers", "server"]),
+    is_flag=False,
+    flag_value="mcpServers",
+    default=None,
+    help="Print a client configuration for these options (absolute paths) and exit: `mcpServers` (the "
+    "default; Claude Desktop, Cursor, a project's .mcp.json) or `server` (the entry alone, for "
+    "`claude mcp add-json segos`).",
+)
 @friendly_errors
-def mcp_command(store: Path | None, version: str | None, http: bool, port: int, landing: Path | None) -> None:
+def mcp_command(
+    store: Path | None,
+    version: str | None,
+    http: bool,
+    port: int,
+    landing: Path | None,
+    print_config: str | None,
+) -> None:
     """Serve the skill graph to agents over MCP (stdio by default)."""
-    from ..service.api import SegosService
-    from ..service.mcp_server import check_listen, serve
+    if print_config is not None:
+        entry = client_entry(store, version, landing, port if http else None)
+        _emit_json({"mcpServers": {"segos": entry}} if print_config == "mcpServers" else entry)
+        return
+    from ..service.mcp_server import ServiceSlot, check_listen, serve
 
     # Version switches go to stderr, which MCP clients keep as the server's log (stdout is the wire); set up
     # first, so that a damaged newest version passed over at start is reported too.
@@ -49,13 +78,64 @@ def mcp_command(store: Path | None, version: str | None, http: bool, port: int, 
     service_log = logging.getLogger("segos_pipeline.service.api")
     service_log.addHandler(handler)
     service_log.setLevel(logging.INFO)
-    service = SegosService(_store(store), version, landing=landing)  # fails fast on an unknown version
     if http:
-        check_listen("127.0.0.1", port)  # before announcing it: a taken port is one clear error line
+        check_listen("127.0.0.1", port)  # before anything starts: a taken port is one clear error line
     where = f"http://127.0.0.1:{port}/mcp" if http else "stdio"
-    mode = "pinned" if service.pinned else "following the newest version"
-    click.echo(f"segos mcp: serving {service.version} ({mode}) on {where}", err=True)
-    serve(service, http=http, port=port)
+
+    def load() -> SegosService:
+        from ..service.api import SegosService
+
+        return SegosService(_store(store), version, landing=landing)
+
+    def ready(service: SegosService) -> None:
+        mode = "pinned" if service.pinned else "following the newest version"
+        click.echo(f"segos mcp: serving {service.version} ({mode}) on {where}", err=True)
+
+    # The store loads on a thread while the server answers the client's handshake (seconds on a large
+    # library). A store that cannot be served ends the process with the reason, as `friendly_errors` would:
+    # at once, from the loading thread, since the transport may be blocked reading a silent client.
+    slot = ServiceSlot(load, on_ready=ready, on_error=_exit_unservable)
+    serve(slot, http=http, port=port)
+
+
+def _exit_unservable(exc: BaseException) -> None:
+    from ..store.snapshot import SnapshotError
+
+    if isinstance(exc, SnapshotError | ValueError | KeyError | FileNotFoundError):
+        message = str(exc)
+    else:
+        message = f"{type(exc).__name__}: {exc}"
+    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.flush()
+    os._exit(2)
+
+
+def segos_command() -> list[str]:
+    """How a client starts this installation's `segos`, by absolute path: the console script next to the
+    running interpreter (a venv's bin/), else the interpreter with `-m segos_pipeline.cli`."""
+    python = Path(os.path.abspath(sys.executable))  # not resolved: a venv's python is a symlink out of it
+    script = shutil.which("segos", path=str(python.parent))
+    if script is not None:
+        return [os.path.abspath(script)]
+    return [str(python), "-m", "segos_pipeline.cli"]
+
+
+def client_entry(
+    store: Path | None, version: str | None, landing: Path | None, http_port: int | None
+) -> dict[str, Any]:
+    """The `mcpServers` entry that starts `segos mcp` with these options: absolute command, store and
+    landing folder (a client starts servers in its own working directory, with a minimal PATH)."""
+    if http_port is not None:  # a server the user runs: clients only need its URL
+        return {"type": "http", "url": f"http://127.0.0.1:{http_port}/mcp"}
+    root = Path(store or default_store()).expanduser().resolve()
+    where = Path(landing).expanduser().resolve() if landing is not None else default_landing(root).resolve()
+    if not (root / "versions").is_dir():
+        click.echo(f"note: {root} holds no version yet; build one: segos build --store {root}", err=True)
+    command, *prefix = segos_command()
+    args = [*prefix, "mcp", "--store", str(root), "--landing", str(where)]
+    if version:
+        args += ["--version", version]
+    return {"type": "stdio", "command": command, "args": args}
 
 
 def _change(

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import AVOID, DEPENDENCY, RELATIONS, SEMANTIC, WORKFLOW, RetrievalConfig
+from ..config import AVOID, DEPENDENCY, MAX_TOP, RELATIONS, SEMANTIC, WORKFLOW, RetrievalConfig
 from ..evolution.traces import TraceError, parse_native, resolve_skills
 from ..paths import default_landing
 from ..retrieval.incidence import Edge, Incidence
@@ -46,7 +46,6 @@ from ..store.snapshot import Snapshot, SnapshotError, SnapshotStore
 from ..text.names import SkillNames
 
 log = logging.getLogger(__name__)  # version switches; `segos mcp` shows them on stderr
-MAX_TOP = 100  # bounds of top_k / top_n a caller may ask for
 _STABLE_AFTER_NS = 2_000_000_000  # a versions/ mtime older than this cannot hide a same-tick commit
 
 # Why a skill is in a bundle, strongest first (the first that applies is the headline `why`).
@@ -342,6 +341,11 @@ class SegosService:
 
     # ----------------------------------------------------------------------------------------- skills
 
+    def skill_table(self, version: str | None = None) -> Any:
+        """The node table (a polars DataFrame: id, name, capability, ...) of the version a request would be
+        answered from; the MCP server lists and completes skill resources from it."""
+        return self._request(version).snapshot.nodes
+
     def _resolve(self, lo: _Loaded, name: str) -> tuple[int, list[str]]:
         """Row index of a skill named by id or name (most specific first) and the other matches."""
         if not isinstance(name, str) or not name.strip():
@@ -454,9 +458,18 @@ class SegosService:
         }
 
     def hydrate(
-        self, names: list[str], max_chars: int | None = None, version: str | None = None
+        self,
+        names: list[str],
+        max_chars: int | None = None,
+        version: str | None = None,
+        *,
+        partial: bool = False,
     ) -> dict[str, Any]:
-        """The hydrated text of named skills, in the order given, under the per-skill and global budgets."""
+        """The hydrated text of named skills, in the order given, under the per-skill and global budgets.
+
+        An unknown name fails the call, unless `partial`: then the known ones are hydrated and each unknown
+        one gets an entry `{name, error}` under `errors` (the call fails only if no name is known).
+        """
         if isinstance(names, str):
             names = [names]
         if not names:
@@ -464,14 +477,15 @@ class SegosService:
         lo = self._request(version)
         cfg = lo.retriever.config
         total = _max_chars(cfg, max_chars)
-        unknown, idx = [], []
+        unknown: list[tuple[str, str]] = []
+        idx: list[int] = []
         for n in names:
             try:
                 idx.append(self._resolve(lo, n)[0])
             except UnknownSkill as exc:
-                unknown.append(str(exc))
-        if unknown:
-            raise UnknownSkill("; ".join(unknown))
+                unknown.append((n, str(exc)))
+        if unknown and (not partial or not idx):
+            raise UnknownSkill("; ".join(msg for _n, msg in unknown))
         idx = list(dict.fromkeys(idx))
         rows = lo.snapshot.nodes[idx].to_dicts()
         hydrated, over = hydrate_rows(rows, cfg.per_skill_chars, total)
@@ -479,12 +493,15 @@ class SegosService:
             {"id": rows[pos]["id"], "name": rows[pos]["name"], "chars": len(text), "text": text}
             for pos, text in hydrated
         ]
-        return {
+        result = {
             "version": lo.version,
             "skills": out,
             "chars": sum(s["chars"] for s in out),
             "over_budget": over,
         }
+        if partial:
+            result["errors"] = [{"name": n, "error": msg} for n, msg in unknown]
+        return result
 
     def skill_detail(self, name: str, version: str | None = None) -> dict[str, Any]:
         """Every parsed field of one skill (full body) and its edge counts by relation."""

@@ -1,44 +1,64 @@
-"""`segos mcp`: the MCP server over a snapshot store (official `mcp` SDK, 2.x `MCPServer`).
+"""`segos mcp`: the MCP server over a snapshot store (official `mcp` SDK, 2.x `MCPServer`, public API only).
 
 Every tool is a thin call into `SegosService` (service/api.py), which picks the version per request: the
 pinned one, or the newest committed one (switching between requests when a new version lands). Expected
 failures (unknown skill or version, malformed trace, bad argument) become MCP tool errors (`is_error` with
-the reason); anything unexpected becomes the SDK's generic tool error. The server never exits on a bad
-request.
+the reason; arguments that do not fit a tool's input schema get one short line per field); anything
+unexpected becomes the SDK's generic tool error. The server never exits on a bad request.
+
+Start-up: the client's `initialize` is answered before the store is loaded. This module imports only the
+SDK and segos' light root modules; `SegosService` (polars, scipy, the retriever) is imported and built on
+a thread (`ServiceSlot`) while the handshake and `tools/list` are answered, and the first call that needs
+it waits for it. A store that cannot be served (unknown pinned version, no version) ends the process with
+the reason on stderr, as before the handshake existed (see `serve`).
+
+Skills are also resources, `skill://{id}` (the skill's full card as Markdown): listed when the library is
+small enough for one listing, always readable through the template, with completion of ids.
 
 Tools are `async` on purpose: the SDK runs sync tools in a worker thread, which costs a thread hop per call;
 requests here are sub-millisecond CPU work, so running them on the event loop is faster and also means
 requests never run concurrently (a version switch can only happen between requests).
 
 Run: `segos mcp --store STORE [--version V] [--http --port 8765] [--landing DIR]`, or
-`python -m segos_pipeline.cli mcp ...` (same options). The command lives in the CLI layer (`cli/service.py`),
-which depends on this module, never the reverse.
+`python -m segos_pipeline.cli mcp ...` (same options); `segos mcp --print-config` prints a client
+configuration. The command lives in the CLI layer (`cli/service.py`), which depends on this module, never
+the reverse.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import os
 import socket
-import stat
+import threading
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
+import anyio.to_thread
 import pydantic_core
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.shared.message import SessionMessage
-from mcp.types import CallToolResult, TextContent, ToolAnnotations, jsonrpc_message_adapter
-from pydantic import Field
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.types import (
+    CallToolResult,
+    Completion,
+    CompletionArgument,
+    CompletionContext,
+    PromptReference,
+    Resource,
+    ResourceTemplateReference,
+    TextContent,
+    ToolAnnotations,
+)
+from pydantic import Field, ValidationError
 
 from .._version import __version__
-from ..config import RetrievalConfig
-from ..store.snapshot import SnapshotError
-from .api import MAX_TOP, SegosService
+from ..config import MAX_TOP, RetrievalConfig
 
-_MAX_LINE = 64 * 1024 * 1024  # longest JSON-RPC message (one line) the stdio transport accepts
+if TYPE_CHECKING:
+    from .api import SegosService
+
 INSTRUCTIONS = (
     "segos retrieves skills (SKILL.md packages) for a task. Call retrieve_skill_bundle with the task to get "
     "a "
@@ -46,22 +66,112 @@ INSTRUCTIONS = (
     "cheap overview first. After the attempt, call record_trace with the skills you actually used (in the "
     "order you first used them) and the reward (0..1) or a CTRF test report, so the graph learns from it."
 )
+SKILL_URI = "skill://{+id}"  # `+`: skill ids are package paths (`skillsbench/pdf`), slashes included
+LIST_RESOURCES_MAX = 2000  # above this many skills, resources/list stays empty (the SDK does not paginate it)
+COMPLETIONS_MAX = 100  # the most values one completion/complete answer may carry (MCP spec)
 
 # Tool parameter types live at module level: the SDK evaluates the (postponed) annotations in these globals.
-# Defaults named in descriptions come from the configuration `segos mcp` serves with.
+# Defaults named in descriptions come from the configuration `segos mcp` serves with; the bounds are in
+# the input schema (`minimum`, `maximum`, `minLength`, `minItems`), so clients check them before calling.
 _DEFAULTS = RetrievalConfig()
 Version = Annotated[
-    str | None, Field(description="Answer from this version (id, prefix or vN) instead of the served one.")
+    str | None,
+    Field(
+        description="Answer from this version (id, prefix or vN) instead of the served one.", max_length=200
+    ),
 ]
-Query = Annotated[str, Field(description="The task, in natural language.")]
-SkillRef = Annotated[str, Field(description="Skill id or name.")]
+Query = Annotated[str, Field(description="The task, in natural language.", min_length=1)]
+SkillRef = Annotated[str, Field(description="Skill id or name.", min_length=1, max_length=1000)]
 MaxChars = Annotated[
-    int | None, Field(description=f"Global character budget (default {_DEFAULTS.total_chars}).")
+    int | None, Field(description=f"Global character budget (default {_DEFAULTS.total_chars}).", ge=1)
+]
+TopK = Annotated[int, Field(description=f"How many skills to list (1-{MAX_TOP}).", ge=1, le=MAX_TOP)]
+TopN = Annotated[
+    int | None, Field(description=f"Bundle size (1-{MAX_TOP}, default {_DEFAULTS.top_n}).", ge=1, le=MAX_TOP)
+]
+SkillRefs = Annotated[
+    list[Annotated[str, Field(min_length=1, max_length=1000)]],
+    Field(description="Skill ids or names.", min_length=1, max_length=MAX_TOP),
 ]
 
 
-def _tool_errors(fn: Callable[..., Awaitable[dict[str, Any]]]) -> Callable[..., Awaitable[CallToolResult]]:
-    """Expected failures → ToolError with the library's actionable message; results → `CallToolResult`.
+class ServiceSlot:
+    """The service a server answers from, built by `factory` on a thread (`start`) so that the server
+    answers the handshake while the store loads; requests `wait()` for it. Attribute access is passed on
+    to the loaded service, so tool bodies call `service.search(...)` on the slot once it is ready.
+
+    `on_ready(service)` and `on_error(exc)` run on the loading thread when it ends.
+    """
+
+    def __init__(
+        self,
+        factory: Callable[[], SegosService],
+        *,
+        on_ready: Callable[[SegosService], None] | None = None,
+        on_error: Callable[[BaseException], None] | None = None,
+    ):
+        self._factory = factory
+        self._future: Future[SegosService] = Future()
+        self._on_ready, self._on_error = on_ready, on_error
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def of(cls, service: SegosService) -> ServiceSlot:
+        """A slot holding a service built already."""
+        slot = cls(lambda: service)
+        slot._future.set_result(service)
+        return slot
+
+    def start(self) -> None:
+        if self._future.done() or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._load, name="segos-load-store", daemon=True)
+        self._thread.start()
+
+    def _load(self) -> None:
+        try:
+            service = self._factory()
+        except BaseException as exc:
+            self._future.set_exception(exc)
+            if self._on_error is not None:
+                self._on_error(exc)
+            return
+        self._future.set_result(service)
+        if self._on_ready is not None:
+            self._on_ready(service)
+
+    def settle(self) -> None:
+        """Wait until a started load has ended (so that `on_error` has run for a store that cannot be
+        served, even when the client went away first)."""
+        if self._thread is not None:
+            self._thread.join()
+
+    async def wait(self) -> SegosService:
+        if not self._future.done():
+            self.start()
+            return await asyncio.wrap_future(self._future)
+        return self._future.result()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # the slot's own state (e.g. looked up before __init__ ran): not passed on
+            raise AttributeError(name)
+        return getattr(self._future.result(timeout=0), name)
+
+
+def _expected(exc: BaseException) -> bool:
+    """A failure the caller can act on (its message says how), as opposed to a bug."""
+    if isinstance(exc, ValueError | KeyError | FileNotFoundError):
+        return True
+    from ..store.snapshot import SnapshotError  # loaded with the service, before any request runs
+
+    return isinstance(exc, SnapshotError)
+
+
+def _tool_errors(
+    slot: ServiceSlot,
+) -> Callable[[Callable[..., Awaitable[dict[str, Any]]]], Callable[..., Awaitable[CallToolResult]]]:
+    """Decorator: wait for the service, then expected failures → ToolError with the library's actionable
+    message; results → `CallToolResult`.
 
     A result is one text block holding the JSON object (compact), and no `structured_content`. Clients
     that receive both show the model only one of them (Claude Code and VS Code pass on the structured
@@ -75,16 +185,80 @@ def _tool_errors(fn: Callable[..., Awaitable[dict[str, Any]]]) -> Callable[..., 
     result anyway before sending it.
     """
 
-    @functools.wraps(fn)
-    async def wrapper(*args: Any, **kwargs: Any) -> CallToolResult:
-        try:
-            obj = await fn(*args, **kwargs)
-        except (SnapshotError, ValueError, KeyError, FileNotFoundError) as exc:
-            raise ToolError(str(exc)) from None
-        text = pydantic_core.to_json(obj, fallback=str).decode()
-        return CallToolResult.model_construct(content=[TextContent.model_construct(type="text", text=text)])
+    def decorate(fn: Callable[..., Awaitable[dict[str, Any]]]) -> Callable[..., Awaitable[CallToolResult]]:
+        @functools.wraps(fn)
+        async def wrapper(*args: Any, **kwargs: Any) -> CallToolResult:
+            try:
+                await slot.wait()
+                obj = await fn(*args, **kwargs)
+            except Exception as exc:
+                if not _expected(exc):
+                    raise
+                raise ToolError(str(exc)) from None
+            text = pydantic_core.to_json(obj, fallback=str).decode()
+            return CallToolResult.model_construct(
+                content=[TextContent.model_construct(type="text", text=text)]
+            )
 
-    return wrapper
+        return wrapper
+
+    return decorate
+
+
+def argument_errors(tool: str, error: ValidationError) -> str:
+    """Arguments that do not fit a tool's input schema, one short line per field (no pydantic URL, no
+    error type codes): what the caller needs to correct the call."""
+    lines: dict[str, str] = {}
+    for e in error.errors(include_url=False):
+        loc = e.get("loc") or ()
+        field = str(loc[0]) if loc else "arguments"
+        if field in lines:  # one line per field: a union reports every member that refused the value
+            continue
+        where = ".".join(str(part) for part in loc) or field
+        got = "" if e.get("type") == "missing" else f" (got {_short(e.get('input'))})"
+        lines[field] = f"{where}: {e.get('msg', 'invalid')}{got}"
+    return f"invalid arguments for {tool}:\n" + "\n".join(lines.values())
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class SegosMCPServer(MCPServer):
+    """`MCPServer` whose argument errors are short (see `argument_errors`) and whose resource listing
+    names the served version's skills."""
+
+    slot: ServiceSlot
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ValidationError):  # the SDK's text is the full pydantic dump with a URL
+                raise ToolError(argument_errors(name, cause)) from cause
+            raise
+
+    async def list_resources(self) -> list[Resource]:
+        listed = await super().list_resources()
+        try:
+            service = await self.slot.wait()
+            nodes = service.skill_table()
+        except Exception:  # nothing served: the tools say why; a listing is not the place for it
+            return listed
+        if nodes.height > LIST_RESOURCES_MAX:
+            return listed
+        return listed + [
+            Resource(
+                uri=f"skill://{sid}",
+                name=sid,
+                title=name,
+                description=capability or None,
+                mime_type="text/markdown",
+            )
+            for sid, name, capability in nodes.select("id", "name", "capability").iter_rows()
+        ]
 
 
 # Hints clients use to decide what to run without asking: every tool but record_trace only reads the
@@ -98,31 +272,39 @@ _WRITE = ToolAnnotations(
 )
 
 
-def build_server(service: SegosService, name: str = "segos") -> MCPServer:
-    """The MCP server whose tools call `service`."""
-    app: MCPServer = MCPServer(
+def build_server(
+    service: SegosService | ServiceSlot | Callable[[], SegosService], name: str = "segos"
+) -> SegosMCPServer:
+    """The MCP server whose tools call `service`: a service, a slot, or a function that builds one (run on
+    a thread when the server starts)."""
+    if isinstance(service, ServiceSlot):
+        slot = service
+    elif callable(service):
+        slot = ServiceSlot(service)
+    else:
+        slot = ServiceSlot.of(service)
+    app = SegosMCPServer(
         name,
         instructions=INSTRUCTIONS,
         version=__version__,
         log_level="WARNING",
         warn_on_duplicate_tools=False,
     )
+    app.slot = slot
+    service = slot  # the tool bodies call the loaded service through the slot
+    tool_errors = _tool_errors(slot)
 
     @app.tool(title="Search skills", annotations=_READ, structured_output=False)
-    @_tool_errors
-    async def search_skills(
-        query: Query,
-        top_k: Annotated[int, Field(description=f"How many skills to list (1-{MAX_TOP}).")] = 10,
-        version: Version = None,
-    ) -> dict[str, Any]:
+    @tool_errors
+    async def search_skills(query: Query, top_k: TopK = 10, version: Version = None) -> dict[str, Any]:
         """Ranked overview of the skills for a task: id, name, capability and score (no skill bodies)."""
         return service.search(query, top_k, version=version)
 
     @app.tool(title="Retrieve a skill bundle", annotations=_READ, structured_output=False)
-    @_tool_errors
+    @tool_errors
     async def retrieve_skill_bundle(
         query: Query,
-        top_n: Annotated[int | None, Field(description=f"Bundle size (default {_DEFAULTS.top_n}).")] = None,
+        top_n: TopN = None,
         max_chars: MaxChars = None,
         version: Version = None,
     ) -> dict[str, Any]:
@@ -131,52 +313,53 @@ def build_server(service: SegosService, name: str = "segos") -> MCPServer:
         return service.retrieve_bundle(query, top_n, max_chars, version=version)
 
     @app.tool(title="Read skills", annotations=_READ, structured_output=False)
-    @_tool_errors
+    @tool_errors
     async def hydrate_skills(
-        names: Annotated[list[str], Field(description="Skill ids or names.")],
-        max_chars: MaxChars = None,
-        version: Version = None,
+        names: SkillRefs, max_chars: MaxChars = None, version: Version = None
     ) -> dict[str, Any]:
-        """The readable text of the named skills (identity, contract, body), clipped to the budgets."""
-        return service.hydrate(names, max_chars, version=version)
+        """The readable text of the named skills (identity, contract, body), clipped to the budgets. An
+        unknown name gets an entry under `errors` and the others are still returned."""
+        return service.hydrate(names, max_chars, version=version, partial=True)
 
     @app.tool(title="Skill detail", annotations=_READ, structured_output=False)
-    @_tool_errors
+    @tool_errors
     async def get_skill_detail(name: SkillRef, version: Version = None) -> dict[str, Any]:
         """Every parsed field of one skill, its full body and its edge counts by relation."""
         return service.skill_detail(name, version=version)
 
     @app.tool(title="Skill neighbours", annotations=_READ, structured_output=False)
-    @_tool_errors
+    @tool_errors
     async def get_skill_neighbors(name: SkillRef, version: Version = None) -> dict[str, Any]:
         """Typed out- and in-edges of one skill (semantic, workflow, dependency, alternative, avoid)."""
         return service.neighbors(name, version=version)
 
     @app.tool(title="List graph versions", annotations=_READ, structured_output=False)
-    @_tool_errors
+    @tool_errors
     async def list_versions() -> dict[str, Any]:
         """Every committed graph version, oldest first, and which one is served."""
         return service.list_versions()
 
     @app.tool(title="Server status", annotations=_READ, structured_output=False)
-    @_tool_errors
+    @tool_errors
     async def get_status() -> dict[str, Any]:
         """The version served (and whether pinned), its counts and configuration, and the trace landing."""
         return service.status()
 
     @app.tool(title="Record a trace", annotations=_WRITE, structured_output=False)
-    @_tool_errors
+    @tool_errors
     async def record_trace(
-        task_id: Annotated[str, Field(description="Stable id of the task attempted.")],
+        task_id: Annotated[str, Field(description="Stable id of the task attempted.", min_length=1)],
         queries: Annotated[
             list[str | dict[str, Any]],
             Field(description="Queries issued: text, or {text, retrieved?, seeds?}."),
         ],
         used: Annotated[list[str], Field(description="Skills actually used, in first-use order.")],
-        reward: Annotated[float | None, Field(description="Outcome in [0, 1] (or give ctrf).")] = None,
+        reward: Annotated[
+            float | None, Field(description="Outcome in [0, 1] (or give ctrf).", ge=0, le=1)
+        ] = None,
         ctrf: Annotated[dict[str, Any] | None, Field(description="A CTRF test report to derive it.")] = None,
         agent: Annotated[str | None, Field(description="Model/harness that ran the attempt.")] = None,
-        attempt: Annotated[int | None, Field(description="Attempt number (default 1).")] = None,
+        attempt: Annotated[int | None, Field(description="Attempt number (default 1).", ge=1)] = None,
         trace_id: Annotated[str | None, Field(description="Default: a fresh id.")] = None,
     ) -> dict[str, Any]:
         """Report how an attempt went. Validated like ingestion and appended to the trace landing folder
@@ -185,116 +368,44 @@ def build_server(service: SegosService, name: str = "segos") -> MCPServer:
             task_id, queries, used, reward, ctrf, agent, trace_id=trace_id, attempt=attempt
         )
 
-    return app
-
-
-class _WireIn:
-    """The read side of the JSON-RPC wire, handed to `Server.run` directly: `receive` reads one line and
-    parses it on the event loop, in the task that asks for it.
-
-    The SDK's `stdio_server` runs a reader task that passes each parsed message on through a memory stream,
-    which adds a task switch per message; at sub-millisecond requests that hop is measurable. Parsing is the
-    SDK's own (`jsonrpc_message_adapter`, lines decoded with errors="replace"), and a line that fails it is
-    handed on as the exception, as the SDK's transport does (the dispatcher logs and drops it).
-    """
-
-    def __init__(self, reader: asyncio.StreamReader):
-        self._reader = reader
-
-    async def receive(self) -> SessionMessage | Exception:
-        try:
-            line = await self._reader.readline()
-        except ValueError as exc:  # a line over _MAX_LINE: dropped like a malformed one, the server goes on
-            return exc
-        if not line:
-            raise anyio.EndOfStream
-        text = line.decode("utf-8", errors="replace")
-        try:
-            message = jsonrpc_message_adapter.validate_json(text, by_name=False)
-        except Exception as exc:
-            return exc
-        return SessionMessage(message)
-
-    def __aiter__(self) -> _WireIn:
-        return self
-
-    async def __anext__(self) -> SessionMessage | Exception:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def aclose(self) -> None:
-        pass
-
-    async def __aenter__(self) -> _WireIn:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-
-class _WireOut:
-    """The write side: `send` serializes the message (as the SDK's transport does) and writes it as one line
-    from the sending task, with asyncio flow control; no writer task, memory stream or worker thread.
-
-    One `write` call per message, so concurrent senders never interleave lines. A lost pipe is reported as
-    a broken stream, which the dispatcher treats as a closed connection rather than a handler failure.
-    """
-
-    def __init__(self, writer: asyncio.StreamWriter):
-        self._writer = writer
-        self._closed = False
-
-    async def send(self, item: SessionMessage) -> None:
-        if self._closed:
-            raise anyio.ClosedResourceError
-        line = item.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
-        try:
-            self._writer.write(line.encode("utf-8"))
-            await self._writer.drain()
-        except ConnectionError as exc:
-            raise anyio.BrokenResourceError from exc
-
-    async def aclose(self) -> None:
-        self._closed = True
-
-    async def __aenter__(self) -> _WireOut:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-
-def _is_pipe(fd: int) -> bool:
-    mode = os.fstat(fd).st_mode
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
-
-
-async def _run_stdio(app: MCPServer) -> None:
-    """`app` over stdin/stdout through event-loop pipe transports (`_WireIn`, `_WireOut`).
-
-    Like the SDK's transport, it takes the wire off fds 0/1 first (0 → /dev/null, 1 → stderr), so nothing a
-    handler or library prints can corrupt the protocol. Falls back to the SDK's transport when stdin or
-    stdout is not a pipe (e.g. redirected from a file).
-    """
-    if not (_is_pipe(0) and _is_pipe(1)):
-        await app.run_stdio_async()
-        return
-    loop = asyncio.get_running_loop()
-    wire_in, wire_out = os.dup(0), os.dup(1)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    os.dup2(2, 1)
-    reader = asyncio.StreamReader(limit=_MAX_LINE)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(wire_in, "rb", 0))
-    transport, protocol = await loop.connect_write_pipe(
-        asyncio.streams.FlowControlMixin, os.fdopen(wire_out, "wb", 0)
+    @app.resource(
+        SKILL_URI,
+        name="skill",
+        title="Skill",
+        description="One skill's full card (identity, source, contract, body) as Markdown; {id} is the "
+        "skill's id (its package path) or its name.",
+        mime_type="text/markdown",
     )
-    writer = asyncio.StreamWriter(transport, protocol, None, loop)
-    low = app._lowlevel_server  # what MCPServer.run_stdio_async drives too
-    await low.run(_WireIn(reader), _WireOut(writer), low.create_initialization_options())
+    async def skill_resource(id: str) -> str:
+        await slot.wait()
+        try:
+            detail = service.skill_detail(id)
+        except Exception as exc:
+            if not _expected(exc):
+                raise
+            raise ResourceError(str(exc)) from None
+        from ..retrieval.ranker import render_skill  # loaded with the service
+
+        return render_skill(detail["skill"])
+
+    @app.completion()
+    async def complete(
+        ref: PromptReference | ResourceTemplateReference,
+        argument: CompletionArgument,
+        context: CompletionContext | None,
+    ) -> Completion | None:
+        """Skill ids for `skill://{id}` that start with what was typed so far."""
+        if not isinstance(ref, ResourceTemplateReference) or ref.uri != SKILL_URI or argument.name != "id":
+            return None
+        ids = (await slot.wait()).skill_table()["id"]
+        found = ids.filter(ids.str.starts_with(argument.value))
+        return Completion(
+            values=found.head(COMPLETIONS_MAX).to_list(),
+            total=found.len(),
+            has_more=found.len() > COMPLETIONS_MAX,
+        )
+
+    return app
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -317,11 +428,30 @@ def check_listen(host: str, port: int) -> None:
 
 
 def serve(
-    service: SegosService, *, http: bool = False, host: str = "127.0.0.1", port: int = 8765
+    service: SegosService | ServiceSlot | Callable[[], SegosService],
+    *,
+    http: bool = False,
+    host: str = "127.0.0.1",
+    port: int = 8765,
 ) -> None:  # pragma: no cover - exercised through subprocess tests
+    """Serve over stdio until the client closes it, or over streamable HTTP on loopback until stopped.
+
+    A slot or a factory is loaded on a thread once the server runs, so the handshake does not wait for it.
+    Both transports are the SDK's own (`run_stdio_async`, `run_streamable_http_async`)."""
     app = build_server(service)
     if http:
         check_listen(host, port)
-        app.run("streamable-http", host=host, port=port)
-    else:
-        anyio.run(_run_stdio, app)
+    anyio.run(_serve, app, http, host, port)
+
+
+async def _serve(app: SegosMCPServer, http: bool, host: str, port: int) -> None:
+    app.slot.start()
+    try:
+        if http:
+            await app.run_streamable_http_async(host=host, port=port)
+        else:
+            await app.run_stdio_async()
+    finally:
+        # A client that disconnects during the load still learns, through the exit status, of a store that
+        # cannot be served; a load that succeeds meanwhile costs the wait once, at exit.
+        await anyio.to_thread.run_sync(app.slot.settle)

@@ -16,13 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ...config import TRACE_FORMATS
 from ..traces import TraceRecord, parse_native
 from . import apibank, skillsbench_trials, toolbench
 from .common import Rejected, jsonl_records
 
 __all__ = ["FORMATS", "Rejected", "iter_records", "plans", "write_library"]
 
-FORMATS = ("native", "skillsbench-trials", "apibank", "toolbench")
+FORMATS = TRACE_FORMATS
 plans = apibank.plans
 
 
