@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from ..config import PRESETS, EvolutionConfig, build_preset
-from ..evolution.adapters import FORMATS, iter_records, write_library
+from ..evolution.adapters import FORMATS, write_library
 from ..paths import DEFAULT_LIBRARY
 from .common import (
     _emit_json,
@@ -264,6 +264,12 @@ def _parse_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
 @click.option(
     "--version", "version", default=None, help="Version whose skills names resolve against (default: latest)."
 )
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 10_000_000),
+    default=None,
+    help="Lines validated and stored per batch (memory follows it; default 50,000).",
+)
 @click.option("--json", "as_json", is_flag=True)
 @friendly_errors
 def ingest(
@@ -273,15 +279,19 @@ def ingest(
     fmt: str,
     queries: Path | None,
     version: str | None,
+    batch_size: int | None,
     as_json: bool,
 ) -> None:
-    """Validate TRACES (a file or folder) into the store's per-window trace tables."""
+    """Validate TRACES (a file or folder) into the store's per-window trace tables.
+
+    Every line is checked against the trace contract (`segos trace-schema`); a line that breaks it, and a
+    trace id already stored with different content, is quarantined with its reason, never an abort."""
     if not traces.exists():
         _fail(f"trace source not found: {traces}")
-    from ..evolution.ingest import TraceStore
+    from ..evolution.ingest import INGEST_BATCH, TraceStore
 
-    report = TraceStore(_store(store)).ingest(
-        iter_records(traces, fmt, queries=queries), window=window, version=version
+    report = TraceStore(_store(store)).ingest_path(
+        traces, fmt, queries=queries, window=window, version=version, batch_size=batch_size or INGEST_BATCH
     )
     if as_json:
         _emit_json(report.to_dict())
@@ -292,10 +302,20 @@ def ingest(
     )
     for w, c in sorted(report.windows.items()):
         click.echo(f"  window {w}: +{c['accepted']} (total {c['total']}), {c['quarantined']} quarantined")
+    if report.conflicts:
+        click.echo(f"  {report.conflicts} conflict(s): ids already ingested with different content")
     for reason, n in report.quarantine_reasons.items():
         click.echo(f"  quarantined x{n}: {reason}")
     if report.unknown_skills:
         click.echo(f"  unknown skills (dropped from the traces): {', '.join(report.unknown_skills)}")
+
+
+@main.command("trace-schema")
+def trace_schema() -> None:
+    """Print the JSON Schema of a native trace line (the contract `segos ingest` and `record_trace` apply)."""
+    from ..evolution.traces import trace_json_schema
+
+    click.echo(json.dumps(trace_json_schema(), indent=2, sort_keys=True))
 
 
 @main.command()
