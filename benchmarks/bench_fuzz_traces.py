@@ -55,7 +55,7 @@ def main() -> None:
         "format the adapters read, ingested; each input must be stored, quarantined with a reason, or a",
         "counted duplicate.",
         "",
-        "| seed | format | inputs | stored | quarantined | duplicates | conflicts | crashes | silently dropped |",
+        "| seed | format | inputs | stored | quarantined | duplicates | conflicts | crashes | dropped |",
         "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in runs:
