@@ -297,3 +297,13 @@ def test_validate_line_bounds_before_parsing():
     # brackets inside strings are not nesting
     ok = validate_line(json.dumps({"task_id": "t", "used": [], "reward": 1, "x": "[" * 100}))
     assert ok.task_id == "t"
+
+
+def test_both_paths_store_non_ascii_extras_alike(store: Path, tmp_path: Path):
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(good(1, note="café ✓", cost={"usd": 0.5})) + "\n", encoding="utf-8")
+    a = TraceStore(store)
+    a.ingest_path(path, window="fast")
+    a.ingest(iter_records(path, "native"), window="slow")
+    fast, slow = a.load("fast").row(0, named=True), a.load("slow").row(0, named=True)
+    assert fast["extra"] == slow["extra"] and json.loads(fast["extra"])["note"] == "café ✓"

@@ -381,7 +381,7 @@ def _reason(exc: ValidationError) -> str:
 def check_line(line: bytes) -> None:
     """The bounds checked before a line is parsed (length, nesting); TraceError with the reason."""
     if len(line) > MAX_LINE_BYTES:
-        raise TraceError(f"line is {len(line):,} bytes, over the {MAX_LINE_BYTES:,}-byte limit of a trace")
+        raise TraceError(f"line is longer than the {MAX_LINE_BYTES:,}-byte limit of a trace")
     depth = nesting_depth(line)
     if depth > MAX_DEPTH:
         raise TraceError(f"line nests {depth} levels deep, over the limit of {MAX_DEPTH}")
@@ -420,7 +420,7 @@ def finish_native(model: NativeTrace) -> tuple[str, str]:
     if not extra:
         return reward_source, ""
     try:
-        return reward_source, json.dumps(extra, sort_keys=True, ensure_ascii=False, allow_nan=False)
+        return reward_source, json.dumps(extra, sort_keys=True, allow_nan=False)  # as TraceRecord.row()
     except ValueError:
         raise TraceError("an extra key holds NaN or an infinite number, which JSON cannot carry") from None
 
