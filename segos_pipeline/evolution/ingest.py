@@ -39,14 +39,13 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from pydantic import TypeAdapter
 
 from ..store.snapshot import SnapshotError, SnapshotStore
 from ..text.names import SkillNames
 from .adapters.common import RAW_LIMIT, Rejected, files_under, read_lines, rejected
 from .traces import (
+    TRACE_ADAPTER,
     TRACE_SCHEMA,
-    NativeTrace,
     TraceError,
     TraceRecord,
     check_record,
@@ -84,7 +83,7 @@ _NATIVE_FIELDS = (
     "simulated",
 )
 _NATIVE_SCHEMA = {k: TRACE_SCHEMA[k] for k in _NATIVE_FIELDS}
-_BATCH = TypeAdapter(list[NativeTrace])
+_NATIVE_INCLUDE = set(_NATIVE_FIELDS)  # extras are carried apart: they may hold what polars cannot read
 
 
 @dataclass
@@ -129,7 +128,7 @@ class Batch:
 def native_batches(path: Path, batch_size: int = INGEST_BATCH) -> Iterator[Batch]:
     """Every native JSONL line under `path`, validated, in batches of at most `batch_size` lines."""
     for file in files_under(Path(path), "*.jsonl"):
-        models: list[NativeTrace] = []
+        rows: list[bytes] = []  # compact JSON of each valid trace: about 1 KB, where a model is several
         linenos: list[int] = []
         sources: list[str] = []
         extras: list[str] = []
@@ -143,25 +142,25 @@ def native_batches(path: Path, batch_size: int = INGEST_BATCH) -> Iterator[Batch
             except TraceError as exc:
                 bad.append(rejected(f"{file}:{lineno}", str(exc), line.decode("utf-8", "replace")))
             else:
-                models.append(model)
+                rows.append(TRACE_ADAPTER.dump_json(model, include=_NATIVE_INCLUDE))
                 linenos.append(lineno)
                 sources.append(reward_source)
                 extras.append(extra)
             if read >= batch_size:
-                yield Batch(_native_frame(file, models, linenos, sources, extras), bad, read)
-                models, linenos, sources, extras, bad, read = [], [], [], [], [], 0
+                yield Batch(_native_frame(file, rows, linenos, sources, extras), bad, read)
+                rows, linenos, sources, extras, bad, read = [], [], [], [], [], 0
         if read:
-            yield Batch(_native_frame(file, models, linenos, sources, extras), bad, read)
+            yield Batch(_native_frame(file, rows, linenos, sources, extras), bad, read)
 
 
 def _native_frame(
-    file: Path, models: list[NativeTrace], linenos: list[int], sources: list[str], extras: list[str]
+    file: Path, rows: list[bytes], linenos: list[int], sources: list[str], extras: list[str]
 ) -> pl.DataFrame:
-    """The batch's models as TRACE_SCHEMA columns: serialised once by pydantic-core, read by polars."""
-    if not models:
+    """The batch's validated traces (their contract fields as compact JSON, written by pydantic-core) as
+    TRACE_SCHEMA columns, parsed by polars in one call."""
+    if not rows:
         return pl.DataFrame(schema=TRACE_SCHEMA)
-    data = _BATCH.dump_json(models, include={"__all__": set(_NATIVE_FIELDS)})
-    frame = pl.read_json(data, schema=_NATIVE_SCHEMA)
+    frame = pl.read_json(b"[" + b",".join(rows) + b"]", schema=_NATIVE_SCHEMA)
     simulated = pl.col("simulated")
     return frame.with_columns(
         pl.col("queries").fill_null(pl.lit([], dtype=TRACE_SCHEMA["queries"])),
@@ -494,7 +493,9 @@ class _Run:
         if not rows:
             return
         if window not in self.quarantined:
-            self.quarantined[window] = {(q["source"], q["raw"]) for q in self.traces.quarantine(window)}
+            self.quarantined[window] = {
+                (q["source"], q["reason"], q["raw"]) for q in self.traces.quarantine(window)
+            }
         seen = self.quarantined[window]
         folder = self.traces.window_dir(window)
         folder.mkdir(parents=True, exist_ok=True)
@@ -504,9 +505,9 @@ class _Run:
             for r in rows:
                 key = r.reason.split(":")[0][:80]
                 self.report.quarantine_reasons[key] = self.report.quarantine_reasons.get(key, 0) + 1
-                if (r.source, r.raw) in seen:
+                if (r.source, r.reason, r.raw) in seen:  # the same rejection again: already quarantined
                     continue
-                seen.add((r.source, r.raw))
+                seen.add((r.source, r.reason, r.raw))
                 fh.write(json.dumps({"source": r.source, "reason": r.reason, "raw": r.raw, "at": now}) + "\n")
                 added += 1
         self.report.rejected += len(rows)

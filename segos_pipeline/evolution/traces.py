@@ -111,8 +111,17 @@ class TraceError(ValueError):
 # ------------------------------------------------------------------------------------------ the model
 
 
+_CANONICAL_TS = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
+
+
 def _utc_timestamp(value: str) -> str:
     """ISO-8601 → `YYYY-MM-DDTHH:MM:SS[.ffffff]Z` in UTC; naive times are taken as UTC."""
+    if _CANONICAL_TS.fullmatch(value) and "1970" <= value[:4] < "2100":
+        try:  # already normalised (what segos writes): only the calendar check is left
+            datetime.fromisoformat(value[:19])
+            return value
+        except ValueError:
+            raise ValueError("not an ISO-8601 date-time") from None
     try:
         ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
@@ -346,8 +355,9 @@ def _short(value: Any, limit: int = 60) -> str:
 
 def nesting_depth(line: bytes) -> int:
     """Deepest [ / { nesting of a JSON text, brackets inside strings ignored (vectorised over bytes)."""
-    if line.count(b"[") + line.count(b"{") <= MAX_DEPTH:
-        return line.count(b"[") + line.count(b"{")  # an upper bound that is already within the limit
+    opened = line.count(b"[") + line.count(b"{")
+    if opened <= MAX_DEPTH:
+        return opened  # an upper bound that is already within the limit
     bare = np.frombuffer(_STRING_RE.sub(b"", line), dtype=np.uint8)
     if bare.size == 0:
         return 0
