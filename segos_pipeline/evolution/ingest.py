@@ -160,7 +160,10 @@ def _native_frame(
     TRACE_SCHEMA columns, parsed by polars in one call."""
     if not rows:
         return pl.DataFrame(schema=TRACE_SCHEMA)
-    frame = pl.read_json(b"[" + b",".join(rows) + b"]", schema=_NATIVE_SCHEMA)
+    try:
+        frame = pl.read_json(b"[" + b",".join(rows) + b"]", schema=_NATIVE_SCHEMA)
+    except pl.exceptions.PolarsError:  # never seen; if polars' reader refuses a batch, build it row by row
+        frame = pl.DataFrame([json.loads(r) for r in rows], schema=_NATIVE_SCHEMA)
     simulated = pl.col("simulated")
     return frame.with_columns(
         pl.col("queries").fill_null(pl.lit([], dtype=TRACE_SCHEMA["queries"])),
