@@ -25,6 +25,18 @@ FIELDS = ("name", "domain", "tooling", "capability", "description", "examples", 
 # service so that the MCP tools' input schemas and the CLI can name them without loading the service.
 MAX_TOP = 100
 
+# The trace contract's bounds (evolution/traces.py validates them; `record_trace` advertises them in its MCP
+# input schema): in one place, so ingest and the MCP server cannot disagree.
+MAX_LINE_BYTES = 1 << 20  # one trace line, UTF-8 bytes (checked before parsing)
+MAX_DEPTH = 32  # JSON nesting of one line (checked before parsing)
+MAX_ID_CHARS = 256  # trace_id, task_id
+MAX_NAME_CHARS = 256  # agent, each skill name
+MAX_TEXT_CHARS = 32_768  # one query text (SkillsBench instructions reach about 5,100)
+MAX_QUERIES = 64
+MAX_SKILLS = 512  # used, and each query's retrieved and seeds
+MAX_ATTEMPT = 1_000_000
+
+
 # Trace formats the adapters read (`segos ingest --format`); here so that the CLI offers them without
 # importing the adapters (and polars) at start.
 TRACE_FORMATS = ("native", "skillsbench-trials", "apibank", "toolbench")

@@ -282,3 +282,75 @@ def test_rejected_raw_is_truncated(tmp_path: Path) -> None:
     (tmp_path / "t.jsonl").write_text("x" * 5000 + "\n")
     [bad] = list(iter_records(tmp_path / "t.jsonl", "native"))
     assert isinstance(bad, Rejected) and len(bad.raw) == 2000
+
+
+# --------------------------------------------------------------- mutated inputs: rejected, never raised
+
+
+def _answer(tree: object, functions: object = None, win: object = True) -> dict:
+    return {
+        "win": win,
+        "tree": {"tree": tree, "size": 3},
+        "answer_generation": {"query": "q", "function": functions},
+    }
+
+
+@pytest.mark.parametrize(
+    "run, reason",
+    [
+        (_answer({"node_type": "Action", "expand_num": 1e308 * 10, "children": []}), "OverflowError"),
+        (_answer({"node_type": "Action", "expand_num": "abc", "children": []}), "ValueError"),
+        (_answer({"node_type": "Action", "children": 5}), "TypeError"),
+        (_answer({"children": []}, functions=[{"name": ["x"]}]), "TypeError"),
+        (_answer({"children": [{"depth": [1]}]}), "TypeError"),
+    ],
+)
+def test_toolbench_mutated_answer_is_rejected_with_a_reason(tmp_path: Path, run: dict, reason: str) -> None:
+    folder = tmp_path / "answer" / "G1_answer"
+    folder.mkdir(parents=True)
+    (folder / "1_ChatGPT_DFS_woFilter_w2.json").write_text(json.dumps(run).replace("Infinity", "1e999"))
+    good = _answer({"node_type": "Action", "description": "x_for_t", "children": []})
+    (folder / "2_ChatGPT_DFS_woFilter_w2.json").write_text(json.dumps(good))
+    records, rejected = _split(list(iter_records(tmp_path, "toolbench")))
+    assert [r.trace_id for r in records] == ["G1-2-final"]
+    assert rejected and all(r.source.endswith("1_ChatGPT_DFS_woFilter_w2.json") for r in rejected)
+    assert reason in " ".join(r.reason for r in rejected)
+
+
+def test_toolbench_mutated_instruction_file_is_reported_not_raised(tmp_path: Path) -> None:
+    (tmp_path / "instruction").mkdir()
+    (tmp_path / "instruction" / "G1_query.json").write_text(json.dumps([{"api_list": 5, "query_id": 1}]))
+    (tmp_path / "answer" / "G1_answer").mkdir(parents=True)
+    good = _answer({"node_type": "Action", "description": "x_for_t", "children": []})
+    (tmp_path / "answer" / "G1_answer" / "1_m.json").write_text(json.dumps(good))
+    records, rejected = _split(list(iter_records(tmp_path, "toolbench")))
+    assert len(records) == 1 and len(rejected) == 1 and "instruction file skipped" in rejected[0].reason
+
+
+def test_apibank_and_skillsbench_mutated_records_are_rejected(tmp_path: Path) -> None:
+    tasks = [
+        {"requirement": "r", "apis": [{"api_name": "A", "output": []}]},
+        {"requirement": "r", "apis": [{"api_name": ["A"]}]},
+        {"requirement": "r", "apis": [{"api_name": "A" * 1000}]},  # a skill name over the contract's cap
+        {"requirement": "r", "apis": [{"api_name": "B"}]},
+    ]
+    (tmp_path / "level-3.json").write_text(json.dumps(tasks))
+    records, rejected = _split(list(iter_records(tmp_path / "level-3.json", "apibank")))
+    # the adapter itself yields records; the contract check at ingestion rejects the oversized name
+    assert {r.source.rsplit("#", 1)[1] for r in records} == {"0", "2", "3"} and len(rejected) == 1
+    trials = [
+        {"task": "t", "trial_id": "a", "model": "m", "reward": 2**70},
+        {
+            "task": "t",
+            "trial_id": "b",
+            "model": "m",
+            "reward": 1.0,
+            "started_at": "0001-01-01T00:00:00+05:00",
+        },
+        {"task": 5, "trial_id": "c", "model": "m", "reward": 1.0},
+        {"task": "t", "trial_id": "d", "model": "m", "reward": 1.0, "skills_loaded": [{"x": 1}]},
+    ]
+    path = tmp_path / "trials.jsonl"
+    path.write_text("\n".join(json.dumps(t) for t in trials) + "\n" + "[" * 5000 + "]" * 5000 + "\n")
+    records, rejected = _split(list(iter_records(path, "skillsbench-trials")))
+    assert not records and len(rejected) == 5 and all(r.reason for r in rejected)

@@ -46,7 +46,7 @@ def test_native_record_defaults_and_extras():
         ({"reward": None}, "missing `reward`"),
         ({"used": "a"}, "list of skill names"),
         ({"attempt": 0}, "positive integer"),
-        ({"queries": [{"text": ""}]}, "non-empty `text`"),
+        ({"queries": [{"text": ""}]}, r"queries\[0\]\.text"),
         ({"timestamp": "yesterday"}, "ISO-8601"),
     ],
 )

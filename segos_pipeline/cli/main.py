@@ -274,6 +274,12 @@ def _parse_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
 @click.option(
     "--version", "version", default=None, help="Version whose skills names resolve against (default: latest)."
 )
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 10_000_000),
+    default=None,
+    help="Lines validated and stored per batch (memory follows it; default 50,000).",
+)
 @click.option("--json", "as_json", is_flag=True)
 @wait_option
 @friendly_errors
@@ -284,18 +290,26 @@ def ingest(
     fmt: str,
     queries: Path | None,
     version: str | None,
+    batch_size: int | None,
     as_json: bool,
     wait: float,
 ) -> None:
-    """Validate TRACES (a file or folder) into the store's per-window trace tables."""
+    """Validate TRACES (a file or folder) into the store's per-window trace tables.
+
+    Every line is checked against the trace contract (`segos trace-schema`); a line that breaks it, and a
+    trace id already stored with different content, is quarantined with its reason, never an abort."""
     if not traces.exists():
         _fail(f"trace source not found: {traces}")
-    from ..evolution.adapters import iter_records
-    from ..evolution.ingest import TraceStore
+    from ..evolution.ingest import INGEST_BATCH, TraceStore
 
     with _writing(store, wait) as st:  # an evolution round reading the window waits for the whole ingest
-        report = TraceStore(st).ingest(
-            iter_records(traces, fmt, queries=queries), window=window, version=version
+        report = TraceStore(st).ingest_path(
+            traces,
+            fmt,
+            queries=queries,
+            window=window,
+            version=version,
+            batch_size=batch_size or INGEST_BATCH,
         )
     if as_json:
         _emit_json(report.to_dict())
@@ -306,10 +320,20 @@ def ingest(
     )
     for w, c in sorted(report.windows.items()):
         click.echo(f"  window {w}: +{c['accepted']} (total {c['total']}), {c['quarantined']} quarantined")
+    if report.conflicts:
+        click.echo(f"  {report.conflicts} conflict(s): ids already ingested with different content")
     for reason, n in report.quarantine_reasons.items():
         click.echo(f"  quarantined x{n}: {reason}")
     if report.unknown_skills:
         click.echo(f"  unknown skills (dropped from the traces): {', '.join(report.unknown_skills)}")
+
+
+@main.command("trace-schema")
+def trace_schema() -> None:
+    """Print the JSON Schema of a native trace line (the contract `segos ingest` and `record_trace` apply)."""
+    from ..evolution.traces import trace_json_schema
+
+    click.echo(json.dumps(trace_json_schema(), indent=2, sort_keys=True))
 
 
 @main.command()

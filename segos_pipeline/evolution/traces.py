@@ -8,6 +8,22 @@ Native format, one JSON object a line (extra keys are kept in `extra`):
      "used": ["csv-loader", "chart-plotter"],
      "reward": 1.0}
 
+The contract is one pydantic model, `NativeTrace`; its JSON Schema ships as `trace.schema.json` beside this
+module (`segos trace-schema` prints it). Every way a trace enters segos goes through it: `segos ingest`
+validates each line with `validate_line` (pydantic-core's Rust JSON parser and validator, strict types),
+`record_trace` (MCP) serialises its arguments to the line it would append and validates that same line, and
+records made by the adapters of other formats are checked with `check_record`. A record that fails gets a
+one-sentence reason (the quarantine row), never an exception that stops the rest.
+
+Choices the contract makes (docs/data-contracts.md lists every bound):
+- ids (`trace_id`, `task_id`) are JSON strings; an integer id is rejected with a reason, so `0` and `"0"`
+  can never name two traces or collide as one;
+- integers and list sizes have ranges (`attempt` 1..MAX_ATTEMPT); strings are stripped, non-empty, at most
+  MAX_ID_CHARS / MAX_NAME_CHARS / MAX_TEXT_CHARS characters; a line is at most MAX_LINE_BYTES of UTF-8 and
+  nests at most MAX_DEPTH levels, both checked before it is parsed; invalid UTF-8 and lone surrogates are
+  rejected (the parser refuses them, and a Python string with one cannot be encoded to the line);
+- timestamps are ISO-8601, between TIMESTAMP_MIN and TIMESTAMP_MAX, and normalised to UTC (`...Z`).
+
 Skills are named by id or name and resolved against a version; unknown names are reported on the record
 (and dropped from its skill lists), never a reason to lose the trace. Instead of `reward` a trace may carry
 `ctrf` (a CTRF report): reward = passed / tests, where failed, skipped, pending and other all stay in the
@@ -18,13 +34,42 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from importlib import resources
+from typing import Annotated, Any
 
+import numpy as np
 import polars as pl
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
+from ..config import (  # the contract's bounds live in config: the MCP schema advertises the same ones
+    MAX_ATTEMPT,
+    MAX_DEPTH,
+    MAX_ID_CHARS,
+    MAX_LINE_BYTES,
+    MAX_NAME_CHARS,
+    MAX_QUERIES,
+    MAX_SKILLS,
+    MAX_TEXT_CHARS,
+)
 from ..text.names import SkillNames
+
+# ------------------------------------------------------------------------------------ contract bounds
+TIMESTAMP_MIN = datetime(1970, 1, 1, tzinfo=UTC)
+TIMESTAMP_MAX = datetime(2100, 1, 1, tzinfo=UTC)  # exclusive
+SCHEMA_FILE = "trace.schema.json"
 
 NATIVE_KEYS = {
     "trace_id",
@@ -63,6 +108,124 @@ TRACE_SCHEMA: dict[str, pl.DataType] = {
 
 class TraceError(ValueError):
     """A record that cannot be accepted; the message says why (it goes to the quarantine file)."""
+
+
+# ------------------------------------------------------------------------------------------ the model
+
+
+_CANONICAL_TS = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
+
+
+def _utc_timestamp(value: str) -> str:
+    """ISO-8601 → `YYYY-MM-DDTHH:MM:SS[.ffffff]Z` in UTC; naive times are taken as UTC."""
+    if _CANONICAL_TS.fullmatch(value) and "1970" <= value[:4] < "2100":
+        try:  # already normalised (what segos writes): only the calendar check is left
+            datetime.fromisoformat(value[:19])
+            return value
+        except ValueError:
+            raise ValueError("not an ISO-8601 date-time") from None
+    try:
+        ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError("not an ISO-8601 date-time") from None
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=UTC)
+    try:
+        utc = ts.astimezone(UTC)
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+05:00 falls before year 1 in UTC
+        raise ValueError("out of range") from None
+    if not TIMESTAMP_MIN <= utc < TIMESTAMP_MAX:
+        raise ValueError(f"out of range [{TIMESTAMP_MIN:%Y-%m-%d}, {TIMESTAMP_MAX:%Y-%m-%d})")
+    return utc.isoformat().replace("+00:00", "Z")
+
+
+def _bounded_str(max_chars: int, description: str) -> Any:
+    return Annotated[
+        str,
+        StringConstraints(strip_whitespace=True, min_length=1, max_length=max_chars),
+        Field(description=description),
+    ]
+
+
+TraceId = _bounded_str(MAX_ID_CHARS, 'A JSON string id (integers are rejected: 0 and "0" never collide).')
+AgentName = _bounded_str(MAX_NAME_CHARS, "The model/harness that ran the attempt.")
+SkillRef = _bounded_str(MAX_NAME_CHARS, "A skill id or name (resolved against a version at ingestion).")
+QueryText = _bounded_str(MAX_TEXT_CHARS, "The query text.")
+SkillList = Annotated[list[SkillRef], Field(max_length=MAX_SKILLS)]
+Timestamp = Annotated[
+    str,
+    StringConstraints(max_length=64),
+    AfterValidator(_utc_timestamp),
+    Field(
+        description=f"ISO-8601 date-time in [{TIMESTAMP_MIN:%Y-%m-%d}, {TIMESTAMP_MAX:%Y-%m-%d}); "
+        "normalised to UTC, naive times are UTC",
+        json_schema_extra={"format": "date-time"},
+    ),
+]
+
+
+class Query(BaseModel):
+    """One query of the attempt; unknown keys of a query object are ignored."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+    text: QueryText
+    retrieved: SkillList | None = Field(default=None, description="What retrieval returned, best first.")
+    seeds: SkillList | None = Field(default=None, description="The lexical seeds of the ranking.")
+
+
+def _text_query(value: Any) -> Any:
+    """A query given as bare text becomes `{"text": ...}`, so every stored query has one shape."""
+    return {"text": value} if isinstance(value, str) else value
+
+
+QueryItem = Annotated[Query, BeforeValidator(_text_query, json_schema_input_type=QueryText | Query)]
+
+
+class NativeTrace(BaseModel):
+    """One attempt of an agent at a task (SPEC §7), one JSON object a line. Keys beyond these are kept in
+    `extra`. Either `reward` or `ctrf` is required."""
+
+    model_config = ConfigDict(strict=True, extra="allow", title="segos trace", allow_inf_nan=False)
+    trace_id: TraceId | None = Field(default=None, description="Default: derived from the content.")
+    task_id: TraceId
+    agent: AgentName = DEFAULT_AGENT
+    attempt: Annotated[int, Field(ge=1, le=MAX_ATTEMPT)] = 1
+    timestamp: Timestamp | None = None
+    queries: Annotated[list[QueryItem], Field(max_length=MAX_QUERIES)] | None = Field(
+        default=None, description="Queries issued: text, or {text, retrieved?, seeds?}."
+    )
+    used: SkillList = Field(description="Skills actually used, in first-use order (repeats dropped).")
+    reward: Annotated[float, Field(ge=0.0, le=1.0)] | None = Field(
+        default=None, description="Outcome in [0, 1]; success is reward >= 0.9."
+    )
+    ctrf: dict[str, Any] | None = Field(
+        default=None, description="A CTRF report; reward = passed / tests when `reward` is absent."
+    )
+    simulated: bool = Field(default=False, description="True for traces written by the simulator.")
+
+    @model_validator(mode="after")
+    def _reward_given(self) -> NativeTrace:
+        if self.reward is None:
+            if self.ctrf is None:
+                raise ValueError("missing `reward` (or a `ctrf` report to derive it from)")
+            ctrf_reward(self.ctrf)  # raises with the reason when no reward can be derived
+        return self
+
+
+TRACE_ADAPTER: TypeAdapter[NativeTrace] = TypeAdapter(NativeTrace)
+
+
+def trace_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a native trace line, generated from the model."""
+    return NativeTrace.model_json_schema()
+
+
+def shipped_json_schema() -> dict[str, Any]:
+    """The schema file shipped in the package (a test keeps it equal to `trace_json_schema()`)."""
+    return json.loads(resources.files(__package__).joinpath(SCHEMA_FILE).read_text(encoding="utf-8"))
+
+
+# ------------------------------------------------------------------------------------------ records
 
 
 @dataclass
@@ -128,7 +291,14 @@ def ctrf_reward(report: Any) -> float:
     if not isinstance(summary, dict):
         raise TraceError("`ctrf` has no results.summary")
     passed, tests = summary.get("passed"), summary.get("tests")
-    if not isinstance(passed, int) or not isinstance(tests, int) or passed < 0 or tests < 0:
+    if (
+        not isinstance(passed, int)
+        or not isinstance(tests, int)
+        or isinstance(passed, bool)
+        or isinstance(tests, bool)
+        or passed < 0
+        or tests < 0
+    ):
         raise TraceError("`ctrf` summary needs integer `passed` and `tests`")
     if tests == 0:
         raise TraceError("`ctrf` summary has no tests, so no reward can be derived")
@@ -138,40 +308,15 @@ def ctrf_reward(report: Any) -> float:
 
 
 def parse_timestamp(value: Any) -> str:
-    if not isinstance(value, str):
+    """A timestamp of any source normalised as the contract does (TraceError with the reason)."""
+    if not isinstance(value, str) or len(value) > 64:
         raise TraceError("`timestamp` must be an ISO-8601 string")
     try:
-        ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return _utc_timestamp(value)
     except ValueError as exc:
-        raise TraceError(f"`timestamp` is not ISO-8601: {value!r}") from exc
-    if ts.tzinfo is None:
-        ts = ts.replace(tzinfo=UTC)
-    return ts.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def _str_list(value: Any, key: str) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
-        raise TraceError(f"`{key}` must be a list of skill names")
-    return [v.strip() for v in value]
-
-
-def _queries(value: Any) -> list[QueryRecord]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise TraceError("`queries` must be a list")
-    out = []
-    for i, q in enumerate(value):
-        if isinstance(q, str):
-            q = {"text": q}
-        if not isinstance(q, dict) or not isinstance(q.get("text"), str) or not q["text"].strip():
-            raise TraceError(f"queries[{i}] needs a non-empty `text`")
-        retrieved = (
-            _str_list(q["retrieved"], f"queries[{i}].retrieved") if q.get("retrieved") is not None else None
-        )
-        seeds = _str_list(q["seeds"], f"queries[{i}].seeds") if q.get("seeds") is not None else None
-        out.append(QueryRecord(q["text"], retrieved, seeds))
-    return out
+        raise TraceError(
+            f"`timestamp` {_short(value)} is not an ISO-8601 date-time in range ({exc})"
+        ) from None
 
 
 def derived_trace_id(obj: dict[str, Any]) -> str:
@@ -180,52 +325,197 @@ def derived_trace_id(obj: dict[str, Any]) -> str:
     return "h-" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-def parse_native(obj: Any, source: str = "") -> TraceRecord:
-    """Validate one native-format object into a record (skill names not yet resolved)."""
-    if not isinstance(obj, dict):
-        raise TraceError("a trace must be a JSON object")
-    task_id = obj.get("task_id")
-    if not isinstance(task_id, str | int) or not str(task_id).strip():
-        raise TraceError("missing `task_id`")
-    trace_id = obj.get("trace_id")
-    if trace_id is None:
-        trace_id = derived_trace_id(obj)
-    elif not isinstance(trace_id, str | int) or not str(trace_id).strip():
-        raise TraceError("`trace_id` must be a non-empty string")
-    attempt = obj.get("attempt", 1)
-    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
-        raise TraceError("`attempt` must be a positive integer")
-    agent = obj.get("agent", DEFAULT_AGENT)
-    if not isinstance(agent, str) or not agent.strip():
-        raise TraceError("`agent` must be a non-empty string")
-    if "used" not in obj:
-        raise TraceError("missing `used` (the skills the agent used, in first-use order)")
-    used = _str_list(obj["used"], "used")
-    reward, reward_source = obj.get("reward"), "reward"
-    if reward is None:
-        if "ctrf" not in obj:
-            raise TraceError("missing `reward` (or a `ctrf` report to derive it from)")
-        reward, reward_source = ctrf_reward(obj["ctrf"]), "ctrf"
-    if isinstance(reward, bool) or not isinstance(reward, int | float) or not 0.0 <= float(reward) <= 1.0:
-        raise TraceError(f"`reward` must be a number in [0, 1], got {reward!r}")
-    timestamp = parse_timestamp(obj["timestamp"]) if obj.get("timestamp") is not None else None
-    return TraceRecord(
-        trace_id=str(trace_id).strip(),
-        task_id=str(task_id).strip(),
-        used=list(dict.fromkeys(used)),  # first-use order: later repeats add nothing
-        reward=float(reward),
-        queries=_queries(obj.get("queries")),
-        agent=agent.strip(),
-        attempt=attempt,
-        timestamp=timestamp,
-        reward_source=reward_source,
-        source=source,
+# --------------------------------------------------------------------------------------- validation
+
+_HINTS = {
+    "trace_id": f"`trace_id` must be a non-empty JSON string of at most {MAX_ID_CHARS} characters "
+    '(integer ids are rejected: write "0", not 0)',
+    "task_id": f"`task_id` must be a non-empty JSON string of at most {MAX_ID_CHARS} characters "
+    "(integer ids are rejected)",
+    "agent": f"`agent` must be a non-empty string of at most {MAX_NAME_CHARS} characters",
+    "attempt": f"`attempt` must be a positive integer of at most {MAX_ATTEMPT:,}",
+    "timestamp": f"`timestamp` must be an ISO-8601 date-time in [{TIMESTAMP_MIN:%Y-%m-%d}, "
+    f"{TIMESTAMP_MAX:%Y-%m-%d})",
+    "queries": f"`queries` must be a list of at most {MAX_QUERIES} queries, each a non-empty text or "
+    f"{{text, retrieved?, seeds?}} (text at most {MAX_TEXT_CHARS:,} characters)",
+    "used": f"`used` must be a list of skill names (at most {MAX_SKILLS}, each a non-empty string of at most "
+    f"{MAX_NAME_CHARS} characters)",
+    "reward": "`reward` must be a number in [0, 1]",
+    "ctrf": "`ctrf` must be a CTRF report object",
+    "simulated": "`simulated` must be true or false",
+}
+_STRING_RE = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_OPEN, _CLOSE = np.zeros(256, np.int8), np.zeros(256, np.int8)
+_OPEN[[ord("["), ord("{")]] = 1
+_CLOSE[[ord("]"), ord("}")]] = 1
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 15]}...{text[-10:]} ({len(text):,} chars)"
+
+
+def nesting_depth(line: bytes) -> int:
+    """Deepest [ / { nesting of a JSON text, brackets inside strings ignored (vectorised over bytes)."""
+    opened = line.count(b"[") + line.count(b"{")
+    if opened <= MAX_DEPTH:
+        return opened  # an upper bound that is already within the limit
+    bare = np.frombuffer(_STRING_RE.sub(b"", line), dtype=np.uint8)
+    if bare.size == 0:
+        return 0
+    level = np.cumsum(_OPEN[bare].astype(np.int32) - _CLOSE[bare])
+    return int(level.max(initial=0))
+
+
+def _reason(exc: ValidationError) -> str:
+    """One sentence per failing field (at most three), never echoing more than a short input excerpt."""
+    parts: list[str] = []
+    for err in exc.errors(include_url=False)[:3]:
+        loc = err.get("loc", ())
+        msg = str(err.get("msg", "")).removeprefix("Value error, ")
+        if err.get("type") == "json_invalid":
+            return f"line is not valid JSON ({msg.removeprefix('Invalid JSON: ')}); fix or drop it"
+        if err.get("type") == "model_type" and not loc:
+            return "a trace must be a JSON object"
+        key = str(loc[0]) if loc else ""
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+        hint = _HINTS.get(key)
+        got = f", got {_short(err['input'])}" if "input" in err and key else ""
+        if err.get("type") == "missing":
+            parts.append(f"missing `{where}`" + (f": {hint}" if hint else ""))
+        elif hint:
+            parts.append(f"{hint}{got} ({where}: {msg})")
+        else:
+            parts.append(msg)
+    return "; ".join(parts) or "the trace does not satisfy the contract"
+
+
+def check_line(line: bytes) -> None:
+    """The bounds checked before a line is parsed (length, nesting); TraceError with the reason."""
+    if len(line) > MAX_LINE_BYTES:
+        raise TraceError(f"line is longer than the {MAX_LINE_BYTES:,}-byte limit of a trace")
+    depth = nesting_depth(line)
+    if depth > MAX_DEPTH:
+        raise TraceError(f"line nests {depth} levels deep, over the limit of {MAX_DEPTH}")
+
+
+def validate_line(line: bytes | str) -> NativeTrace:
+    """One native JSON line → the validated model (TraceError with the reason)."""
+    data = line.encode("utf-8") if isinstance(line, str) else line
+    check_line(data)
+    try:
+        return TRACE_ADAPTER.validate_json(data)
+    except ValidationError as exc:
+        raise TraceError(_reason(exc)) from None
+
+
+def native_line(obj: Any) -> bytes:
+    """The JSON line of an object (what `record_trace` appends); TraceError when it cannot be one."""
+    try:
+        text = json.dumps(obj, ensure_ascii=False, sort_keys=True, allow_nan=False, default=str)
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise TraceError("a string holds a lone surrogate, which is not valid UTF-8") from None
+    except (ValueError, RecursionError) as exc:  # NaN/Infinity, or nesting too deep to serialise
+        raise TraceError(f"the trace cannot be written as a JSON line ({exc})") from None
+
+
+def finish_native(model: NativeTrace) -> tuple[str, str]:
+    """Complete a validated model in place (a derived id when it has none, the reward from `ctrf`) and
+    return (reward_source, extra as JSON); TraceError when its extra keys are not plain JSON."""
+    reward_source = "reward"
+    if model.reward is None:
+        model.reward, reward_source = ctrf_reward(model.ctrf), "ctrf"
+    if model.trace_id is None:
+        model.trace_id = derived_trace_id(model.model_dump(mode="json", exclude={"trace_id"}))
+    extra = model.__pydantic_extra__
+    if not extra:
+        return reward_source, ""
+    try:
+        return reward_source, json.dumps(extra, sort_keys=True, allow_nan=False)  # as TraceRecord.row()
+    except ValueError:
+        raise TraceError("an extra key holds NaN or an infinite number, which JSON cannot carry") from None
+
+
+def native_row(model: NativeTrace, source: str = "") -> dict[str, Any]:
+    """A validated model as a row of TRACE_SCHEMA (skill names not yet resolved, no window)."""
+    reward_source, extra = finish_native(model)
+    return {
+        "trace_id": model.trace_id,
+        "task_id": model.task_id,
+        "agent": model.agent,
+        "attempt": model.attempt,
+        "timestamp": model.timestamp,
+        "window": None,
+        "queries": [
+            {"text": q.text, "retrieved": q.retrieved, "seeds": q.seeds} for q in model.queries or ()
+        ],
+        "used": list(dict.fromkeys(model.used)),  # first-use order: later repeats add nothing
+        "used_ordered": True,
+        "reward": float(model.reward or 0.0),
+        "reward_source": reward_source,
+        "unknown_skills": [],
+        "source": source,
         # The simulator marks what it writes; the flag survives ingestion so simulated traces are never
         # mistaken for real ones.
-        simulated=obj.get("simulated") is True,
-        source_format="simulated" if obj.get("simulated") is True else "native",
-        extra={k: v for k, v in obj.items() if k not in NATIVE_KEYS},
+        "source_format": "simulated" if model.simulated else "native",
+        "simulated": model.simulated,
+        "extra": extra,
+    }
+
+
+def record_of_row(row: dict[str, Any]) -> TraceRecord:
+    return TraceRecord(
+        trace_id=row["trace_id"],
+        task_id=row["task_id"],
+        used=row["used"],
+        reward=row["reward"],
+        queries=[QueryRecord(q["text"], q["retrieved"], q["seeds"]) for q in row["queries"]],
+        agent=row["agent"],
+        attempt=row["attempt"],
+        timestamp=row["timestamp"],
+        window=row["window"],
+        used_ordered=row["used_ordered"],
+        reward_source=row["reward_source"],
+        unknown_skills=row["unknown_skills"],
+        source=row["source"],
+        source_format=row["source_format"],
+        simulated=row["simulated"],
+        extra=json.loads(row["extra"]) if row["extra"] else {},
     )
+
+
+def parse_native(obj: Any, source: str = "") -> TraceRecord:
+    """Validate one native-format object into a record (skill names not yet resolved).
+
+    The object is written as the JSON line it stands for and that line validated, so a Python caller
+    (`record_trace`) and a file line meet exactly the same contract."""
+    line = native_line(obj)
+    return record_of_row(native_row(validate_line(line), source))
+
+
+def check_record(record: TraceRecord) -> TraceRecord:
+    """Check a record made by an adapter against the contract (ids, ranges, sizes, timestamp) and return
+    it with the normalised values; TraceError with the reason when it breaks the contract."""
+    native = {
+        "trace_id": record.trace_id,
+        "task_id": record.task_id,
+        "agent": record.agent,
+        "attempt": record.attempt,
+        "timestamp": record.timestamp,
+        "queries": [{"text": q.text, "retrieved": q.retrieved, "seeds": q.seeds} for q in record.queries],
+        "used": record.used,
+        "reward": record.reward,
+    }
+    model = validate_line(native_line(native))
+    extra = native_line(record.extra) if record.extra else b""
+    if len(extra) > MAX_LINE_BYTES:
+        raise TraceError(f"`extra` is {len(extra):,} bytes of JSON, over the {MAX_LINE_BYTES:,}-byte limit")
+    row = native_row(model, record.source)
+    record.trace_id, record.task_id, record.agent = row["trace_id"], row["task_id"], row["agent"]
+    record.timestamp, record.used, record.reward = row["timestamp"], row["used"], row["reward"]
+    record.queries = [QueryRecord(q["text"], q["retrieved"], q["seeds"]) for q in row["queries"]]
+    return record
 
 
 def resolve_skills(record: TraceRecord, names: SkillNames) -> TraceRecord:

@@ -22,7 +22,6 @@ errors.
 from __future__ import annotations
 
 import difflib
-import json
 import logging
 import os
 import threading
@@ -37,7 +36,14 @@ from typing import Any
 import numpy as np
 
 from ..config import AVOID, DEPENDENCY, MAX_TOP, RELATIONS, SEMANTIC, WORKFLOW, RetrievalConfig
-from ..evolution.traces import TraceError, parse_native, resolve_skills
+from ..evolution.traces import (
+    TraceError,
+    native_line,
+    native_row,
+    record_of_row,
+    resolve_skills,
+    validate_line,
+)
 from ..paths import default_landing
 from ..retrieval.incidence import Edge, Incidence
 from ..retrieval.ordering import ExecutionOrder, Precedence, execution_order, lineage_precedence
@@ -46,6 +52,7 @@ from ..store.snapshot import Snapshot, SnapshotError, SnapshotStore
 from ..text.names import SkillNames
 
 log = logging.getLogger(__name__)  # version switches; `segos mcp` shows them on stderr
+MAX_REPLY_UNKNOWN = 20  # unknown skill names listed in a record_trace reply (the count is always given)
 _STABLE_AFTER_NS = 2_000_000_000  # a versions/ mtime older than this cannot hide a same-tick commit
 
 # Why a skill is in a bundle, strongest first (the first that applies is the headline `why`).
@@ -585,11 +592,16 @@ class SegosService:
         timestamp: str | None = None,
         extra: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Validate one trace like ingestion does and append it to `<landing>/<YYYY-MM-DD>.jsonl`.
+        """Validate one trace exactly as ingestion does and append it to `<landing>/<YYYY-MM-DD>.jsonl`.
+
+        The arguments become the JSON line that will be appended, and that line is checked with the same
+        function `segos ingest` applies to each line (`traces.validate_line`: the contract's size caps,
+        ranges and types), so whatever is recorded is ingested without quarantine. One call appends at most
+        `traces.MAX_LINE_BYTES`. The reply is bounded: ids are capped by the contract and at most
+        `MAX_REPLY_UNKNOWN` unknown skill names are listed (with their count).
 
         The next `segos ingest <landing>` reads it into its window (the date of its timestamp, UTC; now
-        when none is given). Unknown skill names do not reject a trace (ingestion keeps it and reports them);
-        they are listed in the result.
+        when none is given). Unknown skill names do not reject a trace (ingestion keeps it and reports them).
         """
         if reward is not None and ctrf is not None:
             raise TraceRejected(
@@ -613,22 +625,21 @@ class SegosService:
             obj["reward"] = reward
         if ctrf is not None:
             obj["ctrf"] = ctrf
+        lo = self._request()
+        obj.setdefault("served_version", lo.version)
         try:
-            record = parse_native(obj, source="mcp")
+            line = native_line(obj)
+            record = record_of_row(native_row(validate_line(line), source="mcp"))
         except TraceError as exc:
             raise TraceRejected(f"trace rejected: {exc}") from None
-        lo = self._request()
-        check = parse_native(obj, source="mcp")  # a second copy: resolving names rewrites the record
-        resolve_skills(check, lo.names)
-        obj.setdefault("served_version", lo.version)
         window = (record.timestamp or "")[:10]
+        check = resolve_skills(record_of_row(record.row()), lo.names)  # a copy: resolving rewrites it
         self.landing.mkdir(parents=True, exist_ok=True)
         path = self.landing / f"{window}.jsonl"
-        line = (json.dumps(obj, ensure_ascii=False, sort_keys=True, default=str) + "\n").encode()
         # One write() on an O_APPEND descriptor: concurrent recorders never interleave inside a line.
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            os.write(fd, line)
+            os.write(fd, line + b"\n")
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -640,7 +651,9 @@ class SegosService:
             "reward_source": record.reward_source,
             "window": window,
             "file": str(path),
-            "unknown_skills": check.unknown_skills,
+            "unknown_skills": check.unknown_skills[:MAX_REPLY_UNKNOWN],
+            "unknown_skills_count": len(check.unknown_skills),
+            "bytes": len(line) + 1,
             "version": lo.version,
             "next": f"segos ingest {self.landing} --store {self.store.root} ; "
             f"segos evolve --window {window} --store {self.store.root}",

@@ -54,7 +54,15 @@ from mcp.types import (
 from pydantic import Field, ValidationError
 
 from .._version import __version__
-from ..config import MAX_TOP, RetrievalConfig
+from ..config import (
+    MAX_ATTEMPT,
+    MAX_ID_CHARS,
+    MAX_QUERIES,
+    MAX_SKILLS,
+    MAX_TEXT_CHARS,
+    MAX_TOP,
+    RetrievalConfig,
+)
 
 if TYPE_CHECKING:
     from .api import SegosService
@@ -348,22 +356,41 @@ def build_server(
     @app.tool(title="Record a trace", annotations=_WRITE, structured_output=False)
     @tool_errors
     async def record_trace(
-        task_id: Annotated[str, Field(description="Stable id of the task attempted.", min_length=1)],
+        task_id: Annotated[
+            str,
+            Field(
+                description=f"Stable id of the task attempted (<= {MAX_ID_CHARS} chars).",
+                min_length=1,
+                max_length=MAX_ID_CHARS,
+            ),
+        ],
         queries: Annotated[
             list[str | dict[str, Any]],
-            Field(description="Queries issued: text, or {text, retrieved?, seeds?}."),
+            Field(
+                description=f"Queries issued (<= {MAX_QUERIES}): text, or {{text, retrieved?, seeds?}}; "
+                f"text <= {MAX_TEXT_CHARS:,} chars."
+            ),
         ],
-        used: Annotated[list[str], Field(description="Skills actually used, in first-use order.")],
+        used: Annotated[
+            list[str],
+            Field(description=f"Skills actually used, in first-use order (<= {MAX_SKILLS} names)."),
+        ],
         reward: Annotated[
             float | None, Field(description="Outcome in [0, 1] (or give ctrf).", ge=0, le=1)
         ] = None,
         ctrf: Annotated[dict[str, Any] | None, Field(description="A CTRF test report to derive it.")] = None,
         agent: Annotated[str | None, Field(description="Model/harness that ran the attempt.")] = None,
-        attempt: Annotated[int | None, Field(description="Attempt number (default 1).", ge=1)] = None,
+        attempt: Annotated[
+            int | None,
+            Field(description=f"Attempt number, 1-{MAX_ATTEMPT:,} (default 1).", ge=1, le=MAX_ATTEMPT),
+        ] = None,
         trace_id: Annotated[str | None, Field(description="Default: a fresh id.")] = None,
     ) -> dict[str, Any]:
-        """Report how an attempt went. Validated like ingestion and appended to the trace landing folder
-        that the next evolution window reads."""
+        """Report how an attempt went. Validated exactly as `segos ingest` validates a line (the trace
+        contract, `segos trace-schema`), so what is recorded is ingested; appended to the trace landing
+        folder that the next evolution window reads. Caps: ids and names <= 256 characters, the whole
+        trace <= 1 MiB as a JSON line. The reply is a short acknowledgement (id, window, reward, unknown
+        skill names: at most 20, with their count)."""
         return service.record_trace(
             task_id, queries, used, reward, ctrf, agent, trace_id=trace_id, attempt=attempt
         )

@@ -4,7 +4,7 @@ Each format yields `TraceRecord`s that carry skill NAMES (ingestion resolves the
 and a `Rejected` for every input that cannot become one, with a reason a user can act on. Formats that
 define their own skill library (API-Bank, ToolBench) can also write it as SKILL.md packages.
 
-- `native`: the project's own JSONL (SPEC §7), validated by `traces.parse_native`.
+- `native`: the project's own JSONL (SPEC §7), each line validated by `traces.validate_line`.
 - `skillsbench-trials`: SkillsBench harness trials; query text from the eval file given as `queries=`.
 - `apibank`: API-Bank level-3 tasks (ordered, all successful plans); `plans()` gives the true orders.
 - `toolbench`: ToolBench DFS answer trees: the final try and one failed trace per abandoned branch.
@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from ...config import TRACE_FORMATS
-from ..traces import TraceRecord, parse_native
+from ..traces import TraceRecord
 from . import apibank, skillsbench_trials, toolbench
-from .common import Rejected, jsonl_records
+from .common import Rejected, native_records
 
 __all__ = ["FORMATS", "Rejected", "iter_records", "plans", "write_library"]
 
@@ -37,7 +37,7 @@ def iter_records(path: Path, fmt: str, *, queries: Path | None = None) -> Iterat
     if not path.exists():
         raise FileNotFoundError(f"trace source not found: {path}")
     if fmt == "native":
-        return jsonl_records(path, parse_native)
+        return native_records(path)
     if fmt == "skillsbench-trials":
         return skillsbench_trials.iter_records(path, Path(queries) if queries is not None else None)
     if fmt == "apibank":

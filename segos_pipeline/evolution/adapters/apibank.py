@@ -9,7 +9,6 @@ Every task in the published file succeeded, so every trace has reward 1.0.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,7 +17,20 @@ from pathlib import Path
 from typing import Any
 
 from ..traces import QueryRecord, TraceError, TraceRecord
-from .common import Rejected, files_under, io_fields, io_section, rejected, type_name, write_skill_md
+from .common import (
+    DATA_ERRORS,
+    Rejected,
+    data_error_reason,
+    files_under,
+    io_fields,
+    io_section,
+    load_json_file,
+    rejected,
+    type_name,
+    write_skill_md,
+)
+
+MAX_FILE_BYTES = 256 << 20  # one API-Bank task list
 
 FORMAT = "apibank"
 META_TOOLS = frozenset({"ToolSearcher"})
@@ -53,9 +65,9 @@ def _level(file: Path) -> str:
 def _tasks(path: Path) -> Iterator[_Task | Rejected]:
     for file in files_under(path, "*.json"):
         try:
-            data = json.loads(file.read_text(encoding="utf-8", errors="replace"))
-        except json.JSONDecodeError as exc:
-            yield rejected(str(file), f"file is not valid JSON ({exc.msg}); expected a list of tasks", "")
+            data = load_json_file(file, MAX_FILE_BYTES)
+        except TraceError as exc:
+            yield rejected(str(file), f"{exc}; expected a JSON list of API-Bank tasks", "")
             continue
         if not isinstance(data, list):
             yield rejected(str(file), "expected a JSON list of API-Bank tasks", str(data)[:200])
@@ -65,8 +77,8 @@ def _tasks(path: Path) -> Iterator[_Task | Rejected]:
             source = f"{file}#{index}"
             try:
                 yield _task(obj, source, f"apibank-l{level}-{index:03d}", f"apibank-level{level}")
-            except TraceError as exc:
-                yield rejected(source, str(exc), obj)
+            except DATA_ERRORS as exc:
+                yield rejected(source, data_error_reason(exc), obj)
 
 
 def _task(obj: Any, source: str, trace_id: str, agent: str) -> _Task:
@@ -150,34 +162,41 @@ def iter_records(path: Path) -> Iterator[TraceRecord | Rejected]:
         if isinstance(task, Rejected):
             yield task
             continue
-        exceptions = [
-            {"api": c["api_name"], "exception": _result(c)["exception"]}
-            for c in task.calls
-            if _result(c).get("exception")
-        ]
-        extra: dict[str, Any] = {
-            "response": task.obj.get("response"),
-            "calls": [c["api_name"] for c in task.calls],  # with repeats, for anyone needing them
-            "tool_searches": task.searches,
-            "note_used": "ToolSearcher (the meta tool that looks APIs up) is not a skill and is left out",
-        }
-        if exceptions:
-            extra["exceptions"] = exceptions
-        yield TraceRecord(
-            trace_id=task.trace_id,
-            task_id=task.trace_id,
-            used=_order(task),
-            reward=1.0,
-            queries=[QueryRecord(task.requirement)],
-            agent=task.agent,
-            attempt=1,
-            timestamp=None,  # the source has no time; a window must be given on ingestion
-            used_ordered=True,
-            reward_source=REWARD_SOURCE,
-            source=task.source,
-            source_format=FORMAT,
-            extra=extra,
-        )
+        try:
+            yield _record(task)
+        except DATA_ERRORS as exc:
+            yield rejected(task.source, data_error_reason(exc), task.obj)
+
+
+def _record(task: _Task) -> TraceRecord:
+    exceptions = [
+        {"api": c["api_name"], "exception": _result(c)["exception"]}
+        for c in task.calls
+        if _result(c).get("exception")
+    ]
+    extra: dict[str, Any] = {
+        "response": task.obj.get("response"),
+        "calls": [c["api_name"] for c in task.calls],  # with repeats, for anyone needing them
+        "tool_searches": task.searches,
+        "note_used": "ToolSearcher (the meta tool that looks APIs up) is not a skill and is left out",
+    }
+    if exceptions:
+        extra["exceptions"] = exceptions
+    return TraceRecord(
+        trace_id=task.trace_id,
+        task_id=task.trace_id,
+        used=_order(task),
+        reward=1.0,
+        queries=[QueryRecord(task.requirement)],
+        agent=task.agent,
+        attempt=1,
+        timestamp=None,  # the source has no time; a window must be given on ingestion
+        used_ordered=True,
+        reward_source=REWARD_SOURCE,
+        source=task.source,
+        source_format=FORMAT,
+        extra=extra,
+    )
 
 
 def plans(path: Path) -> list[dict[str, Any]]:

@@ -11,9 +11,38 @@ from typing import Any
 
 import yaml
 
-from ..traces import TraceError, TraceRecord
+from ..traces import (
+    MAX_LINE_BYTES,
+    TraceError,
+    TraceRecord,
+    check_line,
+    native_row,
+    record_of_row,
+    validate_line,
+)
 
 RAW_LIMIT = 2000
+# What a malformed record can make adapter code raise (a wrong type, a huge or non-finite number, deep
+# nesting); each becomes a rejection of that record with the reason, never an abort of the rest.
+DATA_ERRORS = (
+    TraceError,
+    TypeError,
+    ValueError,
+    OverflowError,
+    AttributeError,
+    KeyError,
+    IndexError,
+    RecursionError,
+)
+
+
+def data_error_reason(exc: BaseException) -> str:
+    """The quarantine reason for an exception raised while reading one record."""
+    if isinstance(exc, TraceError):
+        return str(exc)
+    if isinstance(exc, RecursionError):
+        return "the record nests too deeply to read"
+    return f"the record has a value of the wrong shape ({type(exc).__name__}: {str(exc)[:200]})"
 
 
 @dataclass
@@ -24,7 +53,13 @@ class Rejected:
 
 
 def rejected(source: str, reason: str, raw: Any) -> Rejected:
-    text = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False, default=str)
+    if isinstance(raw, str):
+        text = raw
+    else:
+        try:
+            text = json.dumps(raw, ensure_ascii=False, default=str)
+        except (ValueError, TypeError, RecursionError):
+            text = f"<a {type(raw).__name__} that cannot be shown as JSON>"
     return Rejected(source=source, reason=reason, raw=text[:RAW_LIMIT])
 
 
@@ -37,25 +72,49 @@ def files_under(path: Path, pattern: str) -> list[Path]:
     raise FileNotFoundError(f"trace source not found: {path}")
 
 
-def json_lines(path: Path) -> Iterator[tuple[str, str, Any | Rejected]]:
-    """(source, raw line, parsed object or Rejected) for every non-blank line of a JSONL file."""
-    with path.open(encoding="utf-8", errors="replace") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
+def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) for every non-blank line of a file. A line longer than MAX_LINE_BYTES is cut
+    there (its rest is skipped unread into memory), so the length check rejects it without holding it."""
+    with path.open("rb") as fh:
+        lineno = 0
+        while True:
+            line = fh.readline(MAX_LINE_BYTES + 1)
+            if not line:
+                return
+            lineno += 1
+            if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+                while (rest := fh.readline(1 << 20)) and not rest.endswith(b"\n"):
+                    pass
+            elif not line.strip():
                 continue  # blank lines (e.g. a trailing newline) carry no record
-            source = f"{path}:{lineno}"
-            try:
-                yield source, line, json.loads(line)
-            except json.JSONDecodeError as exc:
-                yield (
-                    source,
-                    line,
-                    rejected(source, f"line is not valid JSON ({exc.msg}); fix or drop it", line),
-                )
+            yield lineno, line
+
+
+def json_lines(path: Path) -> Iterator[tuple[str, str, Any | Rejected]]:
+    """(source, raw line, parsed object or Rejected) for every non-blank line of a JSONL file; a line over
+    the length or nesting bound, not UTF-8 or not JSON is a Rejected with the reason."""
+    for lineno, data in read_lines(path):
+        source = f"{path}:{lineno}"
+        line = data.decode("utf-8", errors="replace")
+        try:
+            check_line(data)
+            text = data.decode("utf-8")
+        except TraceError as exc:
+            yield source, line, rejected(source, str(exc), line)
+            continue
+        except UnicodeDecodeError:
+            yield source, line, rejected(source, "line is not valid UTF-8; fix or drop it", line)
+            continue
+        try:
+            yield source, line, json.loads(text)
+        except json.JSONDecodeError as exc:
+            yield source, line, rejected(source, f"line is not valid JSON ({exc.msg}); fix or drop it", line)
+        except RecursionError:
+            yield source, line, rejected(source, "line nests too deeply to parse", line)
 
 
 def jsonl_records(path: Path, parse: Callable[[Any, str], TraceRecord]) -> Iterator[TraceRecord | Rejected]:
-    """Every JSONL line under `path` through `parse(obj, source)`; bad JSON and `TraceError`s become
+    """Every JSONL line under `path` through `parse(obj, source)`; bad JSON and any data error become
     Rejected with the reason, so one bad line never stops the rest."""
     for file in files_under(path, "*.jsonl"):
         for source, line, obj in json_lines(file):
@@ -64,8 +123,36 @@ def jsonl_records(path: Path, parse: Callable[[Any, str], TraceRecord]) -> Itera
                 continue
             try:
                 yield parse(obj, source)
+            except DATA_ERRORS as exc:
+                yield rejected(source, data_error_reason(exc), line)
+
+
+def native_records(path: Path) -> Iterator[TraceRecord | Rejected]:
+    """Every native JSONL line under `path` as a record, validated from its bytes by the same function as
+    the streaming ingest (`traces.validate_line`), so both paths accept and reject exactly the same lines."""
+    for file in files_under(path, "*.jsonl"):
+        for lineno, data in read_lines(file):
+            source = f"{file}:{lineno}"
+            try:
+                yield record_of_row(native_row(validate_line(data), source))
             except TraceError as exc:
-                yield rejected(source, str(exc), line)
+                yield rejected(source, str(exc), data.decode("utf-8", errors="replace"))
+
+
+def load_json_file(path: Path, max_bytes: int) -> Any:
+    """A whole JSON file (API-Bank task lists, ToolBench answer trees); TraceError with the reason when it
+    is too large, not UTF-8, not JSON or nested too deeply."""
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise TraceError(f"file is {size:,} bytes, over the {max_bytes:,}-byte limit")
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise TraceError("file is not valid UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"file is not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise TraceError("file nests too deeply to parse") from None
 
 
 _NON_SLUG = re.compile(r"[^a-z0-9]+")

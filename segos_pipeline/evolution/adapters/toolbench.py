@@ -31,10 +31,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..traces import QueryRecord, TraceRecord
-from .common import Rejected, io_fields, io_section, rejected, slugify, type_name, write_skill_md
+from ..traces import QueryRecord, TraceError, TraceRecord
+from .common import (
+    DATA_ERRORS,
+    Rejected,
+    data_error_reason,
+    io_fields,
+    io_section,
+    load_json_file,
+    rejected,
+    slugify,
+    type_name,
+    write_skill_md,
+)
 
 FORMAT = "toolbench"
+MAX_FILE_BYTES = 64 << 20  # one instruction or answer file
 CONTROL_FUNCTIONS = frozenset({"Finish"})
 _TOOL_IN_DESC = re.compile(r'subfunction for tool "([^"]+)"')
 _FUNC_DESC = re.compile(r'The description of this function is: "(.*)"\s*$', re.DOTALL)
@@ -82,9 +94,10 @@ def _params(required: Any, optional: Any) -> list[dict[str, str]]:
 
 
 def _load_json(path: Path) -> Any:
+    """The file's JSON, or None when it cannot be read (the callers say what that costs)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except json.JSONDecodeError:
+        return load_json_file(path, MAX_FILE_BYTES)
+    except TraceError:
         return None
 
 
@@ -102,49 +115,73 @@ def _answer_files(root: Path) -> list[Path]:
 
 def _catalogue(root: Path) -> tuple[dict[tuple[str, str], _ApiDef], dict[str, str]]:
     """(tool, api) → API definition, and function name → (tool, api) key as a skill name."""
+    apis, by_function, _ = _catalogue_checked(root)
+    return apis, by_function
+
+
+def _catalogue_checked(
+    root: Path,
+) -> tuple[dict[tuple[str, str], _ApiDef], dict[str, str], list[Rejected]]:
+    """`_catalogue`, and a Rejected for each instruction or answer file whose API list cannot be read
+    (its APIs are then missing from the catalogue, so the traces that call them say so)."""
     apis: dict[tuple[str, str], _ApiDef] = {}
+    problems: list[Rejected] = []
 
     def entry(tool: str, api: str) -> _ApiDef:
         return apis.setdefault((tool, api), _ApiDef(tool, api, tool, api))
 
     for file in _instruction_files(root):
-        data = _load_json(file)
-        for query in data if isinstance(data, list) else []:
-            for item in query.get("api_list", []) if isinstance(query, dict) else []:
-                if not isinstance(item, dict) or not item.get("tool_name") or not item.get("api_name"):
-                    continue
-                d = entry(standardize(str(item["tool_name"])), standardize(str(item["api_name"])))
-                d.tool_name, d.api_name = str(item["tool_name"]), str(item["api_name"])
-                d.category = d.category or str(item.get("category_name") or "")
-                d.description = d.description or " ".join(str(item.get("api_description") or "").split())
-                d.inputs = d.inputs or _params(
-                    item.get("required_parameters"), item.get("optional_parameters")
-                )
-                template = item.get("template_response")
-                if not d.outputs and isinstance(template, dict):
-                    # the only output schema ToolBench publishes: a sample response's top-level keys
-                    d.outputs = [{"name": str(k), "type": type_name(v)} for k, v in template.items()]
-                d.seen_in.add("instruction")
+        try:
+            _read_instruction_apis(file, entry)
+        except DATA_ERRORS as exc:
+            problems.append(rejected(str(file), f"instruction file skipped: {data_error_reason(exc)}", ""))
     # ToolBench keeps only the last 64 characters of a function name, so a long one seen in an answer
     # file is matched to the full name from the instruction files before being taken as a new API.
     truncated = {d.function[-64:]: key for key, d in apis.items() if len(d.function) > 64}
     for file in _answer_files(root):
-        data = _load_json(file)
-        generation = data.get("answer_generation") if isinstance(data, dict) else None
-        functions = generation.get("function") if isinstance(generation, dict) else None
-        for fn in functions if isinstance(functions, list) else []:
-            parsed = _function_def(fn)
-            if parsed is None:
-                continue
-            d = apis[truncated[fn["name"]]] if fn["name"] in truncated else entry(parsed.tool, parsed.api)
-            d.description = d.description or parsed.description
-            d.inputs = d.inputs or parsed.inputs
-            d.seen_in.add("answer")
+        try:
+            _read_offered_apis(file, apis, truncated, entry)
+        except DATA_ERRORS as exc:
+            problems.append(rejected(str(file), f"offered functions skipped: {data_error_reason(exc)}", ""))
     by_function: dict[str, str] = {}
     for d in apis.values():
         by_function[d.function] = d.skill
         by_function.setdefault(d.function[-64:], d.skill)  # ToolBench keeps the last 64 characters
-    return apis, by_function
+    return apis, by_function, problems
+
+
+def _read_instruction_apis(file: Path, entry: Any) -> None:
+    data = _load_json(file)
+    for query in data if isinstance(data, list) else []:
+        for item in query.get("api_list", []) if isinstance(query, dict) else []:
+            if not isinstance(item, dict) or not item.get("tool_name") or not item.get("api_name"):
+                continue
+            d = entry(standardize(str(item["tool_name"])), standardize(str(item["api_name"])))
+            d.tool_name, d.api_name = str(item["tool_name"]), str(item["api_name"])
+            d.category = d.category or str(item.get("category_name") or "")
+            d.description = d.description or " ".join(str(item.get("api_description") or "").split())
+            d.inputs = d.inputs or _params(item.get("required_parameters"), item.get("optional_parameters"))
+            template = item.get("template_response")
+            if not d.outputs and isinstance(template, dict):
+                # the only output schema ToolBench publishes: a sample response's top-level keys
+                d.outputs = [{"name": str(k), "type": type_name(v)} for k, v in template.items()]
+            d.seen_in.add("instruction")
+
+
+def _read_offered_apis(
+    file: Path, apis: dict[tuple[str, str], _ApiDef], truncated: dict[str, tuple[str, str]], entry: Any
+) -> None:
+    data = _load_json(file)
+    generation = data.get("answer_generation") if isinstance(data, dict) else None
+    functions = generation.get("function") if isinstance(generation, dict) else None
+    for fn in functions if isinstance(functions, list) else []:
+        parsed = _function_def(fn)
+        if parsed is None:
+            continue
+        d = apis[truncated[fn["name"]]] if fn["name"] in truncated else entry(parsed.tool, parsed.api)
+        d.description = d.description or parsed.description
+        d.inputs = d.inputs or parsed.inputs
+        d.seen_in.add("answer")
 
 
 def _function_def(fn: Any) -> _ApiDef | None:
@@ -324,10 +361,21 @@ def _agent(method: str) -> str:
 def iter_records(root: Path) -> Iterator[TraceRecord | Rejected]:
     if not root.exists():
         raise FileNotFoundError(f"trace source not found: {root}")
-    _, by_function = _catalogue(root)
-    queries = _instruction_queries(root)
+    _, by_function, problems = _catalogue_checked(root)
+    yield from problems
+    try:
+        queries = _instruction_queries(root)
+    except DATA_ERRORS as exc:
+        yield rejected(str(root), f"instruction queries skipped: {data_error_reason(exc)}", "")
+        queries = {}
     for file in _answer_files(root):
-        yield from _file_records(file, by_function, queries)
+        try:
+            # whole or not at all: a file that fails half way yields no partial set of its traces
+            records = list(_file_records(file, by_function, queries))
+        except DATA_ERRORS as exc:
+            yield rejected(str(file), data_error_reason(exc), "")
+            continue
+        yield from records
 
 
 def _file_records(
