@@ -12,7 +12,10 @@
   the skill was used.
 Revisions are tried against the round's graph with a patched lexical row (cheap); the chosen set is then
 verified against an index rebuilt with all revisions applied, and any revision that fails there is
-dropped (until the set is stable). Every attempt is recorded: before, after, evidence, ranks, outcome.
+dropped (until the set is stable). Only revised skills are re-tokenised (`patch_tokens`), so the cost
+follows the candidates, not the library. Every attempt is recorded: before, after, evidence, ranks,
+outcome; an editor failure (`editor.EditorError`: deadline, size cap, malformed reply, ...) is the
+outcome of its revision and never ends the round. The editors themselves live in `editor.py`.
 """
 
 from __future__ import annotations
