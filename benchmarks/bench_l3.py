@@ -143,10 +143,12 @@ def compare(
 
 
 def prepared(
-    store: SnapshotStore, traces: pl.DataFrame
+    store: SnapshotStore, traces: pl.DataFrame, top_n: int | None = None
 ) -> tuple[RoundState, EvolutionConfig, RetrievalConfig]:
     parent, config = store.load(), EvolutionConfig()
     retrieval = retrieval_for(parent.manifest)
+    if top_n is not None:  # a smaller bundle: more used skills fall outside it, so more L3 candidates
+        retrieval = retrieval.with_overrides(top_n=top_n)
     state = prepare_round(parent, traces, config, retrieval)
     return l2_stage(l1_stage(state, config), config), config, retrieval
 
@@ -159,8 +161,10 @@ def case_demo(tmp: Path, legacy: types.ModuleType, repeat: int) -> dict[str, Any
     return {"skills": state.nodes.height, **compare(state, config, retrieval, legacy, repeat)}
 
 
-def case_skillsbench(shared: Path, tmp: Path, legacy: types.ModuleType, repeat: int) -> dict[str, Any]:
-    store = SnapshotStore(tmp / "skillsbench")
+def case_skillsbench(
+    shared: Path, tmp: Path, legacy: types.ModuleType, repeat: int, top_n: int | None = None
+) -> dict[str, Any]:
+    store = SnapshotStore(tmp / f"skillsbench-{top_n}")
     build_cold_start(shared / "skills", store)
     records = iter_records(
         shared / "traces" / "skillsbench-trials" / "dev.jsonl",
@@ -168,17 +172,20 @@ def case_skillsbench(shared: Path, tmp: Path, legacy: types.ModuleType, repeat: 
         queries=shared / "eval" / "skillsbench-dev.jsonl",
     )
     TraceStore(store).ingest(records, window="dev")
-    state, config, retrieval = prepared(store, TraceStore(store).load("dev"))
+    state, config, retrieval = prepared(store, TraceStore(store).load("dev"), top_n)
     return {"skills": state.nodes.height, **compare(state, config, retrieval, legacy, repeat)}
 
 
-def case_apibank(shared: Path, tmp: Path, legacy: types.ModuleType, repeat: int) -> dict[str, Any]:
+def case_apibank(
+    shared: Path, tmp: Path, legacy: types.ModuleType, repeat: int, top_n: int | None = None
+) -> dict[str, Any]:
     source = shared / "traces" / "apibank" / "level-3.json"
-    write_library(source, "apibank", tmp / "apibank-library")
-    store = SnapshotStore(tmp / "apibank")
-    build_cold_start(tmp / "apibank-library", store)
+    library = tmp / f"apibank-library-{top_n}"
+    write_library(source, "apibank", library)
+    store = SnapshotStore(tmp / f"apibank-{top_n}")
+    build_cold_start(library, store)
     TraceStore(store).ingest(iter_records(source, "apibank"), window="l3")
-    state, config, retrieval = prepared(store, TraceStore(store).load("l3"))
+    state, config, retrieval = prepared(store, TraceStore(store).load("l3"), top_n)
     return {"skills": state.nodes.height, **compare(state, config, retrieval, legacy, repeat)}
 
 
@@ -262,6 +269,14 @@ def main() -> int:
                 )
                 print("real API-Bank level-3 ...", file=sys.stderr)
                 cases["API-Bank level-3 (real)"] = case_apibank(args.shared, Path(tmp), legacy, args.repeat)
+                # top_n = 1: the same real traces with more candidates, so revisions are committed
+                print("real traces, top_n = 1 ...", file=sys.stderr)
+                cases["SkillsBench dev trials (real), top_n = 1"] = case_skillsbench(
+                    args.shared, Path(tmp), legacy, args.repeat, 1
+                )
+                cases["API-Bank level-3 (real), top_n = 1"] = case_apibank(
+                    args.shared, Path(tmp), legacy, args.repeat, 1
+                )
     if not args.skip_synthetic:
         print(f"synthetic {args.library.name}, {args.traces} SIMULATED traces ...", file=sys.stderr)
         cases[f"{args.library.name}, SIMULATED traces"] = case_synthetic(

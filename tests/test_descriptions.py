@@ -257,3 +257,24 @@ def test_l3_stage_equals_a_from_scratch_round_on_the_demo_data(tmp_path):
     assert ours.nodes.equals(reference.nodes)
     assert ours.tokens.equals(token_table(reference.nodes))
     assert ours.counters["l3"] == reference.counters
+
+
+def test_rank_positions_equal_rank_of(demo_store, demo_queries):
+    """The counted positions L3 uses are `rank_of`'s, for every skill, with and without a patch."""
+    import json
+
+    from segos_pipeline import Retriever
+    from segos_pipeline.evolution.descriptions import RankPositions
+    from segos_pipeline.text.lexicon import token_table
+
+    retriever = Retriever(SnapshotStore(demo_store).load())
+    positions = RankPositions(retriever, keep=2)
+    texts = [json.loads(line)["query"] for line in demo_queries.read_text().splitlines()[:6]]
+    nodes = retriever.snapshot.nodes
+    revised = nodes.slice(3, 1).with_columns(description=pl.lit("csv parquet schema ledger charts"))
+    patch = retriever.revision_patch(3, revised, token_table(revised).drop("node"))
+    for text in texts + texts[:2]:  # the repeats come from the kept rankings
+        for node in range(nodes.height):
+            assert positions.of(text, node) == retriever.rank_of(text, node)
+        assert positions.of(text, 3, patch) == retriever.rank_of(text, 3, patch)
+    assert any(retriever.rank_of(t, n) is None for t in texts for n in range(nodes.height))

@@ -247,7 +247,7 @@ def test_a_dripping_server_is_cut_at_the_deadline(store, server, headers_too):
     t = time.perf_counter()
     with pytest.raises(EditorError, match="deadline"):
         _editor(endpoint, deadline_s=deadline).propose("x", CRIT, "")
-    assert time.perf_counter() - t < deadline + 0.5  # a per-read timeout would run for 60 × 0.25 s
+    assert time.perf_counter() - t < deadline + 1.0  # a per-read timeout would run for 60 × 0.25 s
     t = time.perf_counter()
     r = _round(store, endpoint, editor_timeout_s=deadline)
     elapsed = time.perf_counter() - t

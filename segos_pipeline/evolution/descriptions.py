@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +31,7 @@ import numpy as np
 import polars as pl
 
 from ..config import EvolutionConfig
-from ..retrieval.ranker import Retriever
+from ..retrieval.ranker import Retriever, RowPatch
 from ..text.lexicon import token_table
 from ..text.tokens import keep_word, stem
 from .editor import Critique, Editor, EditorError, GroundedEditor, OpenAICompatibleEditor, make_editor
@@ -164,15 +164,13 @@ def description_update(
         pl.col("success") & ~pl.col("retrieved").list.head(top_n).list.contains(pl.col("skill"))
     )
     witnessed = missed.group_by("skill", "text").agg(traces=pl.col("trace_id").unique().sort())
-    ranks: dict[tuple[str, str], int | None] = {}
+    positions = RankPositions(retriever)
     # Only the skills of the window's traces need a row number: a dict over the whole library would be
     # the one part of L3 that grows with it.
     index = _row_numbers(nodes, usage["skill"].unique())
 
     def rank(text: str, skill: str) -> int | None:
-        if (text, skill) not in ranks:
-            ranks[(text, skill)] = retriever.rank_of(text, index[skill])
-        return ranks[(text, skill)]
+        return positions.of(text, index[skill])
 
     cands = [
         row
@@ -267,14 +265,14 @@ def description_update(
             continue
         revised = nodes.slice(i, 1).with_columns(description=pl.lit(after))
         patch = retriever.revision_patch(i, revised, token_table(revised).drop("node"))
-        r_after = retriever.rank_of(text, i, patch)
+        r_after = positions.of(text, i, patch)
         base = {**base, "after": after, "rank_after": r_after}
         if not _improves(r_before, r_after):
             counters["failed_gate_rank"] += 1
             records.append({**base, "outcome": "gate 1: witnessing query rank did not improve"})
             continue
         other_texts = [t for t in others.get(skill, []) if t != text]
-        worst = max((_delta(rank(t, skill), retriever.rank_of(t, i, patch)) for t in other_texts), default=0)
+        worst = max((_delta(rank(t, skill), positions.of(t, i, patch)) for t in other_texts), default=0)
         base = {**base, "other_queries": len(other_texts), "worst_other_change": worst}
         if worst > 0:
             counters["failed_gate_other_queries"] += 1
@@ -293,14 +291,13 @@ def description_update(
         new_tokens = patch_tokens(tokens, new_nodes, revised_rows)
         if rebuild is None:
             break
-        exact = rebuild(new_nodes, new_tokens)
+        exact = RankPositions(rebuild(new_nodes, new_tokens))
         failed = []
         for skill, a in accepted.items():
             i = index[skill]
-            r_after = exact.rank_of(a["query"], i)
-            worst = max(
-                (_delta(a["rank_before_others"][t], exact.rank_of(t, i)) for t in a["other_texts"]), default=0
-            )
+            r_after = exact.of(a["query"], i)
+            before = a["rank_before_others"]
+            worst = max((_delta(before[t], exact.of(t, i)) for t in a["other_texts"]), default=0)
             a["rank_after"], a["worst_other_change"] = r_after, worst
             if not _improves(a["rank_before"], r_after) or worst > 0:
                 failed.append(skill)
@@ -318,6 +315,44 @@ def description_update(
         pl.DataFrame(records, schema=REVISION_SCHEMA) if records else pl.DataFrame(schema=REVISION_SCHEMA)
     )
     return L3Result(nodes=new_nodes, tokens=new_tokens, revisions=revisions, counters=counters)
+
+
+class RankPositions:
+    """`Retriever.rank_of` for many (query, skill) pairs: the same numbers, without sorting every
+    candidate of a query (a count of the candidates ahead is enough), and with the unpatched ranking of
+    a query kept for the other skills asked about it (a bounded number of queries)."""
+
+    def __init__(self, retriever: Retriever, keep: int = 128):
+        self.retriever = retriever
+        self.keep = keep
+        self._kept: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+
+    def of(self, query: str, node: int, patch: RowPatch | None = None) -> int | None:
+        """1-based position of `node` in the ranking of `query` (None when it has no evidence)."""
+        if patch is not None:
+            ranking = self.retriever.rank(query, patch)
+            return position(ranking.candidates, ranking.rho[ranking.candidates], node)
+        kept = self._kept.get(query)
+        if kept is None:
+            ranking = self.retriever.rank(query)
+            kept = (ranking.candidates, ranking.rho[ranking.candidates])
+            self._kept[query] = kept
+            if len(self._kept) > self.keep:
+                self._kept.popitem(last=False)
+        else:
+            self._kept.move_to_end(query)
+        return position(kept[0], kept[1], node)
+
+
+def position(candidates: np.ndarray, scores: np.ndarray, node: int) -> int | None:
+    """1-based place of `node` among `candidates` ordered by score, ties to the smaller index (the order
+    of `Ranking.order`), or None when it is no candidate."""
+    hit = np.flatnonzero(candidates == node)
+    if len(hit) == 0:
+        return None
+    score = scores[hit[0]]
+    ahead = np.count_nonzero(scores > score) + np.count_nonzero((scores == score) & (candidates < node))
+    return int(ahead) + 1
 
 
 def _record(a: dict[str, Any]) -> dict[str, Any]:
