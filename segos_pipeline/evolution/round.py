@@ -193,9 +193,11 @@ def l3_stage(
 ) -> RoundState:
     """L3 description update on the round's graph (in place on `state`).
 
-    At most one lexical index is built: the round's graph shares the parent's nodes and tokens, so its
-    retriever takes the parent's index (from the store's cache, or built once and cached there), and the
-    verification pass builds one over the revised token table (see `description_update`).
+    The round builds one lexical index at most (a further one only when its verification reverts a
+    revision): the round's graph shares the parent's nodes and tokens, so its retriever takes the
+    parent's index from the store's cache (a parent without one gets it built and cached once, for every
+    round from it), and the verification pass builds one over the revised token table, only when a
+    revision passed both gates.
     """
     t = time.perf_counter()
     if config.l3_descriptions:
