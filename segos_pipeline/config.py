@@ -166,7 +166,17 @@ class EvolutionConfig(_Overridable):
     editor_endpoint: str | None = None  # e.g. http://127.0.0.1:8000/v1 ; nothing is called unless set
     editor_model: str | None = None
     editor_api_key_env: str = "SEGOS_EDITOR_API_KEY"
+    # Limits of one model-editor call (segos' choices): a deadline for the whole call, connect, every read
+    # and the retries included (a per-read timeout lets a server dripping bytes hold a round for ever);
+    # retries on connection errors, 5xx and 429 with backoff editor_backoff_s·2^k (or the server's
+    # Retry-After) while the deadline allows; the reply is streamed and dropped past the byte cap.
     editor_timeout_s: float = 30.0
+    editor_retries: int = 2
+    editor_backoff_s: float = 0.5
+    editor_max_response_bytes: int = 1 << 20
+    # Seconds of editor calls one round may spend; candidates past it are recorded as skipped. Bounds a
+    # round against a slow endpoint: 200 candidates at a 30 s deadline would otherwise be 100 minutes.
+    editor_round_budget_s: float = 600.0
 
 
 @dataclass(frozen=True)

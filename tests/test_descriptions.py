@@ -194,3 +194,87 @@ def test_description_changes_appear_in_the_diff(store):
     m = commit_derived(store, parent, r.edges, kind="evolved", nodes=r.nodes, tokens=r.tokens)
     d = diff_versions(parent, store.load(m["version"]))
     assert d["counts"]["descriptions"] == 1 and d["descriptions"][0]["skill"] == "reporter"
+
+
+# ------------------------------------------------------------------ L3 proportional to its candidates
+
+
+def test_patch_tokens_equals_retokenising_the_whole_library(demo_store):
+    from segos_pipeline.evolution.descriptions import patch_tokens
+    from segos_pipeline.text.lexicon import token_table
+
+    snap = SnapshotStore(demo_store).load()
+    last = snap.nodes.height - 1
+    changed = {0: "Loads ledgers; quantum parquet words.", 5: "", last: "Summarise results twice, results."}
+    rows = sorted(changed)
+    nodes = snap.nodes.with_columns(
+        description=snap.nodes["description"].scatter(rows, [changed[r] for r in rows])
+    )
+    patched = patch_tokens(snap.tokens, nodes, changed)
+    assert patched.equals(token_table(nodes))
+    assert not patched.equals(snap.tokens)
+    assert patch_tokens(snap.tokens, snap.nodes, []).equals(snap.tokens)
+
+
+def _demo_round_before_l3(tmp_path):
+    from segos_pipeline.evolution.adapters import iter_records
+    from segos_pipeline.evolution.ingest import TraceStore
+    from segos_pipeline.evolution.round import l1_stage, l2_stage, prepare_round
+    from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR
+
+    st = SnapshotStore(tmp_path / "demo")
+    build_cold_start(DEFAULT_LIBRARY, st)
+    TraceStore(st).ingest(iter_records(DEMO_DIR / "traces" / "2026-11-27.jsonl", "native"))
+    parent, config = st.load(), EvolutionConfig()
+    retrieval = RetrievalConfig()
+    state = prepare_round(parent, TraceStore(st).load("2026-11-27"), config, retrieval)
+    return l2_stage(l1_stage(state, config), config), config, retrieval
+
+
+def test_l3_stage_equals_a_from_scratch_round_on_the_demo_data(tmp_path):
+    """The stage reuses the parent's index and re-tokenises only revised skills; the result must be that
+    of the round before that change: a fresh index for the round's graph, the whole library re-tokenised
+    and rebuilt for verification."""
+    from dataclasses import replace
+
+    from segos_pipeline import Retriever
+    from segos_pipeline.evolution.descriptions import description_update
+    from segos_pipeline.evolution.round import draft_snapshot, l3_stage
+    from segos_pipeline.text.lexicon import token_table
+
+    state, config, retrieval = _demo_round_before_l3(tmp_path)
+    parent, edges = state.parent, state.edges
+    fresh = Retriever(draft_snapshot(parent, state.nodes, state.tokens, edges), retrieval)
+    assert fresh.snapshot.path is None  # no cache: the index is built from the tokens
+
+    def from_scratch(nodes, _tokens):
+        return Retriever(draft_snapshot(parent, nodes, token_table(nodes), edges), retrieval)
+
+    reference = description_update(fresh, state.selected, config, retrieval.top_n, None, from_scratch)
+    ours = l3_stage(replace(state, counters=dict(state.counters), timings={}), config, retrieval)
+    assert reference.counters["committed"] == 2  # the demo window commits revisions: a real comparison
+    assert ours.revisions.equals(reference.revisions)
+    assert ours.nodes.equals(reference.nodes)
+    assert ours.tokens.equals(token_table(reference.nodes))
+    assert ours.counters["l3"] == reference.counters
+
+
+def test_rank_positions_equal_rank_of(demo_store, demo_queries):
+    """The counted positions L3 uses are `rank_of`'s, for every skill, with and without a patch."""
+    import json
+
+    from segos_pipeline import Retriever
+    from segos_pipeline.evolution.descriptions import RankPositions
+    from segos_pipeline.text.lexicon import token_table
+
+    retriever = Retriever(SnapshotStore(demo_store).load())
+    positions = RankPositions(retriever, keep=2)
+    texts = [json.loads(line)["query"] for line in demo_queries.read_text().splitlines()[:6]]
+    nodes = retriever.snapshot.nodes
+    revised = nodes.slice(3, 1).with_columns(description=pl.lit("csv parquet schema ledger charts"))
+    patch = retriever.revision_patch(3, revised, token_table(revised).drop("node"))
+    for text in texts + texts[:2]:  # the repeats come from the kept rankings
+        for node in range(nodes.height):
+            assert positions.of(text, node) == retriever.rank_of(text, node)
+        assert positions.of(text, 3, patch) == retriever.rank_of(text, 3, patch)
+    assert any(retriever.rank_of(t, n) is None for t in texts for n in range(nodes.height))

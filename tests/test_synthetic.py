@@ -135,3 +135,14 @@ def test_cli_writes_library_and_queries(tmp_path: Path, capsys: pytest.CaptureFi
     lines = (tmp_path / "cli" / "queries.jsonl").read_text().splitlines()
     assert [set(json.loads(line)) for line in lines] == [{"task", "query", "gold"}] * 5
     assert json.loads(capsys.readouterr().out)["n_skills"] == 20
+
+
+def test_cli_usage_errors_and_help(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tmp_path / "x")]) == 2  # --skills is required
+    assert "--skills" in capsys.readouterr().err
+    assert main([str(tmp_path / "x"), "--skills", "0"]) == 2
+    assert "0 is not in the range x>=1" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "python -m segos_pipeline.evaluation.synthetic" in out and "--queries" in out

@@ -22,12 +22,10 @@ reading the library back (`synthetic.json` at the library root records them).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import multiprocessing as mp
 import os
-import sys
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
@@ -36,6 +34,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+import click
 import numpy as np
 
 from ..text.tokens import keep_word, stem
@@ -905,22 +904,42 @@ def write_queries(queries: list[dict[str, Any]], path: Path) -> None:
             fh.write(json.dumps(q) + "\n")
 
 
+PROG = "python -m segos_pipeline.evaluation.synthetic"
+
+
+@click.command(name="synthetic", help=__doc__.splitlines()[0])
+@click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--skills", type=click.IntRange(min=1), required=True, help="number of skill packages to write")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--domains", type=click.IntRange(min=1), default=None, help=f"default: n/{SKILLS_PER_DOMAIN}, at least 4"
+)
+@click.option(
+    "--queries",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="also write OUT_DIR/queries.jsonl with Q queries",
+)
+def synthetic_command(out_dir: Path, skills: int, seed: int, domains: int | None, queries: int) -> None:
+    """Write a generated library (and queries); the summary goes to stdout as JSON, progress to stderr."""
+    say = lambda msg: click.echo(msg, err=True)  # noqa: E731 - a one-line progress sink
+    summary = generate_library(out_dir, skills, seed, domains, progress=say)
+    if queries:
+        write_queries(generate_queries(summary, queries, seed), out_dir / "queries.jsonl")
+        say(f"wrote {queries} queries to {out_dir / 'queries.jsonl'}")
+    click.echo(json.dumps(summary, indent=2))
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m segos_pipeline.evaluation.synthetic", description=__doc__.splitlines()[0]
-    )
-    ap.add_argument("out_dir", type=Path)
-    ap.add_argument("--skills", type=int, required=True, help="number of skill packages to write")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--domains", type=int, default=None, help=f"default: n/{SKILLS_PER_DOMAIN}, at least 4")
-    ap.add_argument("--queries", type=int, default=0, help="also write OUT_DIR/queries.jsonl with Q queries")
-    args = ap.parse_args(argv)
-    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731 - a one-line progress sink
-    summary = generate_library(args.out_dir, args.skills, args.seed, args.domains, progress=say)
-    if args.queries:
-        write_queries(generate_queries(summary, args.queries, args.seed), args.out_dir / "queries.jsonl")
-        say(f"wrote {args.queries} queries to {args.out_dir / 'queries.jsonl'}")
-    print(json.dumps(summary, indent=2))
+    """The command line (`argv`: the arguments, default sys.argv[1:]); the exit status (2: bad usage)."""
+    try:
+        synthetic_command.main(args=argv, prog_name=PROG, standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Exit as exc:  # --help
+        return exc.exit_code
     return 0
 
 

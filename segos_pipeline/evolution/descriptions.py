@@ -12,27 +12,44 @@
   the skill was used.
 Revisions are tried against the round's graph with a patched lexical row (cheap); the chosen set is then
 verified against an index rebuilt with all revisions applied, and any revision that fails there is
-dropped (until the set is stable). Every attempt is recorded: before, after, evidence, ranks, outcome.
+dropped (until the set is stable). Only revised skills are re-tokenised (`patch_tokens`), so the cost
+follows the candidates, not the library. Every attempt is recorded: before, after, evidence, ranks,
+outcome; an editor failure (`editor.EditorError`: deadline, size cap, malformed reply, ...) is the
+outcome of its revision and never ends the round. The editors themselves live in `editor.py`.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import urllib.error
-import urllib.request
-from collections import Counter
-from collections.abc import Callable
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+import numpy as np
 import polars as pl
 
 from ..config import EvolutionConfig
-from ..retrieval.ranker import Retriever
+from ..retrieval.ranker import Retriever, RowPatch
 from ..text.lexicon import token_table
 from ..text.tokens import keep_word, stem
+from .editor import Critique, Editor, EditorError, GroundedEditor, OpenAICompatibleEditor, make_editor
+
+__all__ = [
+    "REVISION_SCHEMA",
+    "Critique",
+    "Editor",
+    "EditorError",
+    "GroundedEditor",
+    "L3Result",
+    "OpenAICompatibleEditor",
+    "critique",
+    "description_update",
+    "make_editor",
+    "patch_tokens",
+    "ungrounded_words",
+]
 
 _WORD = re.compile(r"[^\W_]+")
 
@@ -51,94 +68,6 @@ REVISION_SCHEMA: dict[str, pl.DataType] = {
     "committed": pl.Boolean,
     "outcome": pl.String,
 }
-
-
-@dataclass
-class Critique:
-    skill: str
-    query: str
-    missing: list[str]  # surface words from the package, rarest first
-    note: str
-
-
-class Editor(Protocol):
-    name: str
-
-    def propose(self, before: str, critique: Critique, package_text: str) -> str | None: ...
-
-
-class GroundedEditor:
-    """Appends the critic's missing package words to the description, in the package's own spelling."""
-
-    name = "grounded"
-
-    def __init__(self, max_terms: int = 6):
-        self.max_terms = max_terms
-
-    def propose(self, before: str, critique: Critique, package_text: str) -> str | None:
-        terms = critique.missing[: self.max_terms]
-        if not terms:
-            return None
-        base = before.rstrip()
-        return f"{base} ({', '.join(terms)})" if base else ", ".join(terms)
-
-
-class OpenAICompatibleEditor:
-    """A model-backed editor over an OpenAI-compatible `/chat/completions` endpoint.
-
-    Only constructed when an endpoint is configured; its revision must still pass the grounding check.
-    """
-
-    name = "openai"
-
-    def __init__(self, endpoint: str, model: str, api_key: str | None = None, timeout: float = 30.0):
-        self.url = endpoint.rstrip("/") + "/chat/completions"
-        self.model = model
-        self.api_key = api_key
-        self.timeout = timeout
-
-    def propose(self, before: str, critique: Critique, package_text: str) -> str | None:
-        prompt = {
-            "description": before,
-            "missing_words": critique.missing,
-            "critique": critique.note,
-            "package_excerpt": package_text[:6000],
-        }
-        body = {
-            "model": self.model,
-            "temperature": 0,
-            "messages": [
-                {
-                    "role": "system",
-                    "content": "Rewrite the skill description so an agent can tell when to use the skill. "
-                    "Use only words that occur in the package excerpt. Reply with the description only.",
-                },
-                {"role": "user", "content": json.dumps(prompt)},
-            ],
-        }
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(self.url, json.dumps(body).encode(), headers, method="POST")
-        with urllib.request.urlopen(request, timeout=self.timeout) as response:
-            reply = json.loads(response.read())
-        text = reply["choices"][0]["message"]["content"]
-        return " ".join(str(text).split()) or None
-
-
-def make_editor(config: EvolutionConfig) -> Editor:
-    if config.editor == "grounded":
-        return GroundedEditor(config.l3_max_terms)
-    if config.editor == "openai":
-        if not config.editor_endpoint or not config.editor_model:
-            raise ValueError(
-                "the openai editor needs editor_endpoint and editor_model in the evolution config"
-            )
-        key = os.environ.get(config.editor_api_key_env)
-        return OpenAICompatibleEditor(
-            config.editor_endpoint, config.editor_model, key, config.editor_timeout_s
-        )
-    raise ValueError(f"unknown editor {config.editor!r}: use 'grounded' or 'openai'")
 
 
 # ------------------------------------------------------------------------------------------------ critic
@@ -219,7 +148,13 @@ def description_update(
     rebuild: Callable[[pl.DataFrame, pl.DataFrame], Retriever] | None = None,
 ) -> L3Result:
     """Run L3 on the round's graph (`retriever`); `rebuild(nodes, tokens)` gives a retriever over revised
-    nodes for the exact verification pass."""
+    nodes for the exact verification pass.
+
+    The cost follows the candidates, not the library: revisions are tried on patched rows of
+    `retriever`'s index, only the revised skills are re-tokenised (`patch_tokens`), and `rebuild` is
+    called once when some revision passed both gates (again only in a round where that exact pass
+    reverts one, for the smaller set), never when none did.
+    """
     editor = editor or make_editor(config)
     nodes, tokens = retriever.snapshot.nodes, retriever.snapshot.tokens
     usage = _usage_queries(traces)
@@ -229,13 +164,13 @@ def description_update(
         pl.col("success") & ~pl.col("retrieved").list.head(top_n).list.contains(pl.col("skill"))
     )
     witnessed = missed.group_by("skill", "text").agg(traces=pl.col("trace_id").unique().sort())
-    ranks: dict[tuple[str, str], int | None] = {}
-    index = {skill_id: i for i, skill_id in enumerate(nodes["id"].to_list())}
+    positions = RankPositions(retriever)
+    # Only the skills of the window's traces need a row number: a dict over the whole library would be
+    # the one part of L3 that grows with it.
+    index = _row_numbers(nodes, usage["skill"].unique())
 
     def rank(text: str, skill: str) -> int | None:
-        if (text, skill) not in ranks:
-            ranks[(text, skill)] = retriever.rank_of(text, index[skill])
-        return ranks[(text, skill)]
+        return positions.of(text, index[skill])
 
     cands = [
         row
@@ -251,6 +186,7 @@ def description_update(
         "no_missing_words": 0,
         "editor_declined": 0,
         "editor_errors": 0,
+        "editor_over_budget": 0,
         "rejected_ungrounded": 0,
         "failed_gate_rank": 0,
         "failed_gate_other_queries": 0,
@@ -263,6 +199,7 @@ def description_update(
     seen_skills: set[str] = set()
     other_by_skill = usage.group_by("skill").agg(texts=pl.col("text").unique().sort())
     others = dict(other_by_skill.iter_rows())
+    editor_spent = 0.0  # seconds inside editor.propose this round
     for skill, text, trace_ids in cands:
         if skill in seen_skills:
             continue  # one revision per skill per round, for its most witnessed query
@@ -295,13 +232,26 @@ def description_update(
             counters["no_missing_words"] += 1
             records.append({**base, "outcome": "critic found no package word the query needs"})
             continue
+        if editor_spent >= config.editor_round_budget_s:
+            counters["editor_over_budget"] += 1
+            records.append(
+                {
+                    **base,
+                    "outcome": f"editor not asked: the round's editor budget "
+                    f"({config.editor_round_budget_s:g} s) is spent",
+                }
+            )
+            continue
         pkg = package_text(row)
+        t_edit = time.perf_counter()
         try:
             after = editor.propose(row["description"] or "", crit, pkg)
-        except (OSError, urllib.error.URLError, KeyError, ValueError, json.JSONDecodeError) as exc:
+        except (EditorError, OSError, ValueError) as exc:  # a failed edit costs one revision, not the round
             counters["editor_errors"] += 1
-            records.append({**base, "outcome": f"editor error: {exc}"[:200]})
+            records.append({**base, "outcome": f"editor error: {exc}"[:300]})
             continue
+        finally:
+            editor_spent += time.perf_counter() - t_edit
         if not after or after == row["description"]:
             counters["editor_declined"] += 1
             records.append({**base, "outcome": "editor proposed no change"})
@@ -315,14 +265,14 @@ def description_update(
             continue
         revised = nodes.slice(i, 1).with_columns(description=pl.lit(after))
         patch = retriever.revision_patch(i, revised, token_table(revised).drop("node"))
-        r_after = retriever.rank_of(text, i, patch)
+        r_after = positions.of(text, i, patch)
         base = {**base, "after": after, "rank_after": r_after}
         if not _improves(r_before, r_after):
             counters["failed_gate_rank"] += 1
             records.append({**base, "outcome": "gate 1: witnessing query rank did not improve"})
             continue
         other_texts = [t for t in others.get(skill, []) if t != text]
-        worst = max((_delta(rank(t, skill), retriever.rank_of(t, i, patch)) for t in other_texts), default=0)
+        worst = max((_delta(rank(t, skill), positions.of(t, i, patch)) for t in other_texts), default=0)
         base = {**base, "other_queries": len(other_texts), "worst_other_change": worst}
         if worst > 0:
             counters["failed_gate_other_queries"] += 1
@@ -336,18 +286,18 @@ def description_update(
 
     new_nodes, new_tokens = nodes, tokens
     while accepted:  # exact verification with every accepted revision applied at once
-        new_nodes = _apply(nodes, {s: a["after"] for s, a in accepted.items()}, index)
-        new_tokens = token_table(new_nodes)
+        revised_rows = {index[s]: a["after"] for s, a in accepted.items()}
+        new_nodes = _apply(nodes, revised_rows)
+        new_tokens = patch_tokens(tokens, new_nodes, revised_rows)
         if rebuild is None:
             break
-        exact = rebuild(new_nodes, new_tokens)
+        exact = RankPositions(rebuild(new_nodes, new_tokens))
         failed = []
         for skill, a in accepted.items():
             i = index[skill]
-            r_after = exact.rank_of(a["query"], i)
-            worst = max(
-                (_delta(a["rank_before_others"][t], exact.rank_of(t, i)) for t in a["other_texts"]), default=0
-            )
+            r_after = exact.of(a["query"], i)
+            before = a["rank_before_others"]
+            worst = max((_delta(before[t], exact.of(t, i)) for t in a["other_texts"]), default=0)
             a["rank_after"], a["worst_other_change"] = r_after, worst
             if not _improves(a["rank_before"], r_after) or worst > 0:
                 failed.append(skill)
@@ -367,15 +317,93 @@ def description_update(
     return L3Result(nodes=new_nodes, tokens=new_tokens, revisions=revisions, counters=counters)
 
 
+class RankPositions:
+    """`Retriever.rank_of` for many (query, skill) pairs: the same numbers, without sorting every
+    candidate of a query (a count of the candidates ahead is enough), and with the unpatched ranking of
+    a query kept for the other skills asked about it (a bounded number of queries)."""
+
+    def __init__(self, retriever: Retriever, keep: int = 128):
+        self.retriever = retriever
+        self.keep = keep
+        self._kept: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+
+    def of(self, query: str, node: int, patch: RowPatch | None = None) -> int | None:
+        """1-based position of `node` in the ranking of `query` (None when it has no evidence)."""
+        if patch is not None:
+            ranking = self.retriever.rank(query, patch)
+            return position(ranking.candidates, ranking.rho[ranking.candidates], node)
+        kept = self._kept.get(query)
+        if kept is None:
+            ranking = self.retriever.rank(query)
+            kept = (ranking.candidates, ranking.rho[ranking.candidates])
+            self._kept[query] = kept
+            if len(self._kept) > self.keep:
+                self._kept.popitem(last=False)
+        else:
+            self._kept.move_to_end(query)
+        return position(kept[0], kept[1], node)
+
+
+def position(candidates: np.ndarray, scores: np.ndarray, node: int) -> int | None:
+    """1-based place of `node` among `candidates` ordered by score, ties to the smaller index (the order
+    of `Ranking.order`), or None when it is no candidate."""
+    hit = np.flatnonzero(candidates == node)
+    if len(hit) == 0:
+        return None
+    score = scores[hit[0]]
+    ahead = np.count_nonzero(scores > score) + np.count_nonzero((scores == score) & (candidates < node))
+    return int(ahead) + 1
+
+
 def _record(a: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in a.items() if k in REVISION_SCHEMA}
 
 
-def _apply(nodes: pl.DataFrame, revised: dict[str, str], index: dict[str, int]) -> pl.DataFrame:
-    descriptions = nodes["description"].to_list()
-    for skill, after in revised.items():
-        descriptions[index[skill]] = after
-    return nodes.with_columns(description=pl.Series(descriptions, dtype=pl.String))
+def _row_numbers(nodes: pl.DataFrame, ids: pl.Series) -> dict[str, int]:
+    """{id: row in `nodes`} for the given ids that are skills of `nodes` (unknown ids are left out)."""
+    rows = (
+        nodes.select("id")
+        .with_row_index("row")
+        .join(pl.DataFrame({"id": ids.cast(pl.String)}).unique(), on="id", how="inner")
+    )
+    return dict(zip(rows["id"].to_list(), rows["row"].to_list(), strict=True))
+
+
+def _apply(nodes: pl.DataFrame, revised: dict[int, str]) -> pl.DataFrame:
+    """`nodes` with the descriptions of the given rows replaced."""
+    rows = sorted(revised)
+    description = nodes["description"].cast(pl.String).scatter(rows, [revised[r] for r in rows])
+    return nodes.with_columns(description=description)
+
+
+def patch_tokens(tokens: pl.DataFrame, nodes: pl.DataFrame, changed: Iterable[int]) -> pl.DataFrame:
+    """The token table of `nodes` given the table `tokens` of the same nodes before the rows `changed`
+    were edited: those rows are re-tokenised and spliced in, every other row is kept as it is.
+
+    Equal to `token_table(nodes)` (tokenising is row-local; tested), at a cost that follows the changed
+    rows rather than the library.
+    """
+    rows = np.unique(np.fromiter(changed, dtype=np.int64))
+    if len(rows) == 0:
+        return tokens
+    node = tokens["node"].to_numpy()
+    if len(node) > 1 and np.any(node[1:] < node[:-1]):
+        tokens = tokens.sort("node", "field", "token")  # splicing needs rows grouped by node, in order
+        node = tokens["node"].to_numpy()
+    fresh = token_table(nodes[rows.tolist()])
+    local = fresh["node"].to_numpy()
+    fresh = fresh.with_columns(node=pl.Series(rows[local], dtype=pl.UInt32))
+    starts = np.searchsorted(node, rows, side="left")
+    ends = np.searchsorted(node, rows, side="right")
+    fresh_bounds = np.searchsorted(local, np.arange(len(rows) + 1), side="left")
+    pieces: list[pl.DataFrame] = []
+    kept_from = 0
+    for k in range(len(rows)):
+        pieces.append(tokens.slice(kept_from, int(starts[k]) - kept_from))
+        pieces.append(fresh.slice(int(fresh_bounds[k]), int(fresh_bounds[k + 1] - fresh_bounds[k])))
+        kept_from = int(ends[k])
+    pieces.append(tokens.slice(kept_from))
+    return pl.concat(pieces, rechunk=True).select(tokens.columns)
 
 
 def _improves(before: int | None, after: int | None) -> bool:

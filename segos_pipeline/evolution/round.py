@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import polars as pl
@@ -191,16 +191,37 @@ def l2_stage(state: RoundState, config: EvolutionConfig) -> RoundState:
 def l3_stage(
     state: RoundState, config: EvolutionConfig, retrieval: RetrievalConfig, editor: Editor | None = None
 ) -> RoundState:
-    """L3 description update on the round's graph (in place on `state`)."""
+    """L3 description update on the round's graph (in place on `state`).
+
+    The round builds one lexical index at most (a further one only when its verification reverts a
+    revision): the round's graph shares the parent's nodes and tokens, so its retriever takes the
+    parent's index from the store's cache (a parent without one gets it built and cached once, for every
+    round from it), and the verification pass builds one over the revised token table, only when a
+    revision passed both gates.
+    """
     t = time.perf_counter()
     if config.l3_descriptions:
         parent, edges = state.parent, state.edges
-        draft = Retriever(draft_snapshot(parent, state.nodes, state.tokens, edges), retrieval)
+        draft = draft_snapshot(parent, state.nodes, state.tokens, edges)
+        if state.nodes is parent.nodes and state.tokens is parent.tokens and parent.path is not None:
+            # The same text as the stored parent: its derived caches (keyed by content) hold for the draft.
+            draft = replace(draft, path=parent.path, manifest=parent.manifest, _cache={})
+        retriever = Retriever(draft, retrieval)
 
         def rebuild(new_nodes: pl.DataFrame, new_tokens: pl.DataFrame) -> Retriever:
-            return Retriever(draft_snapshot(parent, new_nodes, new_tokens, edges), retrieval)
+            # Only the text changed: the operator of the round's edges is the draft's.
+            revised = Snapshot(
+                version=f"{parent.version}+revised",
+                path=None,
+                manifest={"config": parent.manifest.get("config", {})},
+                nodes=new_nodes,
+                tokens=new_tokens,
+                edges=edges,
+                transition=draft.transition,
+            )
+            return Retriever(revised, retrieval)
 
-        l3 = description_update(draft, state.selected, config, retrieval.top_n, editor, rebuild)
+        l3 = description_update(retriever, state.selected, config, retrieval.top_n, editor, rebuild)
         state.nodes, state.tokens, state.revisions = l3.nodes, l3.tokens, l3.revisions
         state.counters["l3"] = l3.counters
     state.timings["l3"] = time.perf_counter() - t
