@@ -1,7 +1,8 @@
 """The Spark engine: the window read from Parquet by Spark, repartitioned by a hash of `task_id`, and the
 kernels of `evolution/evidence.py` run on each partition (`mapInArrow`: Arrow batches straight into
-polars). Executors ship back each partition's partial tables (Arrow IPC) and its selected traces; the
-driver sums the partial tables with the same `combine` as the local engine. No rule is written here.
+polars). Executors ship back each partition's partial tables (Arrow IPC) and write its selected traces as
+Parquet beside the store; the driver sums the partial tables with the same functions as the local engine
+(`sum_partials`, `finish`). No rule is written here.
 
 The parent version is loaded once per Python worker from the store (a module-level cache keyed by version
 path and retrieval settings), not shipped with every batch. Executors therefore need the store path (a
@@ -15,8 +16,10 @@ import json
 import math
 import os
 import resource
+import shutil
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,6 +41,7 @@ INSTALL_HINT = (
 )
 OUT_SCHEMA = "part INT, name STRING, payload BINARY"
 SUM_EVERY = 64  # partial tables summed on the driver in groups of this many (summing is associative)
+KEEP_VERSIONS = 2  # parent versions a Python worker keeps loaded
 
 _REPLAYS: dict[tuple[str, str, str], Replay] = {}  # per Python worker: (store, version, retrieval) → replay
 
@@ -60,6 +64,8 @@ def executor_replay(store_root: str, version: str, retrieval: dict[str, Any]) ->
             snap = SnapshotStore(store_root).load(version, verify=False)  # the driver verified it
             return Retriever(snap, RetrievalConfig(**retrieval))
 
+        while len(_REPLAYS) >= KEEP_VERSIONS:  # a long-lived worker serves round after round
+            _REPLAYS.pop(next(iter(_REPLAYS)))
         _REPLAYS[key] = Replay(load)
     return _REPLAYS[key]
 
@@ -74,8 +80,14 @@ def _from_ipc(payload: bytes) -> pl.DataFrame:
     return pl.read_ipc(io.BytesIO(payload))
 
 
-def partition_kernel(store_root: str, version: str, retrieval: dict[str, Any], pool: bool, threshold: float):
-    """The function `mapInArrow` runs once per partition: all its batches → one polars frame → kernels."""
+def partition_kernel(
+    store_root: str, version: str, retrieval: dict[str, Any], pool: bool, threshold: float, scratch: str
+):
+    """The function `mapInArrow` runs once per partition: all its batches → one polars frame → kernels.
+
+    The partial evidence tables go back to the driver (small); the partition's selected traces (as large
+    as the window) are written to `scratch` as one Parquet file per partition, not sent through the driver.
+    """
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -85,12 +97,16 @@ def partition_kernel(store_root: str, version: str, retrieval: dict[str, Any], p
         rows = sum(b.num_rows for b in batches)
         if rows == 0:
             return
-        traces = pl.from_arrow(pa.Table.from_batches(batches))
+        arrow = pa.Table.from_batches(batches)
+        input_bytes = arrow.nbytes  # what the repartition moved to this task, uncompressed
+        traces = pl.from_arrow(arrow)
         assert isinstance(traces, pl.DataFrame)
-        del batches
+        del batches, arrow
         partial = partition_evidence(traces, executor_replay(store_root, version, retrieval), pool, threshold)
         part = TaskContext.get().partitionId()
-        names = Partial.table_names()
+        selected_file = Path(scratch) / f"selected-{part:05d}.parquet"
+        partial.selected.write_parquet(selected_file)
+        names = [n for n in Partial.table_names() if n != "selected"]
         payloads = [_ipc(getattr(partial, name)) for name in names]
         metrics = {
             "rows": rows,
@@ -99,6 +115,8 @@ def partition_kernel(store_root: str, version: str, retrieval: dict[str, Any], p
             **partial.seconds,
             "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "payload_bytes": sum(len(p) for p in payloads),
+            "input_arrow_bytes": input_bytes,
+            "selected_parquet_bytes": selected_file.stat().st_size,
         }
         yield pa.RecordBatch.from_pydict(
             {
@@ -151,8 +169,6 @@ class SparkEngine:
     name: str = "spark"
 
     def partitions(self, rows: int) -> int:
-        if self.config.partitions is not None:
-            return max(1, self.config.partitions)
         return max(self.config.spark_min_partitions, math.ceil(rows / self.config.spark_partition_rows))
 
     def window_evidence(
@@ -162,45 +178,55 @@ class SparkEngine:
             raise ValueError("the Spark engine reads the parent version from its store: commit it first")
         t0 = time.perf_counter()
         spark = self.session or spark_session(self.config)
+        session_s = time.perf_counter() - t0
         frame = read_window(spark, traces)
-        rows = frame.count()
-        n = self.partitions(rows)
-        kernel = partition_kernel(
-            str(parent.path.parent.parent),  # STORE/versions/<id> → STORE
-            parent.version,
-            asdict(retrieval),
-            config.pool_attempts,
-            config.success_threshold,
-        )
-        mapped = frame.repartition(n, "task_id").mapInArrow(kernel, OUT_SCHEMA)
-        t_job = time.perf_counter()
-        by_part: dict[int, dict[str, bytes]] = {}
-        for (
-            row
-        ) in mapped.collect():  # one job; the payloads are the small partial tables (and the selected traces)
-            by_part.setdefault(row["part"], {})[row["name"]] = bytes(row["payload"])
-        job_s = time.perf_counter() - t_job
+        # Counting the window is a job of its own: only done when the partition count depends on it.
+        n = self.config.partitions or self.partitions(frame.count())
+        store_root = parent.path.parent.parent  # STORE/versions/<id> → STORE
+        scratch = store_root / ".spark" / uuid.uuid4().hex  # on the store: executors must reach it
+        scratch.mkdir(parents=True)
+        try:
+            kernel = partition_kernel(
+                str(store_root),
+                parent.version,
+                asdict(retrieval),
+                config.pool_attempts,
+                config.success_threshold,
+                str(scratch),
+            )
+            mapped = frame.repartition(n, "task_id").mapInArrow(kernel, OUT_SCHEMA)
+            t_job = time.perf_counter()
+            by_part: dict[int, dict[str, bytes]] = {}
+            for row in mapped.collect():  # one job; what comes back is the partial tables and metrics
+                by_part.setdefault(row["part"], {})[row["name"]] = bytes(row["payload"])
+            job_s = time.perf_counter() - t_job
 
-        t = time.perf_counter()
-        partials, selected, metrics = [], [], []
-        running: list[Partial] = []
-        for part in sorted(by_part):
-            tables = by_part.pop(part)
-            metrics.append({"part": part, **json.loads(tables.pop("metrics"))})
-            p = Partial(**{name: _from_ipc(tables[name]) for name in Partial.table_names()})
-            selected.append(p.selected)
-            running.append(p)
-            if len(running) >= SUM_EVERY:
-                running = [sum_partials(running)]
-        if not running:  # an empty window: the kernels on an empty table give the empty tables
-            empty = read_window(spark, traces).limit(0).toArrow()
-            running.append(partition_evidence(pl.from_arrow(empty), lambda _t: [], False, 1.0))
-            selected.append(running[0].selected)
-        partials = running
-        evidence = finish(sum_partials(partials), config.surfaced_min)
-        table = pl.concat(selected, how="vertical").sort("trace_id", maintain_order=True)
-        combine_s = time.perf_counter() - t
+            t = time.perf_counter()
+            metrics = []
+            running: list[Partial] = []
+            for part in sorted(by_part):
+                tables = by_part.pop(part)
+                metrics.append({"part": part, **json.loads(tables.pop("metrics"))})
+                selected = pl.DataFrame()  # read below, all partitions at once
+                running.append(Partial(selected=selected, **{k: _from_ipc(v) for k, v in tables.items()}))
+                if len(running) >= SUM_EVERY:
+                    running = [sum_partials(running)]
+            files = sorted(scratch.glob("selected-*.parquet"))
+            if not running:  # an empty window: the kernels on an empty table give the empty tables
+                empty = pl.from_arrow(read_window(spark, traces).limit(0).toArrow())
+                assert isinstance(empty, pl.DataFrame)
+                running.append(partition_evidence(empty, lambda _t: [], False, 1.0))
+                table = running[0].selected
+            else:
+                table = pl.concat([pl.read_parquet(f) for f in files], how="vertical")
+                table = table.sort("trace_id", maintain_order=True)
+            evidence = finish(sum_partials(running), config.surfaced_min)
+            combine_s = time.perf_counter() - t
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
         total = time.perf_counter() - t0
+        summary = summarize(metrics, sum(m["rows"] for m in metrics), n, job_s, combine_s, spark)
+        summary["session_s"] = round(session_s, 3)
         return EngineResult(
             selected=table,
             evidence=evidence,
@@ -209,7 +235,7 @@ class SparkEngine:
                 "evidence": total,
                 "total": total,
             },
-            metrics=summarize(metrics, rows, n, job_s, combine_s, spark),
+            metrics=summary,
         )
 
 
@@ -237,4 +263,6 @@ def summarize(
         "partition_rows_max": max((m["rows"] for m in metrics), default=0),
         "worker_peak_rss_mb_max": round(max(rss), 1),
         "payload_bytes": sum(m["payload_bytes"] for m in metrics),
+        "selected_parquet_bytes": sum(m["selected_parquet_bytes"] for m in metrics),
+        "input_arrow_bytes": sum(m["input_arrow_bytes"] for m in metrics),
     }
