@@ -229,6 +229,8 @@ def markdown(results: list[dict[str, Any]], command: str) -> str:
                 f"{round(m.get('payload_bytes', 0) / 2**20, 1) if name == 'spark' else '-'} | "
                 f"{r.get('same_edges_and_counters', '-')} |"
             )
+    starts = [f"{r['engines']['spark'].get('session_start_s')} s" for r in results if "spark" in r["engines"]]
+    lines += ["", f"Spark session start-up, not in the round times: {', '.join(starts) or '-'}."]
     lines += ["", "Per-trace costs on the Spark partitions (input of docs/spark.md's plan):", ""]
     for r in results:
         if "spark" in r["engines"]:
@@ -243,12 +245,17 @@ def main() -> None:
     ap.add_argument("--partition-rows", type=int, default=250_000)
     ap.add_argument("--engines", default="local,spark")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--append", action="store_true", help="Keep the runs already in OUT/spark.json.")
     args = ap.parse_args()
     results = [bench(n, args.master, args.partition_rows, args.engines.split(",")) for n in args.traces]
     for r in results:
         if "spark" in r["engines"]:
             r["per_partition"] = per_partition(r)
-    command = "python benchmarks/bench_spark.py " + " ".join(sys.argv[1:])
+        r["command"] = "python benchmarks/bench_spark.py " + " ".join(sys.argv[1:])
+    previous = args.out / "spark.json"
+    if args.append and previous.is_file():
+        results = json.loads(previous.read_text())["results"] + results
+    command = "; ".join(dict.fromkeys(r["command"] for r in results))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "spark.json").write_text(
         json.dumps({"command": command, "results": results}, indent=2) + "\n"

@@ -138,6 +138,8 @@ def spark_session(config: EngineConfig) -> Any:
     if config.spark_master is None and remote:
         builder = builder.remote(remote)
     else:
+        if not os.environ.get("JAVA_HOME") and shutil.which("java") is None:
+            raise ValueError(f"no Java found (JAVA_HOME unset, no `java` on PATH): {INSTALL_HINT}")
         builder = builder.master(config.spark_master or "local[*]")
         # Python workers run this interpreter (so they import the same segos) unless told otherwise; the
         # SparkContext reads it from the environment when it starts.
