@@ -41,7 +41,9 @@ from segos_pipeline.evaluation.replay import load_queries
 from segos_pipeline.evaluation.study import headline_numbers, resolve_base
 from segos_pipeline.evolution.adapters import iter_records
 from segos_pipeline.evolution.descriptions import REVISION_SCHEMA
+from segos_pipeline.evolution.engines import make_engine
 from segos_pipeline.evolution.ingest import TraceStore, empty_traces
+from segos_pipeline.evolution.round import window_source
 from segos_pipeline.evolution.traces import TRACE_SCHEMA
 from segos_pipeline.graph.edges import EDGE_SCHEMA, counts_by_relation, violations
 from segos_pipeline.pipeline.stages import (
@@ -59,7 +61,7 @@ from segos_pipeline.store.diff import diff_versions, largest_changes
 from . import checks
 from .cold_start import version_record
 from .metadata import OWNERS, RECORD_KINDS, TABLE_KINDS, column_schema, frame_table, rounded, table, tags
-from .resources import EvolutionSettings, RetrievalSettings, SegosPaths
+from .resources import EngineSettings, EvolutionSettings, RetrievalSettings, SegosPaths
 
 GROUP = "evolution"
 # The demo traces are windows 2026-11-27 and 2026-11-28; a window's partition exists once its day ended.
@@ -224,6 +226,7 @@ def evolution_round(
     segos: SegosPaths,
     evolution_settings: EvolutionSettings,
     retrieval_settings: RetrievalSettings,
+    engine_settings: EngineSettings,
 ) -> Iterator[Any]:
     window = context.partition_key
     store = segos.store()
@@ -240,7 +243,11 @@ def evolution_round(
         yield from _unchanged(parent_id, parent, store, window)
         return
 
-    state = prepare_round(parent, traces, config, retrieval)
+    # The Spark engine reads the window's Parquet from the store itself (the executors, not this process).
+    engine = make_engine(engine_settings.config())
+    source = traces if engine.name == "local" else window_source(TraceStore(store), window)
+    state = prepare_round(parent, source, config, retrieval, engine)
+    context.log.info(f"evidence computed by the {engine.name} engine: {state.engine}")
 
     l1_stage(state, config)
     yield from _stage_output("topology_update", state.edges, ids, {"counters": state.counters.get("l1", {})})
@@ -289,6 +296,7 @@ def evolution_round(
             "counts": MetadataValue.json({k: counts.get(k) for k in ("skills", "edges", "transition_nnz")}),
             "counters": MetadataValue.json(state.counters),
             "timings_s": MetadataValue.json(manifest.get("timings_s", {})),
+            **{f"engine.{k}": v for k, v in state.engine.items() if isinstance(v, int | float | str)},
         },
     )
     yield checks.check_manifest("graph_snapshot", store, vid)

@@ -18,6 +18,7 @@ from dagster import ConfigurableResource
 
 from segos_pipeline.config import (
     BuildConfig,
+    EngineConfig,
     EvolutionConfig,
     RetrievalConfig,
     TransitionConfig,
@@ -105,6 +106,19 @@ class EvolutionSettings(ConfigurableResource):
         return {name: getattr(self, name) for name in type(self).model_fields}
 
 
+class EngineSettings(ConfigurableResource):
+    """Where the evolution round's per-partition trace work runs (`segos evolve --engine`): "local", or
+    "spark" (reads the window's Parquet in the store; `spark_master` None means $SPARK_REMOTE, else
+    local[*]). The version committed is the same either way."""
+
+    engine: str = "local"
+    spark_master: str | None = None
+    partitions: int | None = None
+
+    def config(self) -> EngineConfig:
+        return EngineConfig(engine=self.engine, spark_master=self.spark_master, partitions=self.partitions)
+
+
 class RetrievalSettings(ConfigurableResource):
     """Retrieval overrides used to reconstruct traces' retrieval, gate L3 and replay the query set."""
 
@@ -133,6 +147,7 @@ def build_resources(
     evolution: EvolutionSettings | None = None,
     retrieval: RetrievalSettings | None = None,
     build: BuildSettings | None = None,
+    engine: EngineSettings | None = None,
 ) -> dict[str, Any]:
     """The resource dict of the code location; tests pass a tmp `store_root` and keep the rest."""
     store = str(store_root) if store_root is not None else None
@@ -150,4 +165,5 @@ def build_resources(
         "build_settings": build or BuildSettings(),
         "evolution_settings": evolution or EvolutionSettings(),
         "retrieval_settings": retrieval or RetrievalSettings(),
+        "engine_settings": engine or EngineSettings(),
     }

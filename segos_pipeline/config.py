@@ -179,6 +179,25 @@ class EvolutionConfig(_Overridable):
     editor_round_budget_s: float = 600.0
 
 
+ENGINES = ("local", "spark")
+
+
+@dataclass(frozen=True)
+class EngineConfig(_Overridable):
+    """Where a round's per-partition trace work runs (SPEC §11). Not part of a version's identity: the
+    engines compute the same version, so this is kept apart from EvolutionConfig."""
+
+    engine: str = "local"  # "local" (polars in this process) or "spark"
+    # Local: a window is cut into partitions of about this many traces (bounds the peak of the pair joins).
+    local_partition_rows: int = 500_000
+    partitions: int | None = None  # a fixed partition count (None: derived from the window's size)
+    # Spark: the master URL (None: $SPARK_REMOTE for Spark Connect, else local[*]).
+    spark_master: str | None = None
+    spark_partition_rows: int = 250_000  # traces per Spark partition when `partitions` is None
+    spark_min_partitions: int = 2
+    spark_conf: dict[str, str] = field(default_factory=dict)  # extra Spark settings (spark.* keys)
+
+
 @dataclass(frozen=True)
 class BuildConfig:
     """Everything that determines a cold-start version; recorded in its manifest."""

@@ -250,9 +250,9 @@ BOUNDS = {
     "list_versions": {},
     "get_status": {},
     "record_trace": {
-        "task_id": {"minLength": 1},
+        "task_id": {"minLength": 1, "maxLength": 256},  # the trace contract's MAX_ID_CHARS
         "reward": {"minimum": 0, "maximum": 1},
-        "attempt": {"minimum": 1},
+        "attempt": {"minimum": 1, "maximum": 1_000_000},  # MAX_ATTEMPT
     },
 }
 

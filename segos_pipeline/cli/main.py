@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from ..config import PRESETS, TRACE_FORMATS, EvolutionConfig, build_preset
+from ..config import ENGINES, PRESETS, TRACE_FORMATS, EngineConfig, EvolutionConfig, build_preset
 from ..paths import DEFAULT_LIBRARY
 from .common import (
     _emit_json,
@@ -19,6 +19,7 @@ from .common import (
     _store,
     _writing,
     friendly_errors,
+    require_extra,
     store_option,
     version_option,
     wait_option,
@@ -345,6 +346,25 @@ def trace_schema() -> None:
 @click.option("--no-l2", is_flag=True, help="Skip the edge-weight update.")
 @click.option("--no-l3", is_flag=True, help="Skip the description update.")
 @click.option("--set", "settings", multiple=True, help="Evolution setting key=value (e.g. --set blend=true).")
+@click.option(
+    "--engine",
+    type=click.Choice(ENGINES),
+    default="local",
+    show_default=True,
+    help="Where the per-partition trace work runs: polars in this process, or Apache Spark (the same "
+    "kernels; needs `pip install 'segos[spark]'` and Java 17).",
+)
+@click.option(
+    "--spark-master",
+    default=None,
+    help="Spark master URL (e.g. spark://host:7077); default: $SPARK_REMOTE (Spark Connect), else local[*].",
+)
+@click.option(
+    "--partitions",
+    type=click.IntRange(1, 1_000_000),
+    default=None,
+    help="Partitions of the window by task hash (default: from the window's size).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest (with per-rule counters).")
 @click.option("--quiet", is_flag=True)
 @wait_option
@@ -358,6 +378,9 @@ def evolve(
     no_l2: bool,
     no_l3: bool,
     settings: tuple[str, ...],
+    engine: str,
+    spark_master: str | None,
+    partitions: int | None,
     as_json: bool,
     quiet: bool,
     wait: float,
@@ -370,12 +393,20 @@ def evolve(
         l2_weights=config.l2_weights and not no_l2,
         l3_descriptions=config.l3_descriptions and not no_l3,
     )
+    if spark_master is not None and engine != "spark":
+        _fail("--spark-master needs --engine spark")
+    from ..evolution.engines import make_engine
     from ..evolution.round import evolve as run_evolution
     from ..retrieval.ranker import warm_caches
 
+    engine_config = EngineConfig(engine=engine, spark_master=spark_master, partitions=partitions)
+    if engine == "spark":
+        require_extra("spark", ["pyspark", "pandas"], "--engine spark (Java 17 needed too)")
     progress = _progress(quiet or as_json)
     with _writing(store, wait) as st:
-        manifest = run_evolution(st, window, from_version, config, progress=progress)
+        manifest = run_evolution(
+            st, window, from_version, config, progress=progress, engine=make_engine(engine_config)
+        )
     warm_caches(st.load(manifest["version"]), progress=progress)
     if as_json:
         _emit_json(manifest)

@@ -1,14 +1,122 @@
-"""What a window of traces witnesses, as tables (pure polars group-bys; no loop per trace).
+"""What a window of traces witnesses, as polars kernels over a partition of traces (SPEC §8, §11).
 
-Input: a round's trace table (TRACE_SCHEMA plus a boolean `success` column, with `retrieved`/`seeds`
-filled for every query). Each function returns one evidence table that L1 and L2 both read.
+The rules exist once, here. A window is cut into partitions by a hash of `task_id`, so every attempt of a
+task (and of a (task, agent) pair) lies in one partition. On one partition:
+
+    partition_evidence(traces) = attempt selection → retrieval reconstruction → partial evidence tables
+
+and every partial table is a count keyed by a pair or a skill that is additive across partitions: a trace
+lies in one partition (trace counts add up) and so does a task (distinct-task counts add up too).
+`combine` sums the partial tables of all partitions and applies the thresholds that need the window
+totals (surfaced-but-unused). The local engine and the Spark engine both call `partition_evidence` per
+partition and `combine` on the results; neither holds a rule of its own.
+
+Input of a partition: a trace table (TRACE_SCHEMA). The selected traces carry a boolean `success` and
+`retrieved`/`seeds` filled for every query.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, fields
+
 import polars as pl
 
 PAIR = {"src": pl.String, "dst": pl.String}
+COUNT = pl.Int64  # summed counts: a 1B-trace window can pass the UInt32 that polars counts in
+
+# The partial tables' schemas (what an engine ships between processes).
+WORKFLOW_SCHEMA = {**PAIR, "count": COUNT, "trials": COUNT}
+ORDERED_SCHEMA = {**PAIR, "trials": COUNT}
+COUSE_SCHEMA = {**PAIR, "failed": COUNT, "succeeded": COUNT, "success_tasks": COUNT}
+SURFACING_SCHEMA = {"skill": pl.String, "surfaced": COUNT, "used": COUNT}
+TRACE_COUNTS = (
+    "in_window",
+    "selected",
+    "successful",
+    "failed",
+    "retrieval_reconstructed",
+    "simulated",
+    "real",
+    "unordered_used",
+)
+COUNTS_SCHEMA = dict.fromkeys(TRACE_COUNTS, COUNT)
+
+
+def _wide(df: pl.DataFrame) -> pl.DataFrame:
+    """Every count column as COUNT (polars counts in UInt32)."""
+    return df.with_columns(pl.col(pl.UInt32).cast(COUNT))
+
+
+# ------------------------------------------------------------------------- attempt selection, retrieval
+
+
+def select_attempts(traces: pl.DataFrame, pool: bool) -> pl.DataFrame:
+    """The final attempt per (task, agent) (latest attempt, then timestamp, then id), or all if pooled.
+
+    The result is in trace-id order either way, so that a window cut into partitions and put together
+    again gives the same table as the whole window.
+    """
+    if pool:
+        return traces.sort("trace_id", maintain_order=True)
+    return (
+        traces.sort(["attempt", "timestamp", "trace_id"], nulls_last=False)
+        .unique(subset=["task_id", "agent"], keep="last", maintain_order=True)
+        .sort("trace_id")
+    )
+
+
+# text → (retrieved ids, seed ids) for a batch of query texts; the parent version's retriever behind it.
+Reconstruct = Callable[[list[str]], list[tuple[list[str], list[str]]]]
+
+
+def fill_retrieval(traces: pl.DataFrame, reconstruct: Reconstruct) -> pl.DataFrame:
+    """Rebuild `retrieved`/`seeds` of queries that did not record them by replaying the query text against
+    the parent version (once per distinct text); flag the traces where this happened."""
+    q = traces.select("trace_id", "queries").with_row_index("_t").explode("queries").with_row_index("_q")
+    q = q.with_columns(
+        text=pl.col("queries").struct.field("text"),
+        retrieved=pl.col("queries").struct.field("retrieved"),
+        seeds=pl.col("queries").struct.field("seeds"),
+    )
+    need = q.filter(
+        pl.col("text").is_not_null() & (pl.col("retrieved").is_null() | pl.col("seeds").is_null())
+    )
+    texts = need["text"].unique().sort().to_list()
+    answers = reconstruct(texts) if texts else []
+    rebuilt = pl.DataFrame(
+        {
+            "text": texts,
+            "r2": [a[0] for a in answers],
+            "s2": [a[1] for a in answers],
+        },
+        schema={"text": pl.String, "r2": pl.List(pl.String), "s2": pl.List(pl.String)},
+    )
+    q = q.join(rebuilt, on="text", how="left").with_columns(
+        reconstructed=(pl.col("retrieved").is_null() | pl.col("seeds").is_null())
+        & pl.col("r2").is_not_null(),
+        retrieved=pl.coalesce("retrieved", "r2"),
+        seeds=pl.coalesce("seeds", "s2"),
+    )
+    per_trace = (
+        q.sort("_q")
+        .group_by("_t", maintain_order=True)
+        .agg(
+            queries=pl.struct("text", "retrieved", "seeds").filter(pl.col("text").is_not_null()),
+            retrieval_reconstructed=pl.col("reconstructed").any(),
+        )
+    )
+    return (
+        traces.with_row_index("_t")
+        .drop("queries")
+        .join(per_trace, on="_t", how="left")
+        .drop("_t")
+        .with_columns(pl.col("retrieval_reconstructed").fill_null(False))
+    )
+
+
+# ------------------------------------------------------------------------------ partial evidence tables
 
 
 def _query_rows(traces: pl.DataFrame) -> pl.DataFrame:
@@ -27,7 +135,16 @@ def _query_rows(traces: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def workflow_witness(traces: pl.DataFrame) -> pl.DataFrame:
+def _positions(traces: pl.DataFrame) -> pl.DataFrame:
+    return (
+        traces.select("trace_id", "task_id", "success", skill=pl.col("used"))
+        .with_columns(pos=pl.int_ranges(pl.col("skill").list.len()))
+        .explode("skill", "pos")
+        .drop_nulls("skill")
+    )
+
+
+def workflow_partial(traces: pl.DataFrame) -> pl.DataFrame:
     """c_wf[u, v]: per successful trace, per query, each seed u and each used v ≠ u (SPEC §8).
 
     `count` is the number of witnessing queries (a task with several queries can witness a pair several
@@ -41,34 +158,17 @@ def workflow_witness(traces: pl.DataFrame) -> pl.DataFrame:
         .drop_nulls(["src", "dst"])
         .filter(pl.col("src") != pl.col("dst"))
     )
-    return (
-        pairs.group_by("src", "dst")
-        .agg(count=pl.len(), trials=pl.col("trace_id").n_unique())
-        .sort("src", "dst")
-    )
+    return pairs.group_by("src", "dst").agg(count=pl.len(), trials=pl.col("trace_id").n_unique()).pipe(_wide)
 
 
-def _positions(traces: pl.DataFrame) -> pl.DataFrame:
-    return (
-        traces.select("trace_id", "task_id", "success", skill=pl.col("used"))
-        .with_columns(pos=pl.int_ranges(pl.col("skill").list.len()))
-        .explode("skill", "pos")
-        .drop_nulls("skill")
-    )
-
-
-def ordered_pairs(traces: pl.DataFrame) -> pl.DataFrame:
+def ordered_partial(traces: pl.DataFrame) -> pl.DataFrame:
     """(u, v) with u first used before v on a successful trace whose `used` carries order."""
     pos = _positions(traces.filter(pl.col("success") & pl.col("used_ordered")))
     pairs = pos.join(pos, on="trace_id", suffix="_v").filter(pl.col("pos") < pl.col("pos_v"))
-    return (
-        pairs.group_by(src="skill", dst="skill_v")
-        .agg(trials=pl.col("trace_id").n_unique())
-        .sort("src", "dst")
-    )
+    return pairs.group_by(src="skill", dst="skill_v").agg(trials=pl.col("trace_id").n_unique()).pipe(_wide)
 
 
-def co_use(traces: pl.DataFrame) -> pl.DataFrame:
+def couse_partial(traces: pl.DataFrame) -> pl.DataFrame:
     """Unordered pairs actually co-used (src < dst): failed traces, successful traces, successful tasks."""
     pos = _positions(traces)
     pairs = pos.join(pos.select("trace_id", skill_v="skill"), on="trace_id").filter(
@@ -79,17 +179,186 @@ def co_use(traces: pl.DataFrame) -> pl.DataFrame:
         .agg(
             failed=pl.col("trace_id").filter(~pl.col("success")).n_unique(),
             succeeded=pl.col("trace_id").filter(pl.col("success")).n_unique(),
+            # additive across partitions only because a task never spans two of them
             success_tasks=pl.col("task_id").filter(pl.col("success")).n_unique(),
         )
-        .sort("src", "dst")
+        .pipe(_wide)
     )
+
+
+def surfacing_partial(traces: pl.DataFrame) -> pl.DataFrame:
+    """Per skill: queries that retrieved it, and traces that used it."""
+    surfaced = (
+        _query_rows(traces)
+        .select(skill=pl.col("retrieved"))
+        .explode("skill")
+        .drop_nulls()
+        .group_by("skill")
+        .agg(surfaced=pl.len())
+    )
+    used = (
+        traces.select("trace_id", skill=pl.col("used"))
+        .explode("skill")
+        .drop_nulls()
+        .group_by("skill")
+        .agg(used=pl.col("trace_id").n_unique())
+    )
+    return (
+        surfaced.join(used, on="skill", how="full", coalesce=True)
+        .with_columns(pl.col("surfaced", "used").fill_null(0))
+        .pipe(_wide)
+        .select(list(SURFACING_SCHEMA))
+    )
+
+
+def trace_counts(window: pl.DataFrame, selected: pl.DataFrame) -> pl.DataFrame:
+    """The round's trace counters for one partition (one row)."""
+    return pl.DataFrame(
+        {
+            "in_window": [window.height],
+            "selected": [selected.height],
+            "successful": [int(selected["success"].sum())],
+            "failed": [int((~selected["success"]).sum())],
+            "retrieval_reconstructed": [int(selected["retrieval_reconstructed"].sum())],
+            "simulated": [int(selected["simulated"].sum())],
+            "real": [int((~selected["simulated"]).sum())],
+            "unordered_used": [int((~selected["used_ordered"]).sum())],
+        },
+        schema=COUNTS_SCHEMA,
+    )
+
+
+@dataclass
+class Partial:
+    """One partition's share of a round: its selected traces and its partial evidence tables."""
+
+    selected: pl.DataFrame
+    workflow: pl.DataFrame
+    ordered: pl.DataFrame
+    couse: pl.DataFrame
+    surfacing: pl.DataFrame
+    counts: pl.DataFrame
+    seconds: dict[str, float] = field(default_factory=dict)  # time of each step on this partition
+
+    @classmethod
+    def table_names(cls) -> list[str]:
+        return [f.name for f in fields(cls) if f.name != "seconds"]
+
+
+def partition_evidence(
+    traces: pl.DataFrame, reconstruct: Reconstruct, pool: bool, success_threshold: float
+) -> Partial:
+    """Everything a round computes from one partition of a window (all of a task's traces inside it)."""
+    t = time.perf_counter()
+    selected = select_attempts(traces, pool).with_columns(success=pl.col("reward") >= success_threshold)
+    selected = fill_retrieval(selected, reconstruct)
+    t_select = time.perf_counter()
+    partial = Partial(
+        selected=selected,
+        workflow=workflow_partial(selected),
+        ordered=ordered_partial(selected),
+        couse=couse_partial(selected),
+        surfacing=surfacing_partial(selected),
+        counts=trace_counts(traces, selected),
+    )
+    partial.seconds = {"select_and_reconstruct": t_select - t, "evidence": time.perf_counter() - t_select}
+    return partial
+
+
+# ------------------------------------------------------------------------------------------- combining
+
+
+@dataclass
+class WindowEvidence:
+    """A window's evidence, summed over its partitions: what L1, L2 and the round's counters read."""
+
+    workflow: pl.DataFrame
+    ordered: pl.DataFrame
+    couse: pl.DataFrame
+    unused: pl.DataFrame
+    counts: dict[str, int]
+
+
+def _sum_by(frames: Iterable[pl.DataFrame], keys: list[str], schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    values = [c for c in schema if c not in keys]
+    stacked = pl.concat([f.select(list(schema)).cast(schema) for f in frames], how="vertical")
+    return stacked.group_by(keys).agg(pl.col(values).sum()).cast(schema).sort(keys)
+
+
+def sum_partials(partials: list[Partial]) -> Partial:
+    """The partial tables of several partitions summed into one (selected traces left empty).
+
+    Summing is associative, so an engine may sum in a tree (pairs of partitions, then pairs of sums).
+    """
+    if not partials:
+        raise ValueError("no partial evidence to sum")
+    return Partial(
+        selected=partials[0].selected.clear(),
+        workflow=_sum_by((p.workflow for p in partials), ["src", "dst"], WORKFLOW_SCHEMA),
+        ordered=_sum_by((p.ordered for p in partials), ["src", "dst"], ORDERED_SCHEMA),
+        couse=_sum_by((p.couse for p in partials), ["src", "dst"], COUSE_SCHEMA),
+        surfacing=_sum_by((p.surfacing for p in partials), ["skill"], SURFACING_SCHEMA),
+        counts=pl.concat([p.counts for p in partials]).sum().cast(COUNTS_SCHEMA),
+    )
+
+
+def finish(total: Partial, surfaced_min: int) -> WindowEvidence:
+    """The window's evidence from the summed partial tables."""
+    surfacing = total.surfacing
+    unused = (
+        surfacing.filter((pl.col("surfaced") >= surfaced_min) & (pl.col("used") == 0))
+        .select("skill", n=pl.col("surfaced"))
+        .sort("skill")
+    )
+    return WindowEvidence(
+        workflow=total.workflow,
+        ordered=total.ordered,
+        couse=total.couse,
+        unused=unused,
+        counts={k: int(v) for k, v in total.counts.row(0, named=True).items()},
+    )
+
+
+def combine(partials: list[Partial], surfaced_min: int) -> WindowEvidence:
+    return finish(sum_partials(partials), surfaced_min)
+
+
+# ------------------------------------------------------------------ whole-window forms (one partition)
+
+
+def workflow_witness(traces: pl.DataFrame) -> pl.DataFrame:
+    """c_wf over a whole table of selected traces."""
+    return _sum_by([workflow_partial(traces)], ["src", "dst"], WORKFLOW_SCHEMA)
+
+
+def ordered_pairs(traces: pl.DataFrame) -> pl.DataFrame:
+    return _sum_by([ordered_partial(traces)], ["src", "dst"], ORDERED_SCHEMA)
+
+
+def co_use(traces: pl.DataFrame) -> pl.DataFrame:
+    return _sum_by([couse_partial(traces)], ["src", "dst"], COUSE_SCHEMA)
 
 
 def surfaced_unused(traces: pl.DataFrame, min_surfaced: int) -> pl.DataFrame:
     """Skills retrieved in ≥ min_surfaced queries of the window and never used on any of its traces."""
-    rows = _query_rows(traces)
-    surfaced = (
-        rows.select(skill=pl.col("retrieved")).explode("skill").drop_nulls().group_by("skill").agg(n=pl.len())
+    surfacing = _sum_by([surfacing_partial(traces)], ["skill"], SURFACING_SCHEMA)
+    return (
+        surfacing.filter((pl.col("surfaced") >= min_surfaced) & (pl.col("used") == 0))
+        .select("skill", n=pl.col("surfaced"))
+        .sort("skill")
     )
-    used = traces.select(skill=pl.col("used")).explode("skill").drop_nulls().unique()
-    return surfaced.filter(pl.col("n") >= min_surfaced).join(used, on="skill", how="anti").sort("skill")
+
+
+def partition_ids(partitions: int) -> pl.Expr:
+    """Partition of each trace: a hash of its task id (all of a task's attempts land together)."""
+    return (pl.col("task_id").hash(seed=0) % partitions).alias("_part")
+
+
+def split_by_task(traces: pl.DataFrame, partitions: int) -> list[pl.DataFrame]:
+    """The window cut into `partitions` parts by task hash (empty parts dropped; at least one part)."""
+    if partitions <= 1 or traces.height == 0:
+        return [traces]
+    parts = traces.with_columns(partition_ids(partitions)).partition_by(
+        "_part", include_key=False, maintain_order=True
+    )
+    return parts or [traces.clear()]

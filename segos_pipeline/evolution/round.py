@@ -14,78 +14,21 @@ from typing import Any
 
 import polars as pl
 
-from ..config import EvolutionConfig, RetrievalConfig, TransitionConfig, retrieval_for
+from ..config import EngineConfig, EvolutionConfig, RetrievalConfig, TransitionConfig, retrieval_for
 from ..graph.build import commit_derived
 from ..graph.transition import transition_matrix
 from ..retrieval.ranker import Retriever
 from ..store.snapshot import REVISIONS, ROUND_TRACES, Snapshot, SnapshotStore
 from .descriptions import REVISION_SCHEMA, Editor, description_update
-from .evidence import co_use, ordered_pairs, surfaced_unused, workflow_witness
+from .engines import Engine, TraceInput, make_engine
+from .evidence import fill_retrieval, select_attempts
 from .ingest import TraceStore
 from .topology import topology_update
 from .weights import weight_update
 
 Progress = Callable[[str], None]
 
-
-def select_attempts(traces: pl.DataFrame, pool: bool) -> pl.DataFrame:
-    """The final attempt per (task, agent) (latest attempt, then timestamp, then id), or all if pooled."""
-    if pool:
-        return traces
-    return (
-        traces.sort(["attempt", "timestamp", "trace_id"], nulls_last=False)
-        .unique(subset=["task_id", "agent"], keep="last", maintain_order=True)
-        .sort("trace_id")
-    )
-
-
-def fill_retrieval(traces: pl.DataFrame, retriever: Retriever) -> pl.DataFrame:
-    """Rebuild `retrieved`/`seeds` of queries that did not record them by replaying the query text against
-    the parent version (once per distinct text); flag the traces where this happened."""
-    top_n = retriever.config.top_n
-    q = traces.select("trace_id", "queries").with_row_index("_t").explode("queries").with_row_index("_q")
-    q = q.with_columns(
-        text=pl.col("queries").struct.field("text"),
-        retrieved=pl.col("queries").struct.field("retrieved"),
-        seeds=pl.col("queries").struct.field("seeds"),
-    )
-    need = q.filter(
-        pl.col("text").is_not_null() & (pl.col("retrieved").is_null() | pl.col("seeds").is_null())
-    )
-    texts = need["text"].unique().sort().to_list()
-    rebuilt_rows = []
-    for text in texts:
-        ranking = retriever.rank(text)
-        chosen, _ = retriever.select(ranking, top_n)
-        rebuilt_rows.append(
-            (text, [str(retriever.ids[i]) for i in chosen], [str(retriever.ids[i]) for i in ranking.seeds])
-        )
-    rebuilt = pl.DataFrame(
-        rebuilt_rows,
-        schema={"text": pl.String, "r2": pl.List(pl.String), "s2": pl.List(pl.String)},
-        orient="row",
-    )
-    q = q.join(rebuilt, on="text", how="left").with_columns(
-        reconstructed=(pl.col("retrieved").is_null() | pl.col("seeds").is_null())
-        & pl.col("r2").is_not_null(),
-        retrieved=pl.coalesce("retrieved", "r2"),
-        seeds=pl.coalesce("seeds", "s2"),
-    )
-    per_trace = (
-        q.sort("_q")
-        .group_by("_t", maintain_order=True)
-        .agg(
-            queries=pl.struct("text", "retrieved", "seeds").filter(pl.col("text").is_not_null()),
-            retrieval_reconstructed=pl.col("reconstructed").any(),
-        )
-    )
-    return (
-        traces.with_row_index("_t")
-        .drop("queries")
-        .join(per_trace, on="_t", how="left")
-        .drop("_t")
-        .with_columns(pl.col("retrieval_reconstructed").fill_null(False))
-    )
+__all__ = ["fill_retrieval", "select_attempts"]  # the kernels live in evidence.py; kept importable here
 
 
 def draft_snapshot(
@@ -121,44 +64,37 @@ class RoundState:
     revisions: pl.DataFrame
     counters: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    engine: dict[str, Any] = field(default_factory=dict)  # which engine computed the evidence, its metrics
 
 
 def prepare_round(
-    parent: Snapshot, traces: pl.DataFrame, config: EvolutionConfig, retrieval: RetrievalConfig
+    parent: Snapshot,
+    traces: TraceInput,
+    config: EvolutionConfig,
+    retrieval: RetrievalConfig,
+    engine: Engine | None = None,
 ) -> RoundState:
-    """Attempt selection, retrieval reconstruction against the parent, and the window's evidence."""
-    t = time.perf_counter()
-    selected = select_attempts(traces, config.pool_attempts).with_columns(
-        success=pl.col("reward") >= config.success_threshold
-    )
-    selected = fill_retrieval(selected, Retriever(parent, retrieval))
-    timings = {"select_and_reconstruct": time.perf_counter() - t}
-    t = time.perf_counter()
+    """Attempt selection, retrieval reconstruction against the parent, and the window's evidence, run by
+    `engine` (local by default) per partition of the window and summed."""
+    engine = engine or make_engine()
+    result = engine.window_evidence(parent, traces, config, retrieval)
+    ev = result.evidence
     state = RoundState(
         parent=parent,
         round=parent.round + 1,
-        selected=selected,
-        workflow=workflow_witness(selected),
-        ordered=ordered_pairs(selected),
-        couse=co_use(selected),
-        unused=surfaced_unused(selected, config.surfaced_min),
+        selected=result.selected,
+        workflow=ev.workflow,
+        ordered=ev.ordered,
+        couse=ev.couse,
+        unused=ev.unused,
         edges=parent.edges,
         nodes=parent.nodes,
         tokens=parent.tokens,
         revisions=pl.DataFrame(schema=REVISION_SCHEMA),
-        timings=timings,
+        timings={k: result.timings[k] for k in ("select_and_reconstruct", "evidence")},
+        engine=result.metrics,
     )
-    state.timings["evidence"] = time.perf_counter() - t
-    state.counters["traces"] = {
-        "in_window": traces.height,
-        "selected": selected.height,
-        "successful": int(selected["success"].sum()),
-        "failed": int((~selected["success"]).sum()),
-        "retrieval_reconstructed": int(selected["retrieval_reconstructed"].sum()),
-        "simulated": int(selected["simulated"].sum()),
-        "real": int((~selected["simulated"]).sum()),
-        "unordered_used": int((~selected["used_ordered"]).sum()),
-    }
+    state.counters["traces"] = dict(ev.counts)
     return state
 
 
@@ -252,6 +188,7 @@ def commit_round(
             "config": {**parent_config, "evolution": asdict(config), "retrieval": asdict(retrieval)},
             "counters": state.counters,
             "timings_s": {**{k: round(v, 4) for k, v in state.timings.items()}, "total": round(total, 4)},
+            "engine": state.engine,
             **(extra or {}),
         },
         extra_tables={ROUND_TRACES: state.selected, REVISIONS: state.revisions},
@@ -260,17 +197,18 @@ def commit_round(
 
 def evolve_round(
     parent: Snapshot,
-    traces: pl.DataFrame,
+    traces: TraceInput,
     config: EvolutionConfig | None = None,
     retrieval: RetrievalConfig | None = None,
     editor: Editor | None = None,
     progress: Progress | None = None,
+    engine: Engine | None = None,
 ) -> RoundState:
-    """The pure core of a round (no store access): tables of the next version and the counters."""
+    """The pure core of a round (no store writes): tables of the next version and the counters."""
     config = config or EvolutionConfig()
     retrieval = retrieval or retrieval_for(parent.manifest)
     say = progress or (lambda _msg: None)
-    state = prepare_round(parent, traces, config, retrieval)
+    state = prepare_round(parent, traces, config, retrieval, engine)
     t = state.counters["traces"]
     say(
         f"round {state.round}: {t['selected']} of {t['in_window']} traces kept, "
@@ -301,13 +239,28 @@ def evolve(
     retrieval: RetrievalConfig | None = None,
     editor: Editor | None = None,
     progress: Progress | None = None,
-    traces: pl.DataFrame | None = None,
+    traces: TraceInput | None = None,
+    engine: Engine | EngineConfig | None = None,
 ) -> dict[str, Any]:
-    """Make version N+1 from version N (`from_version`, default latest) and the window's traces."""
+    """Make version N+1 from version N (`from_version`, default latest) and the window's traces.
+
+    The local engine reads the window's table into memory; any other engine reads its Parquet files
+    itself (`TraceStore.source`), so the window never has to fit in this process.
+    """
     store = store if isinstance(store, SnapshotStore) else SnapshotStore(store)
     config = config or EvolutionConfig()
+    engine = make_engine(engine) if isinstance(engine, EngineConfig | None) else engine
     parent = store.load(from_version)
     retrieval = retrieval or retrieval_for(parent.manifest)
-    window_traces = TraceStore(store).load(window) if traces is None else traces
-    state = evolve_round(parent, window_traces, config, retrieval, editor, progress)
+    if traces is None:
+        trace_store = TraceStore(store)
+        traces = trace_store.load(window) if engine.name == "local" else window_source(trace_store, window)
+    state = evolve_round(parent, traces, config, retrieval, editor, progress, engine)
     return commit_round(store, state, window, config, retrieval)
+
+
+def window_source(trace_store: TraceStore, window: str) -> str:
+    """Where an engine that reads Parquet itself finds a window: its folder (a file or parts inside)."""
+    if window not in trace_store.windows():
+        trace_store.load(window)  # raises the store's own "no traces ingested for window" error
+    return str(trace_store.window_dir(window))

@@ -1,0 +1,41 @@
+"""Retrieval reconstruction against the parent version: query texts replayed through its Retriever."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ...retrieval.ranker import Retriever
+
+MEMO_LIMIT = 200_000  # distinct texts remembered per process; past it the memo starts again
+
+
+class Replay:
+    """Replays query texts against one version, each distinct text once per process (a window cut into
+    partitions meets the same text in several of them). The Retriever is built on first need, so a window
+    whose traces all recorded their retrieval never pays for it."""
+
+    def __init__(self, make_retriever: Callable[[], Retriever]):
+        self._make = make_retriever
+        self._retriever: Retriever | None = None
+        self._memo: dict[str, tuple[list[str], list[str]]] = {}
+
+    @property
+    def retriever(self) -> Retriever:
+        if self._retriever is None:
+            self._retriever = self._make()
+        return self._retriever
+
+    def __call__(self, texts: list[str]) -> list[tuple[list[str], list[str]]]:
+        return [self._one(t) for t in texts]
+
+    def _one(self, text: str) -> tuple[list[str], list[str]]:
+        hit = self._memo.get(text)
+        if hit is None:
+            r = self.retriever
+            ranking = r.rank(text)
+            chosen, _ = r.select(ranking, r.config.top_n)
+            hit = ([str(r.ids[i]) for i in chosen], [str(r.ids[i]) for i in ranking.seeds])
+            if len(self._memo) >= MEMO_LIMIT:
+                self._memo.clear()
+            self._memo[text] = hit
+        return hit

@@ -1,0 +1,277 @@
+"""The evolution round's engines agree (SPEC §11, issue 15): the local engine with any partition count and
+the Spark engine (local mode, started here) commit the same version files and counters as one partition.
+
+One SparkSession for the module (small shuffle, no UI); every round runs on the demo windows and, when
+../shared is present, on real traces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from segos_pipeline import SnapshotStore, build_cold_start
+from segos_pipeline.cli import main as cli
+from segos_pipeline.config import EngineConfig, EvolutionConfig
+from segos_pipeline.evolution.adapters import iter_records, write_library
+from segos_pipeline.evolution.engines import make_engine
+from segos_pipeline.evolution.engines.local import LocalEngine
+from segos_pipeline.evolution.evidence import combine, partition_evidence, split_by_task
+from segos_pipeline.evolution.ingest import TraceStore
+from segos_pipeline.evolution.round import evolve
+from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR
+from segos_pipeline.store.snapshot import MANIFEST
+
+pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
+pytest.importorskip("pandas", reason="the spark extra is not installed (mapInArrow needs pandas)")
+
+WINDOW = "demo"
+# Manifest keys that differ between two commits of the same content.
+VOLATILE = {"version", "seq", "created", "created_at", "timings_s", "engine", "files", "code_version"}
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from segos_pipeline.evolution.engines.spark import spark_session
+
+    session = spark_session(
+        EngineConfig(
+            engine="spark",
+            spark_master="local[2]",
+            spark_conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"},
+        )
+    )
+    yield session
+    session.stop()
+
+
+def spark_engine(session: Any, partitions: int | None = 3):
+    from segos_pipeline.evolution.engines.spark import SparkEngine
+
+    return SparkEngine(EngineConfig(engine="spark", partitions=partitions), session=session)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> SnapshotStore:
+    store = SnapshotStore(tmp_path_factory.mktemp("spark-demo"))
+    build_cold_start(DEFAULT_LIBRARY, store)
+    for name in ("2026-11-27.jsonl", "2026-11-28.jsonl"):
+        TraceStore(store).ingest(iter_records(DEMO_DIR / "traces" / name, "native"), window=WINDOW)
+    return store
+
+
+def version_files(store: SnapshotStore, vid: str) -> dict[str, str]:
+    folder = store.versions_dir / vid
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != MANIFEST
+    }
+
+
+def stable_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in manifest.items() if k not in VOLATILE}
+
+
+def assert_same_version(store: SnapshotStore, a: dict[str, Any], b: dict[str, Any]) -> None:
+    assert a["parent"] == b["parent"]
+    assert a["counters"] == b["counters"]
+    assert stable_manifest(a) == stable_manifest(b)
+    assert version_files(store, a["version"]) == version_files(store, b["version"])
+    ea, eb = store.load(a["version"]).edges, store.load(b["version"]).edges
+    assert ea.equals(eb)  # no edge added, removed or reweighted between the two
+
+
+def rounds(store: SnapshotStore, window: str, engines: list, config: EvolutionConfig | None = None):
+    parent = store.list_versions()[0]["version"]
+    return [evolve(store, window, parent, config, engine=e) for e in engines]
+
+
+# ------------------------------------------------------------------------------------ local partitions
+
+
+def test_partial_tables_sum_to_the_whole_window(demo):
+    """Every evidence table of 4 partitions summed equals that of the window in one partition."""
+    traces = TraceStore(demo).load(WINDOW)
+    no_replay = lambda texts: [([], []) for _ in texts]  # noqa: E731 (the demo traces record retrieval)
+    whole = combine([partition_evidence(traces, no_replay, False, 0.9)], 3)
+    parts = split_by_task(traces, 4)
+    assert len(parts) > 1
+    assert sum(p.height for p in parts) == traces.height
+    assert not set(parts[0]["task_id"]) & set(parts[1]["task_id"])  # a task lies in one partition
+    summed = combine([partition_evidence(p, no_replay, False, 0.9) for p in parts], 3)
+    for name in ("workflow", "ordered", "couse", "unused"):
+        assert getattr(summed, name).equals(getattr(whole, name)), name
+    assert summed.counts == whole.counts
+    assert whole.workflow.height > 0 and whole.couse.height > 0  # the comparison is not between empties
+
+
+@pytest.mark.parametrize("pool", [False, True])
+def test_local_engine_any_partition_count_commits_the_same_version(demo, pool):
+    config = EvolutionConfig(pool_attempts=pool)
+    one, seven = rounds(demo, WINDOW, [LocalEngine(EngineConfig(partitions=p)) for p in (1, 7)], config)
+    assert seven["engine"]["partitions"] == 7
+    assert_same_version(demo, one, seven)
+
+
+# ------------------------------------------------------------------------------------------ Spark engine
+
+
+def test_spark_engine_commits_the_local_version_on_demo_traces(demo, spark):
+    local, on_spark = rounds(demo, WINDOW, [make_engine(), spark_engine(spark)])
+    assert on_spark["engine"]["engine"] == "spark" and on_spark["engine"]["partitions"] == 3
+    assert on_spark["engine"]["traces"] == local["counters"]["traces"]["in_window"]
+    assert_same_version(demo, local, on_spark)
+
+
+def test_spark_reads_a_folder_of_parquet_parts(demo, spark, tmp_path):
+    """A window stored as several Parquet files gives the same round as the single table."""
+    traces = TraceStore(demo).load(WINDOW)
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    for i, part in enumerate(split_by_task(traces, 3)):
+        part.write_parquet(folder / f"part-{i:05d}.parquet")
+    (folder / "quarantine.jsonl").write_text("{}\n")  # other files in the folder are not read
+    parent = demo.load(demo.list_versions()[0]["version"])
+    config = EvolutionConfig(l3_descriptions=False)
+    from segos_pipeline.evolution.round import evolve_round
+
+    whole = evolve_round(parent, traces, config)
+    parts = evolve_round(parent, str(folder), config, engine=spark_engine(spark, partitions=2))
+    local_parts = evolve_round(parent, str(folder), config, engine=make_engine())
+    for state in (parts, local_parts):
+        assert state.selected.equals(whole.selected)
+        assert state.edges.equals(whole.edges)
+        assert state.counters == whole.counters
+
+
+def test_spark_reconstructs_retrieval_on_the_executors(demo, spark, tmp_path):
+    """Traces without recorded retrieval are replayed against the parent on the executors, as locally."""
+    traces = (
+        TraceStore(demo)
+        .load(WINDOW)
+        .with_columns(
+            pl.col("queries").list.eval(
+                pl.struct(
+                    pl.element().struct.field("text"),
+                    retrieved=pl.lit(None, dtype=pl.List(pl.String)),
+                    seeds=pl.lit(None, dtype=pl.List(pl.String)),
+                )
+            )
+        )
+    )
+    path = tmp_path / "bare.parquet"
+    traces.write_parquet(path)
+    parent = demo.load(demo.list_versions()[0]["version"])
+    config = EvolutionConfig(l3_descriptions=False)
+    from segos_pipeline.evolution.round import evolve_round
+
+    local = evolve_round(parent, traces, config)
+    remote = evolve_round(parent, str(path), config, engine=spark_engine(spark))
+    assert local.counters["traces"]["retrieval_reconstructed"] == local.counters["traces"]["selected"] > 0
+    assert remote.selected.equals(local.selected)
+    assert remote.edges.equals(local.edges) and remote.counters == local.counters
+
+
+def test_cli_evolve_engine_spark(demo, spark):
+    """`segos evolve --engine spark` commits the version `segos evolve` does (the session is reused)."""
+    parent = demo.list_versions()[0]["version"]
+    runner = CliRunner()
+    common = ["evolve", "--store", str(demo.root), "--window", WINDOW, "--from", parent, "--json", "--quiet"]
+    local = json.loads(runner.invoke(cli, common, catch_exceptions=False).output)
+    res = runner.invoke(cli, [*common, "--engine", "spark", "--partitions", "2"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    on_spark = json.loads(res.output)
+    assert on_spark["engine"]["engine"] == "spark"
+    assert_same_version(demo, local, on_spark)
+    bad = runner.invoke(cli, [*common, "--spark-master", "local[1]"])
+    assert bad.exit_code != 0 and "--engine spark" in bad.output
+
+
+# ------------------------------------------------------------------------------------------ real traces
+
+
+@pytest.mark.shared
+def test_spark_equals_local_on_real_apibank_traces(shared_data, spark, tmp_path):
+    source = shared_data / "traces" / "apibank" / "level-3.json"
+    write_library(source, "apibank", tmp_path / "lib")
+    store = SnapshotStore(tmp_path / "store")
+    build_cold_start(tmp_path / "lib", store)
+    TraceStore(store).ingest(iter_records(source, "apibank"), window="api-l3")
+    local, on_spark = rounds(store, "api-l3", [make_engine(), spark_engine(spark)])
+    assert local["counters"]["traces"]["real"] > 0
+    assert_same_version(store, local, on_spark)
+
+
+@pytest.mark.shared
+@pytest.mark.slow
+def test_spark_equals_local_on_real_skillsbench_trials(shared_data, spark, tmp_path):
+    store = SnapshotStore(tmp_path / "store")
+    build_cold_start(shared_data / "skills", store)
+    trials = shared_data / "traces" / "skillsbench-trials" / "dev.jsonl"
+    queries = shared_data / "eval" / "skillsbench-dev.jsonl"
+    TraceStore(store).ingest(iter_records(trials, "skillsbench-trials", queries=queries), window="sb-dev")
+    local, on_spark = rounds(store, "sb-dev", [make_engine(), spark_engine(spark, partitions=4)])
+    assert local["counters"]["traces"]["real"] > 0
+    assert_same_version(store, local, on_spark)
+
+
+def test_engine_input_errors(tmp_path):
+    from segos_pipeline.evolution.engines.spark import read_window
+
+    with pytest.raises(ValueError, match="unknown engine"):
+        make_engine(EngineConfig(engine="flink"))
+    with pytest.raises(FileNotFoundError, match="no trace table"):
+        read_window(None, tmp_path / "absent")
+
+
+# ------------------------------------------------------------------------------------------------ Dagster
+
+
+@pytest.mark.filterwarnings("ignore:Parameter `data_version`")
+def test_dagster_round_on_spark_commits_the_local_version(spark, tmp_path):
+    """The evolution assets with the engine resource set to Spark: same version, Spark metrics attached."""
+    dagster = pytest.importorskip("dagster", reason="the dagster extra is not installed")
+    from assets.definitions import ASSETS
+    from assets.resources import EngineSettings, build_resources
+    from segos_pipeline.paths import DEMO_TRACES
+
+    window = "2026-11-27"
+    records = {}
+    for name, engine in (
+        ("local", EngineSettings()),
+        ("spark", EngineSettings(engine="spark", partitions=2)),
+    ):
+        resources = build_resources(tmp_path / name, landing_dir=DEMO_TRACES, engine=engine)
+        instance = dagster.DagsterInstance.ephemeral()
+        for selection, pk in ((dagster.AssetSelection.groups("cold_start"), None), (None, window)):
+            result = dagster.materialize(
+                ASSETS,
+                selection=selection or dagster.AssetSelection.groups("evolution"),
+                partition_key=pk,
+                instance=instance,
+                resources=resources,
+            )
+            assert result.success
+        [mat] = [
+            m
+            for m in result.get_asset_materialization_events()
+            if m.asset_key == dagster.AssetKey("graph_snapshot")
+        ]
+        records[name] = {k: v.value for k, v in mat.materialization.metadata.items()}
+    assert records["spark"]["engine.engine"] == "spark" and records["spark"]["engine.partitions"] == 2
+    assert records["local"]["engine.engine"] == "local"
+    stores = {name: SnapshotStore(tmp_path / name) for name in records}
+    a, b = (stores[n].manifest(records[n]["version"]) for n in ("local", "spark"))
+    assert a["counters"] == b["counters"]
+    other_store = {"parent", "orchestrator"}  # two stores, two Dagster runs
+    assert {k: v for k, v in stable_manifest(a).items() if k not in other_store} == {
+        k: v for k, v in stable_manifest(b).items() if k not in other_store
+    }
+    fa, fb = (version_files(stores[n], records[n]["version"]) for n in ("local", "spark"))
+    assert fa == fb
