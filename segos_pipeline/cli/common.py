@@ -19,6 +19,7 @@ from ..store.oserrors import explain, os_errno  # standard library only
 if TYPE_CHECKING:
     from ..retrieval.ranker import Retriever
     from ..store.snapshot import SnapshotStore
+    from .progress import Reporter
 
 
 def _fail(message: str) -> None:
@@ -84,8 +85,12 @@ def _emit_json(obj: Any) -> None:
     click.echo(json.dumps(obj, indent=2, default=str))
 
 
-def _progress(quiet: bool) -> Callable[[str], None] | None:
-    return None if quiet else (lambda msg: click.echo(f"[segos] {msg}", err=True))
+def reporter(command: str, quiet: bool) -> Reporter:
+    """Progress bars, messages and the closing time-by-stage summary of a long command, on stderr (stdout
+    stays clean for --json); `--quiet` silences them."""
+    from .progress import Reporter
+
+    return Reporter(command, quiet)
 
 
 store_option = click.option(

@@ -11,14 +11,15 @@ import click
 
 from ..config import ENGINES, PRESETS, TRACE_FORMATS, EngineConfig, EvolutionConfig, build_preset
 from ..paths import DEFAULT_LIBRARY
+from ..progress import stage
 from .common import (
     _emit_json,
     _fail,
     _load_retriever,
-    _progress,
     _store,
     _writing,
     friendly_errors,
+    reporter,
     require_extra,
     store_option,
     version_option,
@@ -69,12 +70,15 @@ def build(
     library = library or DEFAULT_LIBRARY
     if not library.is_dir():
         _fail(f"skill library folder not found: {library} (give a folder that contains SKILL.md packages)")
-    progress = _progress(quiet or as_json)
+    progress = reporter("build", quiet)
     with _writing(store, wait) as st:
         manifest = build_cold_start(
             library, st, build_preset(preset), progress=progress, allow_empty=allow_empty
         )
-    warm_caches(st.load(manifest["version"]), progress=progress)
+    progress.add_timings(manifest.get("timings_s", {}))
+    with stage(progress, "retrieval caches"):
+        warm_caches(st.load(manifest["version"]))
+    progress.summary()
     if as_json:
         _emit_json(manifest)
         return
@@ -282,6 +286,7 @@ def _parse_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
     help="Lines validated and stored per batch (memory follows it; default 50,000).",
 )
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @wait_option
 @friendly_errors
 def ingest(
@@ -293,6 +298,7 @@ def ingest(
     version: str | None,
     batch_size: int | None,
     as_json: bool,
+    quiet: bool,
     wait: float,
 ) -> None:
     """Validate TRACES (a file or folder) into the store's per-window trace tables.
@@ -303,6 +309,7 @@ def ingest(
         _fail(f"trace source not found: {traces}")
     from ..evolution.ingest import INGEST_BATCH, TraceStore
 
+    progress = reporter("ingest", quiet)
     with _writing(store, wait) as st:  # an evolution round reading the window waits for the whole ingest
         report = TraceStore(st).ingest_path(
             traces,
@@ -311,7 +318,9 @@ def ingest(
             window=window,
             version=version,
             batch_size=batch_size or INGEST_BATCH,
+            progress=progress,
         )
+    progress.summary()
     if as_json:
         _emit_json(report.to_dict())
         return
@@ -402,12 +411,15 @@ def evolve(
     engine_config = EngineConfig(engine=engine, spark_master=spark_master, partitions=partitions)
     if engine == "spark":
         require_extra("spark", ["pyspark", "pandas"], "--engine spark (Java 17 needed too)")
-    progress = _progress(quiet or as_json)
+    progress = reporter("evolve", quiet)
     with _writing(store, wait) as st:
         manifest = run_evolution(
             st, window, from_version, config, progress=progress, engine=make_engine(engine_config)
         )
-    warm_caches(st.load(manifest["version"]), progress=progress)
+    progress.add_timings(manifest.get("timings_s", {}))
+    with stage(progress, "retrieval caches"):
+        warm_caches(st.load(manifest["version"]))
+    progress.summary()
     if as_json:
         _emit_json(manifest)
         return

@@ -23,6 +23,8 @@ class Reporter:
         self._bar_stage: str | None = None
         self._bar_t0 = 0.0
         self._bar_done = 0
+        self._counter: str | None = None  # a counted stage without a known total: one rewritten line
+        self._since = time.perf_counter()  # end of the previous stage: a first tick reports work done since
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, Tick):
@@ -31,6 +33,7 @@ class Reporter:
         if isinstance(event, StageDone):
             self._close_bar()
             self.stages.append(event)
+            self._since = time.perf_counter()
             return
         if not self.quiet:
             self._close_bar()
@@ -39,9 +42,12 @@ class Reporter:
     def _tick(self, tick: Tick) -> None:
         if self.quiet:
             return
+        if tick.total is None:
+            self._count(tick)
+            return
         if tick.stage != self._bar_stage:
             self._close_bar()
-            self._bar_stage, self._bar_t0, self._bar_done = tick.stage, time.perf_counter(), 0
+            self._bar_stage, self._bar_t0, self._bar_done = tick.stage, self._since, 0
             self._bar = click.progressbar(
                 length=tick.total or 0,
                 label=f"[segos] {tick.stage}",
@@ -60,10 +66,29 @@ class Reporter:
             return f"{elapsed:.0f}s"
         return f"{done / elapsed:,.0f}/s, {elapsed:.0f}s"
 
+    def _count(self, tick: Tick) -> None:
+        if tick.stage != self._counter:
+            self._close_bar()
+            self._counter, self._bar_t0 = tick.stage, self._since
+        if sys.stderr.isatty():  # a log file gets the summary only, not one line per tick
+            click.echo(f"\r[segos] {tick.stage}: {tick.done:,}  {self._rate(tick.done)}", err=True, nl=False)
+
     def _close_bar(self) -> None:
+        if self._bar is None and self._counter is None:
+            return
         if self._bar is not None:
             self._bar.__exit__(None, None, None)
             self._bar, self._bar_stage = None, None
+        if self._counter is not None and sys.stderr.isatty():
+            click.echo("", err=True)
+        self._counter = None
+        self._since = time.perf_counter()
+
+    def add_timings(self, timings: dict[str, float], prefix: str = "") -> None:
+        """Stages timed by the library and recorded in a manifest (`timings_s`)."""
+        self.stages.extend(
+            StageDone(prefix + name, float(sec)) for name, sec in timings.items() if name != "total"
+        )
 
     def summary(self) -> None:
         """The per-stage times, one line each, and the total (stderr; nothing when quiet)."""

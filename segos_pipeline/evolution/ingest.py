@@ -40,6 +40,7 @@ from typing import Any
 
 import polars as pl
 
+from ..progress import Progress, Tick, emit, stage
 from ..store.snapshot import SnapshotError, SnapshotStore
 from ..text.names import SkillNames
 from .adapters.common import RAW_LIMIT, Rejected, files_under, read_lines, rejected
@@ -331,10 +332,13 @@ class TraceStore:
         window: str | None = None,
         version: str | None = None,
         batch_size: int = INGEST_BATCH,
+        progress: Progress | None = None,
     ) -> IngestReport:
         """Validate records (of any adapter), resolve skill names against `version` (latest by default) and
         store them by window."""
-        return self.ingest_batches(record_batches(items, batch_size), window=window, version=version)
+        return self.ingest_batches(
+            record_batches(items, batch_size), window=window, version=version, progress=progress
+        )
 
     def ingest_path(
         self,
@@ -345,6 +349,7 @@ class TraceStore:
         window: str | None = None,
         version: str | None = None,
         batch_size: int = INGEST_BATCH,
+        progress: Progress | None = None,
     ) -> IngestReport:
         """Ingest a file or folder of format `fmt`; native JSONL takes the streaming columnar path."""
         from .adapters import iter_records
@@ -352,13 +357,23 @@ class TraceStore:
         if fmt == "native":
             if not Path(path).exists():
                 raise FileNotFoundError(f"trace source not found: {path}")
-            return self.ingest_batches(native_batches(Path(path), batch_size), window=window, version=version)
+            batches = native_batches(Path(path), batch_size)
+            return self.ingest_batches(batches, window=window, version=version, progress=progress)
         return self.ingest(
-            iter_records(path, fmt, queries=queries), window=window, version=version, batch_size=batch_size
+            iter_records(path, fmt, queries=queries),
+            window=window,
+            version=version,
+            batch_size=batch_size,
+            progress=progress,
         )
 
     def ingest_batches(
-        self, batches: Iterable[Batch], *, window: str | None = None, version: str | None = None
+        self,
+        batches: Iterable[Batch],
+        *,
+        window: str | None = None,
+        version: str | None = None,
+        progress: Progress | None = None,
     ) -> IngestReport:
         snap_id = self.store.resolve(version)
         if window is not None:
@@ -366,8 +381,10 @@ class TraceStore:
         run = _Run(
             self, SkillNames(self.store.load(snap_id, verify=False).nodes), IngestReport(version=snap_id)
         )
-        for batch in batches:
-            run.add(batch, window)
+        with stage(progress, "validate and store", lambda: f"{run.report.read:,} lines"):
+            for batch in batches:
+                run.add(batch, window)
+                emit(progress, Tick("traces read", run.report.read))
         run.report.unknown_skills = dict(run.unknown.most_common())
         self._log(run.report)
         return run.report

@@ -1,0 +1,64 @@
+"""Long commands show progress and a time-by-stage summary on stderr; --quiet silences it; --json's stdout
+stays clean."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from segos_pipeline.cli.progress import Reporter
+from segos_pipeline.paths import DEMO_TRACES
+from segos_pipeline.progress import StageDone, Tick, message_only, stage
+
+
+def segos(*args: str) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "segos_pipeline.cli", *args], capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
+def test_build_ingest_and_evolve_report_their_stages(tmp_path: Path):
+    store = str(tmp_path / "store")
+    built = segos("build", "--store", store, "--json")
+    json.loads(built.stdout)  # stdout is the JSON document alone
+    assert "[segos] build: time by stage" in built.stderr
+    for name in ("parse", "graph", "retrieval caches", "total"):
+        assert f"[segos]   {name}" in built.stderr, built.stderr
+    ingested = segos("ingest", str(DEMO_TRACES), "--store", store)
+    assert "validate and store" in ingested.stderr and "lines" in ingested.stderr
+    evolved = segos("evolve", "--window", "2026-11-27", "--store", store)
+    assert "[segos] evolve: time by stage" in evolved.stderr and "l1" in evolved.stderr
+    quiet = segos("evolve", "--window", "2026-11-28", "--store", store, "--quiet")
+    assert quiet.stderr == ""
+
+
+def test_reporter_counts_stages_and_is_silent_when_quiet(capsys):
+    rep = Reporter("demo")
+    with stage(rep, "load", lambda: "3 files"):
+        for i in range(1, 4):
+            rep(Tick("files", i, 3))
+    rep(Tick("lines", 10))  # no total known: a counter, not a bar
+    rep(StageDone("write", 0.5))
+    rep.add_timings({"parse": 1.25, "total": 9.0})  # a manifest's own total is not a stage
+    rep.summary()
+    err = capsys.readouterr().err
+    assert [s.stage for s in rep.stages] == ["load", "write", "parse"]
+    assert "load" in err and "3 files" in err and "parse" in err and "1.25s" in err
+    quiet = Reporter("demo", quiet=True)
+    quiet("a message")
+    quiet(Tick("files", 1, 2))
+    quiet.summary()
+    assert capsys.readouterr().err == ""
+
+
+def test_message_only_keeps_plain_printers_working():
+    said: list[str] = []
+    progress = message_only(said.append)
+    progress("hello")
+    progress(Tick("files", 1, 2))
+    progress(StageDone("parse", 1.0, "9 skills"))
+    assert said == ["hello", "parse: 1.00s (9 skills)"]
