@@ -127,7 +127,20 @@ _RESOLVERS: dict[Any, list[tuple[str, re.Pattern[str]]]] = Resolver.yaml_implici
 
 def _is_plain_str(value: str) -> bool:
     """True when libyaml's resolver would give this unquoted scalar the str tag (not int, bool, null…)."""
-    return all(not regexp.match(value) for _tag, regexp in _RESOLVERS.get(value[:1], ()))
+    resolvers = _RESOLVERS.get(value[:1])
+    return resolvers is None or all(not regexp.match(value) for _tag, regexp in resolvers)
+
+
+_KEY_IS_STR: dict[str, bool] = {}  # keys repeat across a library (name, description, …)
+
+
+def _key_is_str(key: str) -> bool:
+    known = _KEY_IS_STR.get(key)
+    if known is None:
+        known = _is_plain_str(key)
+        if len(_KEY_IS_STR) < 4_096:
+            _KEY_IS_STR[key] = known
+    return known
 
 
 def _quoted(text: str) -> str:
@@ -164,31 +177,21 @@ def _flow_item(text: str) -> str:
 
 
 class _Reader:
-    """Recursive descent over (indent, text) lines; depth and node count bounded by the limits."""
+    """Recursive descent over (indent, text) lines; depth bounded by the limits (node count: simple_yaml)."""
 
     def __init__(self, lines: list[tuple[int, str]], limits: YamlLimits):
         self.lines = lines
         self.limits = limits
-        self.nodes = 0
-
-    def _count(self, n: int = 1) -> None:
-        self.nodes += n
-        if self.nodes > self.limits.max_nodes:
-            raise _Unsupported
 
     def value(self, text: str) -> Any:
         """A one-line value: quoted or plain scalar, or a flow list of such scalars."""
         if text[0] in "'\"":
-            self._count()
             return _quoted(text)
         if text[0] == "[":
             if text[-1] != "]":
                 raise _Unsupported
             inner = text[1:-1].strip(" ")
-            items = [] if not inner else [_flow_item(part.strip(" ")) for part in inner.split(",")]
-            self._count(1 + len(items))
-            return items
-        self._count()
+            return [] if not inner else [_flow_item(part.strip(" ")) for part in inner.split(",")]
         return _plain(text)
 
     def block(self, i: int, depth: int) -> tuple[Any, int]:
@@ -201,7 +204,6 @@ class _Reader:
 
     def mapping(self, i: int, indent: int, depth: int) -> tuple[dict[str, Any], int]:
         out: dict[str, Any] = {}
-        self._count()
         n = len(self.lines)
         while i < n:
             ind, text = self.lines[i]
@@ -211,9 +213,8 @@ class _Reader:
             if ind > indent or m is None:
                 raise _Unsupported
             key, rest = m.group(1), m.group(2)
-            if not _is_plain_str(key):
+            if not _key_is_str(key):
                 raise _Unsupported
-            self._count()
             i += 1
             nxt = self.lines[i] if i < n else None
             if rest:
@@ -230,7 +231,6 @@ class _Reader:
 
     def sequence(self, i: int, indent: int, depth: int) -> tuple[list[Any], int]:
         out: list[Any] = []
-        self._count()
         n = len(self.lines)
         while i < n:
             ind, text = self.lines[i]
@@ -268,6 +268,9 @@ def simple_yaml(raw: str, limits: YamlLimits) -> Any:
         lines.append((len(line) - len(line.lstrip(" ")), text))
     if not lines:
         return None
+    # An upper bound of the nodes read: per line a key, a value and a container, plus one per flow item.
+    if 3 * len(lines) + raw.count(",") + 1 > limits.max_nodes:
+        return FALLBACK
     reader = _Reader(lines, limits)
     try:
         if lines[0][1].startswith("- "):

@@ -103,11 +103,10 @@ def discover_packages(root: Path) -> Iterator[Path]:
 
 
 def _inside(path: Path, root: Path) -> bool:
-    try:
-        path.resolve().relative_to(root.resolve())
-    except ValueError:
-        return False
-    return True
+    """Whether `path` resolves inside `root`. os.path.realpath, unlike Path.resolve on Python 3.11, does not
+    raise on a symlink loop; the loop then fails to open and is reported as unreadable."""
+    real, real_root = os.path.realpath(path), os.path.realpath(root)
+    return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
 
 
 # -------------------------------------------------------------------------------------------- frontmatter
