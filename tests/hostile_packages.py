@@ -76,6 +76,10 @@ def _malformed_yaml(rng: random.Random, i: int) -> Made:
             "name: x\ndescription: y\n---\nsecond: doc",
             "? complex\n: key",
             "%YAML 9.9\n---\nname: x",
+            "name: x\ncreated: 2024-13-45",
+            "name: x\nn: !!int abc",
+            "name: x\nflag: !!bool maybe",
+            "name: x\nf: !!float abc",
         ]
     )
     return _fm("body text", fm), "node", "", "", ""

@@ -153,6 +153,15 @@ def test_wrong_field_types_are_reported(tmp_path):
     assert _rows(parsed, "typed/SKILL.md")["problem"].str.contains("3 item").any()
 
 
+@pytest.mark.parametrize("line", ["created: 2024-13-45", "n: !!int abc", "flag: !!bool maybe"])
+def test_impossible_yaml_values_are_invalid_yaml_not_a_crash(tmp_path, line):
+    write_skill(_library(tmp_path), "impossible", f"name: impossible\ndescription: x\n{line}", "b")
+    parsed = _parse_timed(tmp_path)
+    node = _node(parsed, "impossible")
+    assert "invalid_yaml" in node["problems"] and node["name"] == "impossible"
+    assert _rows(parsed, "impossible/SKILL.md")["problem"].str.contains("cannot be constructed").any()
+
+
 def test_oversized_frontmatter_is_refused_and_name_salvaged(tmp_path):
     fm = "name: big\ndescription: x\nnotes: " + "y" * 150_000
     write_skill(_library(tmp_path), "big", fm, "b")

@@ -69,7 +69,13 @@ def safe_yaml(raw: str, limits: YamlLimits) -> Any:
         if node is None:
             return None
         check_nodes(node, limits)
-        return loader.construct_document(node)
+        try:
+            return loader.construct_document(node)
+        except (ValueError, KeyError, TypeError, OverflowError, IndexError) as exc:
+            # SafeConstructor lets these escape for well-formed but impossible values (`2024-13-45`,
+            # `!!int abc`, `!!bool maybe`); they are bad YAML like any other, not a reason to stop a build
+            problem = f"a value cannot be constructed ({type(exc).__name__}: {exc})"
+            raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark) from exc
     finally:
         loader.dispose()
 
