@@ -59,6 +59,12 @@ class ParseConfig:
 
     max_skill_md_bytes: int = 1_000_000  # larger files are read up to this size and reported
     max_body_chars: int = 200_000  # body kept in the node table (hydration clips far below this)
+    # YAML frontmatter bounds (the largest real frontmatter is under 3 kB, 5 levels, 100 nodes). Every
+    # scalar lies inside the frontmatter, so max_frontmatter_chars also bounds a scalar; aliases are
+    # refused outright, so nothing expands beyond the text that was read.
+    max_frontmatter_chars: int = 100_000
+    max_yaml_depth: int = 32  # nesting of sequences and mappings
+    max_yaml_nodes: int = 20_000  # scalars, sequences and mappings together
     follow_symlinks_inside_root: bool = True  # links that leave the library root are never followed
 
 

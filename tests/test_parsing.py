@@ -223,3 +223,20 @@ def test_pool_that_cannot_start_falls_back_to_serial(tmp_path, monkeypatch):
     monkeypatch.setattr(parsing, "_PARALLEL_MIN", 1)
     monkeypatch.setattr(parsing, "_parse_in_pool", lambda chunks, workers: [])
     assert parse_library(tmp_path, workers=2).nodes.height == 6
+
+
+def test_markdown_headings_and_bullets_read_as_before():
+    from segos_pipeline.graph.parsing import markdown_sections, section_items
+
+    body = "# Title ##\ntext\n## C# basics\nc\n###   Spaced   \n- one  \n*   two\n1) three\n"
+    body += "####### not a heading"
+    sections = markdown_sections(body)
+    assert list(sections) == ["title", "c# basics", "spaced"]
+    assert sections["spaced"].endswith("####### not a heading")  # seven hashes is text, not a heading
+    assert section_items(sections["spaced"]) == ["one", "two", "three"]
+
+
+def test_split_frontmatter_reports_a_refused_frontmatter_and_salvages():
+    fm = split_frontmatter("---\nname: a\ndescription: b\ntags: &t [*t]\n---\nbody")
+    assert fm.data == {"name": "a", "description": "b"} and fm.body == "body"
+    assert [p[0] for p in fm.problems] == ["yaml_alias"]

@@ -10,6 +10,8 @@ import hashlib
 import multiprocessing
 import os
 import re
+import reprlib
+import stat
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -23,11 +25,7 @@ import yaml
 
 from ..config import ParseConfig
 from ..text.tokens import normalize_names
-
-try:  # libyaml's loader is ~10x faster; both are safe loaders (no arbitrary object construction)
-    _SafeLoader: type = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover - depends on how PyYAML was built
-    _SafeLoader = yaml.SafeLoader
+from .frontmatter import FrontmatterRefused, YamlLimits, load_yaml
 
 SKILL_FILE = "SKILL.md"
 ENTRYPOINT_SUFFIXES = (".py", ".sh", ".js", ".ts")
@@ -105,21 +103,26 @@ def discover_packages(root: Path) -> Iterator[Path]:
 
 
 def _inside(path: Path, root: Path) -> bool:
-    try:
-        path.resolve().relative_to(root.resolve())
-    except ValueError:
-        return False
-    return True
+    """Whether `path` resolves inside `root`. os.path.realpath, unlike Path.resolve on Python 3.11, does not
+    raise on a symlink loop; the loop then fails to open and is reported as unreadable."""
+    real, real_root = os.path.realpath(path), os.path.realpath(root)
+    return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
 
 
 # -------------------------------------------------------------------------------------------- frontmatter
 
 _FENCE = re.compile(r"^(?:---|\.\.\.)\s*$", re.MULTILINE)
-_SALVAGE = re.compile(r"^(name|description)\s*:\s*(.+?)\s*$", re.MULTILINE)
+# `[^\n]*` takes the rest of the line without backtracking (a lazy `.+?\s*$` is quadratic on long blanks).
+_SALVAGE = re.compile(r"^(name|description)[^\S\n]*:\s*([^\n]*)", re.MULTILINE)
 
 
-def split_frontmatter(text: str) -> _Frontmatter:
-    """Split YAML frontmatter from the Markdown body, loading it with a safe loader only."""
+def yaml_limits(config: ParseConfig) -> YamlLimits:
+    return YamlLimits(config.max_frontmatter_chars, config.max_yaml_depth, config.max_yaml_nodes)
+
+
+def split_frontmatter(text: str, limits: YamlLimits | None = None) -> _Frontmatter:
+    """Split YAML frontmatter from the Markdown body, loading it with a bounded safe loader only."""
+    limits = limits or yaml_limits(ParseConfig())
     out = _Frontmatter()
     stripped = text.lstrip("\ufeff").lstrip()
     if not stripped.startswith("---"):
@@ -150,7 +153,12 @@ def split_frontmatter(text: str) -> _Frontmatter:
     raw = stripped[first_nl + 1 : close.start()]
     out.body = stripped[close.end() :].strip()
     try:
-        data = yaml.load(raw, Loader=_SafeLoader)
+        data = load_yaml(raw, limits)
+    except FrontmatterRefused as exc:
+        out.data = _salvage(raw[: limits.max_chars])
+        salvaged = ", ".join(sorted(out.data)) or "nothing"
+        out.problems.append((exc.code, exc.problem, f"frontmatter ignored; salvaged {salvaged}", "error"))
+        return out
     except yaml.YAMLError as exc:
         reason = " ".join(str(getattr(exc, "problem", None) or exc).split())[:160]
         out.data = _salvage(raw)
@@ -183,14 +191,17 @@ def split_frontmatter(text: str) -> _Frontmatter:
 def _salvage(raw: str) -> dict[str, str]:
     found: dict[str, str] = {}
     for key, value in _SALVAGE.findall(raw):
-        found.setdefault(key, value.strip().strip("'\""))
+        if value.strip():
+            found.setdefault(key, value.strip().strip("'\""))
     return found
 
 
 # ------------------------------------------------------------------------------------------ field helpers
 
-_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$", re.MULTILINE)
-_BULLET = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+(.*\S)\s*$")
+# Linear-time patterns: a SKILL.md line of 100k blanks must not cost minutes (the former heading pattern
+# `(.+?)\s*#*\s*$` was cubic on it). Closing `#`s and blanks are trimmed in Python, see _heading_title.
+_HEADING = re.compile(r"^#{1,6}[^\S\n]+[^\n]*", re.MULTILINE)
+_BULLET = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+(\S.*)$")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9`\"'(])")
 # Markdown emphasis and code marks; underscores inside words (snake_case field names) are kept.
 _MARKUP = re.compile(r"`|\*{1,3}|(?<!\w)_{1,2}|_{1,2}(?!\w)")
@@ -202,14 +213,20 @@ def markdown_sections(body: str) -> dict[str, str]:
     matches = list(_HEADING.finditer(body))
     for i, m in enumerate(matches):
         end = matches[i + 1].start() if i + 1 < len(matches) else len(body)
-        title = m.group(2).strip().lower()
-        sections.setdefault(title, body[m.end() : end].strip())
+        sections.setdefault(_heading_title(m.group()), body[m.end() : end].strip())
     return sections
+
+
+def _heading_title(line: str) -> str:
+    """`## Title ##` → "title": the text after the hashes without a closing run of `#` (ATX style)."""
+    rest = line.lstrip("#").strip()
+    title = rest.rstrip("#").rstrip()
+    return (title or rest[:1]).strip().lower()
 
 
 def section_items(text: str) -> list[str]:
     """Bullet items of a section, or its non-empty lines when it has no bullets."""
-    bullets = [m.group(1) for line in text.splitlines() if (m := _BULLET.match(line))]
+    bullets = [m.group(1).rstrip() for line in text.splitlines() if (m := _BULLET.match(line))]
     lines = bullets or [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("```")]
     return [_MARKUP.sub("", item).strip() for item in lines if item.strip()]
 
@@ -219,7 +236,8 @@ def as_str_list(value: Any, split_words: bool = False) -> list[str]:
     if value is None:
         return []
     if isinstance(value, str):
-        parts = re.split(r"[,\s]+" if split_words else r"\s*,\s*|\n", value)
+        # splitting on bare `,` and newlines and stripping is linear; `\s*,\s*` was quadratic on long blanks
+        parts = re.split(r"[,\s]+" if split_words else r"[,\n]", value)
         return [p.strip() for p in parts if p.strip()]
     if isinstance(value, dict):
         return [f"{k}: {_scalar(v)}" if v not in (None, "") else str(k) for k, v in value.items()]
@@ -302,24 +320,145 @@ def domain_tags(data: dict[str, Any]) -> list[str]:
 # ----------------------------------------------------------------------------------------------- packages
 
 
+class NotARegularFile(OSError):
+    """SKILL.md is a FIFO, device, socket or directory: reading it could block forever or never end."""
+
+
+_FILE_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a directory"),
+)
+
+
+def _file_kind(mode: int) -> str:
+    return next((kind for test, kind in _FILE_KINDS if test(mode)), "not a regular file")
+
+
 def _read_limited(path: Path, limit: int) -> tuple[bytes, bool]:
-    with path.open("rb") as fh:
+    """The first `limit` bytes of a regular file and whether there were more; NotARegularFile otherwise.
+
+    The kind is checked before opening (opening some devices has effects) and again on the open file:
+    O_NONBLOCK keeps the open itself from waiting on a FIFO swapped in between the two checks.
+    """
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise NotARegularFile(f"SKILL.md is {_file_kind(mode)}")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with open(fd, "rb", closefd=True) as fh:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotARegularFile(f"SKILL.md is {_file_kind(mode)}")
         data = fh.read(limit + 1)
     return data[:limit], len(data) > limit
 
 
-def _entrypoints(pkg: Path, root: Path) -> list[str]:
+def _decodable(text: str) -> bool:
+    """False for a path holding bytes that were not UTF-8 (os functions return them as lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def shown_path(text: str) -> str:
+    """A path for the report: undecodable bytes as backslash escapes (b'\\xff' → "\\xff")."""
+    return os.fsencode(text).decode("utf-8", errors="backslashreplace")
+
+
+def _entrypoints(pkg: Path, root: Path) -> tuple[list[str], list[str]]:
+    """Entrypoint paths (package-relative) and the paths skipped because their names are not UTF-8."""
     scripts = pkg / "scripts"
     if not scripts.is_dir() or scripts.is_symlink():
-        return []
-    found = []
+        return [], []
+    found, undecodable = [], []
     for dirpath, dirnames, filenames in os.walk(scripts, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in filenames:
             path = Path(dirpath) / name
             if name.endswith(ENTRYPOINT_SUFFIXES) and (not path.is_symlink() or _inside(path, root)):
-                found.append(path.relative_to(pkg).as_posix())
-    return sorted(found)
+                rel = path.relative_to(pkg).as_posix()
+                (found if _decodable(rel) else undecodable).append(rel)
+    return sorted(found), sorted(undecodable)
+
+
+# Problems after which the frontmatter's own fields are not trusted, so a missing name is not news.
+_FRONTMATTER_LOST = frozenset(
+    {"invalid_yaml", "frontmatter_too_large", "yaml_alias", "yaml_too_deep", "yaml_too_many_nodes"}
+)
+# Frontmatter keys read as lists of strings (SPEC §3); string and mapping items are their documented shapes.
+_LIST_KEYS = (
+    "domain",
+    "domains",
+    "tags",
+    "category",
+    "categories",
+    "tooling",
+    "libraries",
+    "dependencies",
+    "inputs",
+    "input",
+    "outputs",
+    "output",
+    "examples",
+    "example_tasks",
+    "allowed-tools",
+    "allowed_tools",
+)
+_KINDS = {
+    "bool": "boolean",
+    "int": "integer",
+    "float": "number",
+    "list": "list",
+    "dict": "mapping",
+    "NoneType": "null",
+    "date": "date",
+    "datetime": "timestamp",
+    "bytes": "binary",
+    "set": "set",
+}
+_SHOW = reprlib.Repr()
+_SHOW.maxstring = _SHOW.maxother = 40
+_SHOW.maxlevel = 2
+
+
+def _kind(value: Any) -> str:
+    return _KINDS.get(type(value).__name__, type(value).__name__)
+
+
+def _typed(value: Any) -> str:
+    """`integer 42`: a value's YAML kind and a short, bounded rendering for the report."""
+    return f"{_kind(value)} {_SHOW.repr(value)}"
+
+
+def _is_text_like(item: Any) -> bool:
+    return isinstance(item, str | dict)
+
+
+def _check_list_fields(data: dict[str, Any], report: Any) -> None:
+    """Report list fields holding values other than strings and mappings (they are still read as text)."""
+    for key in _LIST_KEYS:
+        value = data.get(key)
+        if value is None or _is_text_like(value):
+            continue
+        if not isinstance(value, list):
+            report(
+                "field_not_text",
+                f"`{key}` is a YAML {_typed(value)}, not a string or a list",
+                "used its text",
+            )
+            continue
+        odd = [item for item in value if not _is_text_like(item)]
+        if odd:
+            shown = ", ".join(_typed(item) for item in odd[:3]) + (", ..." if len(odd) > 3 else "")
+            report(
+                "list_items_not_text",
+                f"`{key}` has {len(odd)} item(s) that are not strings: {shown}",
+                "used their text; null items dropped",
+            )
 
 
 def parse_package(
@@ -335,6 +474,16 @@ def parse_package(
     def report(code: str, problem: str, action: str, severity: str = "warning") -> None:
         problems.append(Problem(source, problem, action, severity, code))
 
+    if not _decodable(source):
+        # the id would not survive a Parquet string column, and no escaped id could name the folder back
+        source = shown_path(source)
+        report(
+            "undecodable_path",
+            "the package path is not valid UTF-8 (shown with \\x escapes)",
+            "package skipped; rename the folder to UTF-8",
+            "error",
+        )
+        return None, problems
     if skill_path.is_symlink() and not _inside(skill_path, root):
         report(
             "symlink_outside_root",
@@ -345,6 +494,9 @@ def parse_package(
         return None, problems
     try:
         raw, truncated = _read_limited(skill_path, config.max_skill_md_bytes)
+    except NotARegularFile as exc:
+        report("not_regular_file", str(exc), "package skipped; only regular files are read", "error")
+        return None, problems
     except OSError as exc:
         report("unreadable", f"cannot read SKILL.md: {exc.strerror or exc}", "package skipped", "error")
         return None, problems
@@ -365,34 +517,62 @@ def parse_package(
     if not text.strip():
         report("empty", "SKILL.md is empty", "node built from the folder name only", "error")
 
-    fm = split_frontmatter(text)
+    fm = split_frontmatter(text, yaml_limits(config))
     for code, problem, action, severity in fm.problems:
         report(code, problem, action, severity)
     data, body = fm.data, fm.body[: config.max_body_chars]
     sections = markdown_sections(body)
     folder = pkg.name if rel != "." else root.name
+    frontmatter_lost = any(p.code in _FRONTMATTER_LOST for p in problems)
 
     name = _first(data, "name")
-    if name is None or not str(name).strip():
-        name = folder
-        if text.strip() and not any(p.code == "invalid_yaml" for p in problems):
-            report("missing_name", "frontmatter has no `name`", "used the folder name")
-    name = str(name).strip()
+    if name is not None and not isinstance(name, str):
+        report(
+            "name_not_string",
+            f"`name` is a YAML {_typed(name)}, not a string",
+            "used the folder name; quote the name in the frontmatter to keep it",
+            "error",
+        )
+    elif (name is None or not name.strip()) and text.strip() and not frontmatter_lost:
+        report("missing_name", "frontmatter has no `name`", "used the folder name")
+    name = name.strip() if isinstance(name, str) and name.strip() else folder
 
     description = _first(data, "description")
-    if description is None:
+    if description is not None and not isinstance(description, str):
+        report(
+            "description_not_string",
+            f"`description` is a YAML {_typed(description)}, not a string",
+            "ignored; used the first paragraph of the body",
+            "error",
+        )
+        description = first_paragraph(body)
+    elif description is None:
         description = first_paragraph(body)
         if text.strip():
             action = (
                 "used the first paragraph of the body" if description else "left empty (body has no text)"
             )
             report("missing_description", "no `description`", action)
-    description = " ".join(str(description).split())
+    description = " ".join(description.split())
 
     capability = _first(data, "one_line_capability", "capability", "summary")
-    capability = " ".join(str(capability).split()) if capability is not None else first_sentence(description)
+    if capability is not None and not isinstance(capability, str):
+        report(
+            "capability_not_string",
+            f"the one-line capability is a YAML {_typed(capability)}, not a string",
+            "ignored; used the first sentence of the description",
+        )
+        capability = None
+    capability = " ".join(capability.split()) if capability is not None else first_sentence(description)
+    _check_list_fields(data, report)
 
-    entrypoints = _entrypoints(pkg, root)
+    entrypoints, undecodable = _entrypoints(pkg, root)
+    for path in undecodable:
+        report(
+            "undecodable_path",
+            f"script {shown_path(path)} has a name that is not valid UTF-8",
+            "left out of the entrypoints",
+        )
     digest = hashlib.sha256(raw)
     digest.update("\0".join(entrypoints).encode())
     row = {
@@ -411,9 +591,9 @@ def parse_package(
             data, sections, ("examples", "example_tasks"), ("examples", "example tasks", "example")
         ),
         "entrypoints": entrypoints,
-        "compatibility": _opt_str(data.get("compatibility")),
+        "compatibility": _opt_str(data.get("compatibility"), "compatibility", report),
         "allowed_tools": as_str_list(data.get("allowed-tools", data.get("allowed_tools")), split_words=True),
-        "license": _opt_str(data.get("license")),
+        "license": _opt_str(data.get("license"), "license", report),
         "source_path": source,
         "content_hash": digest.hexdigest(),
         "body": body,
@@ -423,9 +603,12 @@ def parse_package(
     return row, problems
 
 
-def _opt_str(value: Any) -> str | None:
+def _opt_str(value: Any, key: str, report: Any) -> str | None:
+    """A free-text field; lists and mappings are joined (documented shapes), other scalars reported."""
     if value in (None, ""):
         return None
+    if not isinstance(value, str | list | dict):
+        report("field_not_text", f"`{key}` is a YAML {_typed(value)}, not a string", "used its text")
     return _scalar(value)
 
 
