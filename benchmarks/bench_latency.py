@@ -204,7 +204,7 @@ def prepare_real(work: Path) -> dict[str, Any] | None:
     }
 
 
-def prepare_synthetic(work: Path, n: int, seed: int, n_tasks: int, n_traces: int) -> dict[str, Any]:
+def prepare_synthetic(work: Path, n: int, seed: int, n_tasks: int, n_traces: int, l3: bool) -> dict[str, Any]:
     """The cold-start version of the generated library and its child after one simulated round (reused
     from `work` when present with the same parameters)."""
     from segos_pipeline import RetrievalConfig, Retriever, SnapshotStore, build_cold_start
@@ -235,7 +235,8 @@ def prepare_synthetic(work: Path, n: int, seed: int, n_tasks: int, n_traces: int
         cold_m = manifests[0]
     cold = store.load(cold_m["version"])
     warm_caches(cold)
-    params = {"traces": n_traces, "seed": seed, "tasks": n_tasks}
+    params = {"traces": n_traces, "seed": seed, "tasks": n_tasks, "l3": l3}
+    evolution = EvolutionConfig(l3_descriptions=l3)
     evolved_m = next((m for m in manifests if m.get("bench_latency") == params), None)
     if evolved_m is not None:
         evolved = store.load(evolved_m["version"])
@@ -244,17 +245,17 @@ def prepare_synthetic(work: Path, n: int, seed: int, n_tasks: int, n_traces: int
         say(f"simulating {n_traces} traces over {len(tasks)} tasks against {cold.version}")
         t = time.perf_counter()
         records = simulate(Retriever(cold), tasks, SimulationConfig(traces=n_traces, seed=seed))
-        frame = trace_frame(records)
+        traces_table = trace_frame(records)
         del records
         simulate_s = time.perf_counter() - t
         say(f"simulated in {simulate_s:.0f}s; one evolution round from the in-memory trace table")
         t = time.perf_counter()
-        state = evolve_round(cold, frame, EvolutionConfig(), RetrievalConfig(), progress=say)
+        state = evolve_round(cold, traces_table, evolution, RetrievalConfig(), progress=say)
         manifest = commit_round(
             store,
             state,
             WINDOW,
-            EvolutionConfig(),
+            evolution,
             RetrievalConfig(),
             extra={"bench_latency": params, "bench_latency_s": {"simulate": round(simulate_s, 1)}},
         )
@@ -412,6 +413,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--real-queries", type=int, default=44)
     ap.add_argument("--real-repeat", type=int, default=20)
     ap.add_argument("--baseline", default="main", help="git ref of the code to compare with ('' to skip)")
+    ap.add_argument(
+        "--l3",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="run L3 (description rewrites) in the round: it changes no edge, and costs minutes at 100k",
+    )
     ap.add_argument("--prepare-only", action="store_true", help="make the versions, measure nothing")
     ap.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "out")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
@@ -419,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     real = prepare_real(args.work)
-    syn = prepare_synthetic(args.work, args.skills, args.seed, args.tasks, args.traces)
+    syn = prepare_synthetic(args.work, args.skills, args.seed, args.tasks, args.traces, args.l3)
     if args.prepare_only:
         say(f"prepared: {json.dumps({k: v for k, v in syn.items() if k != 'library'})}")
         return 0

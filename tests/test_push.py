@@ -196,7 +196,13 @@ def _dense_evidence(index, query):
     return score, name_match, evidence, coverage
 
 
-def test_postings_evidence_equals_the_dense_computation_on_real_queries(real_snapshot, shared_data):
+@pytest.mark.parametrize("grouping", ["by size", "sort", "sparse product"])
+def test_postings_evidence_equals_the_dense_computation_on_real_queries(
+    real_snapshot, shared_data, monkeypatch, grouping
+):
+    share = {"by size": None, "sort": float("inf"), "sparse product": 0.0}[grouping]
+    if share is not None:  # force one way of summing the postings for every query
+        monkeypatch.setattr("segos_pipeline.retrieval.lexical._SORT_SHARE", share)
     index = Retriever(real_snapshot).lexical
     queries = _queries(
         shared_data, "skillsbench-dev.jsonl", "skillsbench-dev-keywords.jsonl", "metatool-dev/dev.jsonl"
@@ -228,3 +234,22 @@ def test_ranking_equals_the_dense_ranking_on_real_queries(real_snapshot, shared_
         np.testing.assert_array_equal(ranking.seeds, seeds)
         np.testing.assert_array_equal(ranking.rho, graph + cfg.rerank_mu * m)
         np.testing.assert_array_equal(ranking.candidates, np.flatnonzero((graph > 0) | (m > 0)))
+
+
+# ------------------------------------------------------------------------------------- sorted sets
+
+_sets = st.lists(st.integers(0, 50), max_size=30).map(lambda v: np.unique(np.array(v, dtype=np.int64)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_sets, _sets, st.lists(st.integers(0, 50), max_size=30))
+def test_sorted_sets_equal_numpy(a, b, raw):
+    from segos_pipeline.retrieval.sets import union, union_positions, unique
+
+    raw = np.array(raw, dtype=np.int64)
+    np.testing.assert_array_equal(unique(raw), np.unique(raw))
+    np.testing.assert_array_equal(union(a, b), np.union1d(a, b))
+    u, ia, ib = union_positions(a, b)
+    np.testing.assert_array_equal(u, np.union1d(a, b))
+    np.testing.assert_array_equal(u[ia], a)
+    np.testing.assert_array_equal(u[ib], b)

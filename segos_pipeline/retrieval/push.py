@@ -53,8 +53,10 @@ class PushOperator:
         self.indptr = t.indptr.astype(np.int64)
         self.indices = t.indices
         self.data = t.data.astype(np.float64)
+        self.ends = self.indptr[1:]
         degree = np.diff(self.indptr)
         self.dangling = degree == 0
+        self.any_dangling = bool(self.dangling.any())
         self.unit = np.maximum(degree, 1).astype(np.float64)  # the push threshold is ε·unit
 
     def ppr(self, seeds: np.ndarray, weights: np.ndarray, alpha: float, epsilon: float) -> PushResult:
@@ -82,7 +84,7 @@ class PushOperator:
             out = (1.0 - alpha) * rf
             targets, sent = self._spread(frontier, out)
             work += len(targets)
-            teleport = float(out[self.dangling[frontier]].sum())
+            teleport = float(out[self.dangling[frontier]].sum()) if self.any_dangling else 0.0
             if teleport > 0:  # dangling rows send their mass back to the personalisation vector
                 targets = np.concatenate([targets, seeds])
                 sent = np.concatenate([sent, teleport * p])
@@ -99,7 +101,7 @@ class PushOperator:
     def _rows(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Positions of the stored entries of `nodes`' rows (a ragged arange) and each row's length."""
         starts = self.indptr[nodes]
-        lengths = self.indptr[nodes + 1] - starts
+        lengths = self.ends[nodes] - starts
         total = int(lengths.sum())
         offsets = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
         return np.arange(total, dtype=np.int64) + offsets, lengths
