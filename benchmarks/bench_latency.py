@@ -204,7 +204,9 @@ def prepare_real(work: Path) -> dict[str, Any] | None:
     }
 
 
-def prepare_synthetic(work: Path, n: int, seed: int, n_tasks: int, n_traces: int, l3: bool) -> dict[str, Any]:
+def prepare_synthetic(
+    work: Path, n: int, seed: int, n_tasks: int, n_traces: int, l3: bool, evolve: bool = True
+) -> dict[str, Any]:
     """The cold-start version of the generated library and its child after one simulated round (reused
     from `work` when present with the same parameters)."""
     from segos_pipeline import RetrievalConfig, Retriever, SnapshotStore, build_cold_start
@@ -238,6 +240,14 @@ def prepare_synthetic(work: Path, n: int, seed: int, n_tasks: int, n_traces: int
     params = {"traces": n_traces, "seed": seed, "tasks": n_tasks, "l3": l3}
     evolution = EvolutionConfig(l3_descriptions=l3)
     evolved_m = next((m for m in manifests if m.get("bench_latency") == params), None)
+    if evolved_m is None and not evolve:
+        info.update(
+            cold=cold.version,
+            skills=cold.nodes.height,
+            edges={"cold": cold.edges.height},
+            largest_component={"cold": _largest_component(cold)},
+        )
+        return info
     if evolved_m is not None:
         evolved = store.load(evolved_m["version"])
     else:
@@ -376,7 +386,7 @@ def markdown(result: dict[str, Any]) -> str:
                 f"{st.get('lexical_evidence_p50', '—')} | {st.get('ppr_p50', '—')} | "
                 f"{st.get('queries_by_local_push', '—')} | {same} |"
             )
-    if syn:
+    if syn and "evolved" in syn:
         lines += [
             "",
             f"Generated library: {syn['skills']} skills; one evolution round over {syn['traces']} "
@@ -419,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         default=False,
         help="run L3 (description rewrites) in the round: it changes no edge, and costs minutes at 100k",
     )
+    ap.add_argument("--cold-only", action="store_true", help="no evolution round: real and cold cases only")
     ap.add_argument("--prepare-only", action="store_true", help="make the versions, measure nothing")
     ap.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "out")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
@@ -426,7 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     real = prepare_real(args.work)
-    syn = prepare_synthetic(args.work, args.skills, args.seed, args.tasks, args.traces, args.l3)
+    syn = prepare_synthetic(
+        args.work, args.skills, args.seed, args.tasks, args.traces, args.l3, evolve=not args.cold_only
+    )
     if args.prepare_only:
         say(f"prepared: {json.dumps({k: v for k, v in syn.items() if k != 'library'})}")
         return 0
@@ -434,7 +447,8 @@ def main(argv: list[str] | None = None) -> int:
     if real:
         cases["real"] = real
     cases["cold"] = {**syn, "version": syn["cold"]}
-    cases["evolved"] = {**syn, "version": syn["evolved"]}
+    if "evolved" in syn:
+        cases["evolved"] = {**syn, "version": syn["evolved"]}
     trees: dict[str, Path | None] = {}
     baseline_sha = None
     if args.baseline:

@@ -89,8 +89,8 @@ def _gather(m: sp.csc_matrix, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray,
 
 
 # Below this share of the skills, a query's postings are grouped by skill with a sort (cost follows the
-# postings); above it, summed into one length-n vector by scipy's column slice and product in C, which
-# measured faster than sorting them (80k postings on 100k skills: 1.1 ms against 7 ms).
+# postings); above it, summed into one length-n vector by one bincount, which measured faster than
+# sorting them (80k postings on 100k skills: 1.5 ms against 7 ms).
 _SORT_SHARE = 1 / 16
 
 
@@ -105,18 +105,16 @@ def _column_sums(
     postings = int((m.indptr[cols + 1] - m.indptr[cols]).sum()) if len(cols) else 0
     if postings == 0:
         return np.zeros(0, dtype=np.int64), [np.zeros(0) for _ in weights]
-    if postings > _SORT_SHARE * n:
-        sub = m[:, cols]
-        held = np.zeros(n, dtype=bool)
-        held[sub.indices] = True
-        nodes = np.flatnonzero(held)
-        flat = sp.csc_matrix((np.ones(len(sub.data)), sub.indices, sub.indptr), shape=sub.shape)
-        sums = [
-            ((flat if p else sub) @ np.asarray(c, dtype=np.float64))[nodes]
-            for c, p in zip(weights, pattern, strict=True)
-        ]
-        return nodes, sums
     rows, pos, lengths = _gather(m, cols)
+    if postings > _SORT_SHARE * n:
+        held = np.zeros(n, dtype=bool)
+        held[rows] = True
+        nodes = np.flatnonzero(held)
+        sums = []
+        for c, flat in zip(weights, pattern, strict=True):
+            per_entry = np.repeat(c, lengths) if flat else m.data[pos] * np.repeat(c, lengths)
+            sums.append(np.bincount(rows, weights=per_entry, minlength=n)[nodes])
+        return nodes, sums
     order = np.argsort(rows)  # groups only: bincount below still adds each row's entries in column order
     sorted_rows = rows[order]
     first = np.empty(len(rows), dtype=bool)
