@@ -4,9 +4,12 @@ lexical seeds → reverse-aware PPR → rerank ρ = s* + μ·m → top-N with av
 per-skill and global character budgets. Everything that does not depend on the query (lexical matrix,
 operator, its transpose, connected components, avoid adjacency) is built once in `Retriever.__init__`.
 
-PPR mass can only reach the weakly connected components of the seeds, so the iteration runs on the
-union of those components: the result is the same as the full-graph iteration, at a cost that grows
-with the seeds' neighbourhood rather than the library.
+Query cost follows the query, not the library: lexical evidence is read from the postings of the query's
+tokens (lexical.py), and PPR runs either exactly, by power iteration over the union of the seeds' weakly
+connected components (the only nodes its mass can reach) while that union is small, or by local push
+(push.py) with residual threshold ε, whose work is at most 1/(α·ε) edges however large the component is
+(an evolved graph joins most of a library into one). Scores are held over the skills with evidence; the
+dense arrays a Ranking exposes are filled only there.
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ from ..graph.transition import edge_indices, transition_matrix
 from ..store.snapshot import Snapshot
 from ..text.names import SkillNames
 from .lexical import Evidence, index_for
+from .push import PushOperator
 from .semantic import SemanticIndex, semantic_index
+from .sets import union_positions
 
 
 @dataclass
@@ -202,6 +207,8 @@ class Retriever:
         self._comp_labels = labels
         self._comp_order = np.argsort(labels, kind="stable")
         self._comp_start = np.searchsorted(labels[self._comp_order], np.arange(n_comp + 1))
+        self._comp_size = np.diff(self._comp_start)
+        self._push = PushOperator(self.operator)
         self.avoid = self._avoid_matrix(snapshot.edges)
         self._cards: dict[int, tuple[dict[str, Any], str]] = {}
 
@@ -237,21 +244,45 @@ class Retriever:
 
     def ppr(self, seeds: np.ndarray, weights: np.ndarray) -> np.ndarray:
         """Personalized PageRank from `seeds` (p ∝ weights), dense over all nodes."""
-        cfg = self.config
         out = np.zeros(self.n)
+        nodes, mass = self.graph_mass(seeds, weights)
+        out[nodes] = mass
+        return out
+
+    def graph_mass(self, seeds: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """PPR from `seeds` (p ∝ weights) on the nodes that get mass: (sorted node indices, mass).
+
+        Exact (power iteration, SPEC §6.2) when the seeds' components hold at most `ppr_push_min_nodes`
+        nodes or ε = 0; local push otherwise, within an L1 distance of the exact vector that the push
+        reports (at most 1/(α·ε) edges read)."""
+        cfg = self.config
         if len(seeds) == 0:
-            return out
-        sub = self._component_nodes(seeds)
-        if len(sub) > self.n // 2:
+            return seeds[:0], np.zeros(0)
+        reach = int(self._comp_size[np.unique(self._comp_labels[seeds])].sum())
+        if cfg.ppr_epsilon > 0 and reach > cfg.ppr_push_min_nodes:
+            pushed = self._push.ppr(seeds, weights, cfg.alpha, cfg.ppr_epsilon)
+            return pushed.nodes, pushed.mass
+        return self.exact_ppr(seeds, weights, reach)
+
+    def exact_ppr(
+        self, seeds: np.ndarray, weights: np.ndarray, reach: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Power-iteration PPR over the union of the seeds' components: (sorted nodes with mass, mass)."""
+        cfg = self.config
+        if reach is None:
+            reach = int(self._comp_size[np.unique(self._comp_labels[seeds])].sum())
+        if reach > self.n // 2:
             sub = np.arange(self.n)
             tt, dangling = self.operator_t, self.dangling
         else:
+            sub = self._component_nodes(seeds)
             tt = closed_submatrix(self.operator_t, sub)
             dangling = self.dangling[sub]
         p = np.zeros(len(sub))
         p[np.searchsorted(sub, seeds)] = weights / weights.sum()
-        out[sub] = power_iteration(tt, p, np.flatnonzero(dangling), cfg.alpha, cfg.tol, cfg.max_iter)
-        return out
+        s = power_iteration(tt, p, np.flatnonzero(dangling), cfg.alpha, cfg.tol, cfg.max_iter)
+        has = s > 0
+        return sub[has], s[has]
 
     def fusion_weight(self, evidence: Evidence) -> float:
         """λ of m = (1 − λ)·lexical + λ·semantic (see RetrievalConfig): large for short queries whose own
@@ -275,14 +306,26 @@ class Retriever:
         cfg = self.config
         patch = patch or RowPatch()
         ev = self.lexical.evidence(query, patch.lexical)
-        m, z = ev.evidence, None
+        nodes, m, z = ev.nodes, ev.node_evidence, None
         if self.semantic is not None and (lam := self.fusion_weight(ev)) >= cfg.semantic_min_weight:
             z = self.semantic.evidence(query, patch.vectors)
-            m = (1.0 - lam) * m + lam * z
-        seeds = np.sort(top_k(m, np.flatnonzero(m > 0), cfg.seed_k))
-        graph = self.ppr(seeds, m[seeds]) if cfg.propagate and len(seeds) else np.zeros(self.n)
-        rho = graph + cfg.rerank_mu * m
-        cand = np.flatnonzero((graph > 0) | (m > 0))  # never rank a skill with no evidence at all
+            nodes, m = _fuse(nodes, m, z, lam)
+        has = m > 0
+        nodes, m = nodes[has], m[has]
+        local = top_k(m, np.arange(len(nodes)), cfg.seed_k)  # ties to the smaller id: nodes are sorted
+        seeds = np.sort(nodes[local])
+        weights = m[np.searchsorted(nodes, seeds)]
+        if cfg.propagate and len(seeds):
+            g_nodes, g_mass = self.graph_mass(seeds, weights)
+        else:
+            g_nodes, g_mass = seeds[:0], np.zeros(0)
+        cand, at_m, _ = union_positions(nodes, g_nodes)  # never rank a skill with no evidence at all
+        graph = np.zeros(self.n)
+        graph[g_nodes] = g_mass
+        m_cand = np.zeros(len(cand))
+        m_cand[at_m] = m
+        rho = np.zeros(self.n)
+        rho[cand] = graph[cand] + cfg.rerank_mu * m_cand
         return Ranking(rho, cand, seeds, graph, ev, z)
 
     def select(self, ranking: Ranking, top_n: int) -> tuple[list[int], list[dict[str, str]]]:
@@ -337,7 +380,7 @@ class Retriever:
                     score=float(ranking.rho[i]),
                     chars=len(text),
                     seed=i in seeds,
-                    lexical=float(ranking.evidence.evidence[i]),
+                    lexical=ranking.evidence.at(i),
                     graph=float(ranking.graph[i]),
                     semantic=float(ranking.semantic[i]) if ranking.semantic is not None else 0.0,
                     source_path=row["source_path"],
@@ -347,6 +390,14 @@ class Retriever:
             )
         total = sum(s.chars for s in skills)
         return Bundle(self.snapshot.version, query, skills, total, pruned, over)
+
+
+def _fuse(nodes: np.ndarray, m: np.ndarray, z: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """(1 − λ)·lexical + λ·semantic on the skills with either (`z` is dense, lexical given on `nodes`)."""
+    both, at, _ = union_positions(nodes, np.flatnonzero(z))
+    lexical = np.zeros(len(both))
+    lexical[at] = m
+    return both, (1.0 - lam) * lexical + lam * z[both]
 
 
 def warm_caches(
