@@ -296,7 +296,9 @@ def evolution_round(
             "counts": MetadataValue.json({k: counts.get(k) for k in ("skills", "edges", "transition_nnz")}),
             "counters": MetadataValue.json(state.counters),
             "timings_s": MetadataValue.json(manifest.get("timings_s", {})),
-            **{f"engine.{k}": v for k, v in state.engine.items() if isinstance(v, int | float | str)},
+            # the engine's metrics (Spark: job and partition times, worker memory, bytes collected) as one
+            # JSON entry: a plot per metric would bury the few that matter
+            "engine": MetadataValue.json(state.engine),
         },
     )
     yield checks.check_manifest("graph_snapshot", store, vid)

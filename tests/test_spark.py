@@ -264,8 +264,9 @@ def test_dagster_round_on_spark_commits_the_local_version(spark, tmp_path):
             if m.asset_key == dagster.AssetKey("graph_snapshot")
         ]
         records[name] = {k: v.value for k, v in mat.materialization.metadata.items()}
-    assert records["spark"]["engine.engine"] == "spark" and records["spark"]["engine.partitions"] == 2
-    assert records["local"]["engine.engine"] == "local"
+    assert records["spark"]["engine"]["engine"] == "spark"
+    assert records["spark"]["engine"]["partitions"] == 2
+    assert records["local"]["engine"]["engine"] == "local"
     stores = {name: SnapshotStore(tmp_path / name) for name in records}
     a, b = (stores[n].manifest(records[n]["version"]) for n in ("local", "spark"))
     assert a["counters"] == b["counters"]
