@@ -1,7 +1,13 @@
 #!/usr/bin/env python
 """Speed benchmark of the cold-start build and of retrieval, against the project's speed bars.
 
-    .venv/bin/python benchmarks/bench_speed.py [--sizes 344,100000] [--out benchmarks/results]
+    .venv/bin/python benchmarks/bench_speed.py [--sizes 344,100000,300000,1000000] [--out benchmarks/results]
+        [--baseline-src FOLDER]
+
+`--baseline-src` names a folder holding another checkout's `segos_pipeline` package (e.g. the code before a
+change, from `git archive <commit> segos_pipeline | tar -x -C FOLDER`): every synthetic case then also
+builds once with that code (same library, same conditions, just before the measured build) and reports
+both builds' stages and peak RSS, and how many semantic edges differ between them.
 
 Cases (`--sizes`, comma-separated): `344` or `real` is the real library at /work/shared/data/skills
 (skipped with a message when absent) queried with the SkillsBench dev instructions; any other number N is
@@ -52,6 +58,10 @@ SYN_BUILD_S = 60.0
 SYN_PEAK_RSS_BYTES = 2 * GIB
 SYN_QUERY_P50_MS = 20.0
 SYN_BAR_MAX_SKILLS = 100_000
+# Issue 14's bars for a 1M-skill library (applied to synthetic libraries of 1M skills and more).
+SYN_1M_SKILLS = 1_000_000
+SYN_1M_BUILD_S = 300.0
+SYN_1M_PEAK_RSS_BYTES = 8 * GIB
 IDLE_CPUS = 0.2  # other processes' CPU use below which the machine counts as idle (--wait-idle)
 WAIT_IDLE_S = 0.0  # set from --wait-idle
 
@@ -127,6 +137,7 @@ def worker_build(args: dict[str, Any]) -> dict[str, Any]:
     t_import = time.perf_counter()
     import polars as pl
 
+    import segos_pipeline
     from segos_pipeline import SnapshotStore, build_cold_start
     from segos_pipeline.retrieval import semantic
     from segos_pipeline.retrieval.ranker import warm_caches
@@ -186,6 +197,7 @@ def worker_build(args: dict[str, Any]) -> dict[str, Any]:
                 "store": str(store),
                 "counts": manifest["counts"],
                 "peak_rss_by_stage_bytes": rss.peaks,
+                "store_bytes": sum(int(f["bytes"]) for f in manifest["files"].values()),
             }
         )
     runs_profile = _profile_build(args, build_cold_start) if args.get("profile") else None
@@ -195,6 +207,7 @@ def worker_build(args: dict[str, Any]) -> dict[str, Any]:
         "polars_threads": pl.thread_pool_size(),
         "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "profile": runs_profile,
+        "code": _shown(str(Path(segos_pipeline.__file__).parent.parent)),
     }
 
 
@@ -301,10 +314,34 @@ def worker_query(args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def worker_edges(args: dict[str, Any]) -> dict[str, Any]:
+    """How many semantic edges (src, dst) of one build are not in another's, and how many weights moved."""
+    import polars as pl
+
+    def semantic(store: str) -> pl.DataFrame:
+        files = sorted(Path(store).glob("versions/*/edges.parquet"))
+        edges = pl.read_parquet(files[-1], columns=["src", "dst", "relation", "weight"])
+        return edges.filter(pl.col("relation") == "semantic").drop("relation")
+
+    a, b = semantic(args["baseline"]), semantic(args["measured"])
+    both = a.join(b, on=["src", "dst"], how="inner", suffix="_new")
+    return {
+        "baseline_edges": a.height,
+        "edges": b.height,
+        "only_baseline": a.height - both.height,
+        "only_measured": b.height - both.height,
+        "weight_changed": both.filter((pl.col("weight") - pl.col("weight_new")).abs() > 1e-12).height,
+        "sources_changed": pl.concat(
+            [a.join(b, on=["src", "dst"], how="anti")["src"], b.join(a, on=["src", "dst"], how="anti")["src"]]
+        ).n_unique(),
+    }
+
+
 def run_worker(argv: list[str]) -> int:
     mode, args_json, result_path = argv
     args = json.loads(args_json)
-    result = worker_build(args) if mode == "build" else worker_query(args)
+    workers = {"build": worker_build, "query": worker_query, "edges": worker_edges}
+    result = workers[mode](args)
     Path(result_path).write_text(json.dumps(result, indent=2))
     return 0
 
@@ -539,11 +576,36 @@ def _generator_version() -> int:
     raise RuntimeError("GENERATOR_VERSION not found in segos_pipeline/evaluation/synthetic.py")
 
 
+def baseline_build(work: Path, n: int, lib: Path, baseline_src: Path) -> dict[str, Any]:
+    """One build of `lib` with the `segos_pipeline` under `baseline_src` (PYTHONPATH comes first)."""
+    say(f"synthetic {n}: baseline build with the code in {_shown(str(baseline_src))}")
+    b = spawn(
+        "build",
+        {"library": str(lib), "store_root": str(work / "stores" / f"baseline-{n}"), "repeat": 1},
+        work / f"result-baseline-{n}-build.json",
+        env={"PYTHONPATH": str(baseline_src)},
+    )
+    run = b["runs"][0]
+    say(
+        f"baseline {n}: {run['seconds']:.2f}s, peak RSS {b['peak_rss_bytes'] / GIB:.2f} GiB; "
+        f"stages {run['stages_s']}"
+    )
+    return b
+
+
 def case_synthetic(
-    work: Path, n: int, seed: int, n_queries: int, repeat_build: int, repeat_query: int, profile: bool
+    work: Path,
+    n: int,
+    seed: int,
+    n_queries: int,
+    repeat_build: int,
+    repeat_query: int,
+    profile: bool,
+    baseline_src: Path | None = None,
 ) -> dict[str, Any]:
     lib = ensure_synthetic(work, n, seed, n_queries)
     summary = json.loads((lib / "synthetic.json").read_text())
+    baseline = baseline_build(work, n, lib, baseline_src) if baseline_src else None
     say(f"synthetic {n}: building {repeat_build}x in a fresh process (all cores), measuring peak RSS")
     stores = work / "stores" / f"synthetic-{n}"
     builds = []
@@ -565,6 +627,14 @@ def case_synthetic(
         )
         builds.append(b)
     store = Path(builds[-1]["runs"][0]["store"])
+    edge_diff = None
+    if baseline is not None:
+        edge_diff = spawn(
+            "edges",
+            {"baseline": baseline["runs"][0]["store"], "measured": str(store)},
+            work / f"result-edges-{n}.json",
+        )
+        say(f"synthetic {n}: semantic edges against the baseline: {edge_diff}")
     say(f"synthetic {n}: {n_queries} queries x {repeat_query} warm passes, one core (CPU 0)")
     query = spawn(
         "query",
@@ -594,6 +664,8 @@ def case_synthetic(
             "peak_rss_bytes": max(b["peak_rss_bytes"] for b in builds),
             "tree_peak_rss_bytes": max(b["tree_peak_rss_bytes"] or 0 for b in builds) or None,
         },
+        "baseline": baseline,
+        "edges_vs_baseline": edge_diff,
         "query": query,
     }
 
@@ -631,7 +703,45 @@ def bar_rows(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
             q_bar = REAL_QUERY_P50_MS
         else:
             capped = c["skills"] <= SYN_BAR_MAX_SKILLS
-            rows.append(_row(name, "build (all cores)", b["median_s"], "s", SYN_BUILD_S if capped else None))
+            big = c["skills"] >= SYN_1M_SKILLS
+            build_bar = SYN_BUILD_S if capped else (SYN_1M_BUILD_S if big else None)
+            rss_bar = SYN_PEAK_RSS_BYTES if capped else (SYN_1M_PEAK_RSS_BYTES if big else None)
+            rows.append(_row(name, "build (all cores)", b["median_s"], "s", build_bar))
+            stages = b["runs"][0]["runs"][0]["stages_s"]
+            rows.append(
+                _row(name, "build without parse", b["median_s"] - stages.get("parse", 0.0), "s", None)
+            )
+            rows.append(
+                _row(
+                    name,
+                    "store size of the version",
+                    b["runs"][0]["runs"][0].get("store_bytes", 0) / GIB,
+                    "GiB",
+                    None,
+                )
+            )
+            base = c.get("baseline")
+            if base:
+                brun = base["runs"][0]
+                rows.append(_row(name, "baseline build (all cores)", brun["seconds"], "s", None))
+                rows.append(
+                    _row(
+                        name,
+                        "baseline build without parse",
+                        brun["seconds"] - brun["stages_s"].get("parse", 0.0),
+                        "s",
+                        None,
+                    )
+                )
+                rows.append(
+                    _row(
+                        name,
+                        "baseline build peak RSS, largest process",
+                        base["peak_rss_bytes"] / GIB,
+                        "GiB",
+                        None,
+                    )
+                )
             if q:
                 rows.append(
                     _row(
@@ -651,11 +761,11 @@ def bar_rows(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "build peak RSS, process tree sum",
                     tree / GIB if tree else None,
                     "GiB",
-                    SYN_PEAK_RSS_BYTES / GIB if capped else None,
+                    rss_bar / GIB if rss_bar else None,
                 )
             )
             rows.append(_row(name, "build peak RSS, largest process", b["peak_rss_bytes"] / GIB, "GiB", None))
-            q_bar = SYN_QUERY_P50_MS if capped else None
+            q_bar = SYN_QUERY_P50_MS if capped or big else None
         if q:
             rows.append(_row(name, "retrieve() p50 (1 core)", q["retrieve_ms"]["p50"], "ms", q_bar))
             rows.append(_row(name, "retrieve() p95 (1 core)", q["retrieve_ms"]["p95"], "ms", None))
@@ -691,7 +801,10 @@ def markdown(cases: list[dict[str, Any]], rows: list[dict[str, Any]], meta: dict
         "Builds use all cores (default threading); queries run pinned to CPU 0 with OMP/OpenBLAS/Polars "
         "threads = 1. Bars are upper bounds.",
         "Machine speed (a fixed Python loop, best of 3; lower is faster): "
-        f"{meta.get('machine_speed_s', '?')} s before and {meta.get('machine_speed_after_s', '?')} s after.",
+        f"{meta.get('machine_speed_s', '?')} s before and {meta.get('machine_speed_after_s', '?')} s after; "
+        f"load average (1/5/15 min) {_loads(meta.get('load_average_before'))} before and "
+        f"{_loads(meta.get('load_average_after'))} after, {meta.get('memory_available_gib_before', '?')} GiB "
+        "memory available before (other engineers share the machine).",
         "",
         "| case | metric | measured | bar | status |",
         "|---|---|---:|---:|:---:|",
@@ -709,10 +822,22 @@ def markdown(cases: list[dict[str, Any]], rows: list[dict[str, Any]], meta: dict
             "| build run | total s | " + " | ".join(flat[0]["stages_s"]) + " | peak RSS by stage (GiB) |"
         )
         lines.append("|---|---:|" + "---:|" * len(flat[0]["stages_s"]) + "---|")
-        for i, run in enumerate(flat, start=1):
+        base = c.get("baseline")
+        labelled = [*((f"baseline ({base['code']})", r) for r in (base["runs"] if base else []))]
+        labelled += [(str(i), run) for i, run in enumerate(flat, start=1)]
+        for label, run in labelled:
             peaks = ", ".join(f"{k} {v / GIB:.2f}" for k, v in run["peak_rss_by_stage_bytes"].items())
-            stages = " | ".join(f"{v:.2f}" for v in run["stages_s"].values())
-            lines.append(f"| {i} | {run['seconds']:.2f} | {stages} | {peaks} |")
+            stages = " | ".join(f"{run['stages_s'].get(k, 0.0):.2f}" for k in flat[0]["stages_s"])
+            lines.append(f"| {label} | {run['seconds']:.2f} | {stages} | {peaks} |")
+        diff = c.get("edges_vs_baseline")
+        if diff:
+            lines.append("")
+            lines.append(
+                f"Semantic edges against the baseline build: {diff['edges']} "
+                f"(baseline {diff['baseline_edges']}); {diff['only_measured']} new, {diff['only_baseline']} "
+                f"gone, {diff['weight_changed']} with another weight; {diff['sources_changed']} skills with "
+                "another top-k."
+            )
         spawned = [*(runs if "runs" in runs[0] else [c["build"]]), *([c["query"]] if c.get("query") else [])]
 
         def cpus(key: str, spawned: list[dict[str, Any]] = spawned) -> str:
@@ -762,6 +887,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--synthetic-query-repeat", type=int, default=5)
     ap.add_argument("--profile", action="store_true", help="also run one cProfile'd build per case")
     ap.add_argument(
+        "--baseline-src",
+        type=Path,
+        default=None,
+        help="folder with another checkout's segos_pipeline: each synthetic case also builds once with it",
+    )
+    ap.add_argument(
         "--wait-idle",
         type=float,
         default=0.0,
@@ -776,6 +907,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     cases: list[dict[str, Any]] = []
     speed_before = machine_speed_s()
+    load_before, mem_before = list(os.getloadavg()), _available_gib()
     t0 = time.perf_counter()
     for token in [s.strip() for s in args.sizes.split(",") if s.strip()]:
         if token in ("real", "344"):
@@ -789,6 +921,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.synthetic_build_repeat,
                 args.synthetic_query_repeat,
                 args.profile,
+                args.baseline_src,
             )
         if case:
             cases.append(case)
@@ -803,6 +936,9 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": round(time.perf_counter() - t0, 1),
         "machine_speed_s": speed_before,
         "machine_speed_after_s": machine_speed_s(),
+        "load_average_before": load_before,
+        "load_average_after": list(os.getloadavg()),
+        "memory_available_gib_before": mem_before,
     }
     (args.out / "speed.json").write_text(json.dumps({"meta": meta, "bars": rows, "cases": cases}, indent=2))
     (args.out / "speed.md").write_text(markdown(cases, rows, meta))
@@ -823,6 +959,18 @@ def _code_state() -> dict[str, Any]:
         state["commit"] = git("rev-parse", "--short", "HEAD").strip()
         state["dirty"] = [line[3:] for line in git("status", "--porcelain", "segos_pipeline").splitlines()]
     return state
+
+
+def _loads(values: list[float] | None) -> str:
+    return "/".join(f"{v:.1f}" for v in values) if values else "?"
+
+
+def _available_gib() -> float | None:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return round(int(line.split()[1]) * 1024 / GIB, 1)
+    return None
 
 
 def _cpu_model() -> str | None:

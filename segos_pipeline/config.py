@@ -78,9 +78,12 @@ class GraphConfig:
     # component size.
     knn_k: int = 1
     # Tokens above this document frequency are skipped in the similarity join only (they still count in
-    # set sizes); the effective cap is max(df_cap_min, df_cap_fraction * n_skills) per SPEC §4.
+    # set sizes); the effective cap is max(df_cap_min, df_cap_fraction * n_skills). A fixed cap of 1,000
+    # (fraction 0) bounds the candidate pairs per skill whatever the library size; up to 100k skills it is
+    # the cap SPEC §4's max(1,000, 1% N) gave (docs/algorithms.md, "bounded join"). 0.01 restores the
+    # growing cap, whose join grows as N² past 100k.
     df_cap_min: int = 1_000
-    df_cap_fraction: float = 0.01
+    df_cap_fraction: float = 0.0
     join_block_rows: int = 4_096  # rows per sparse-product block: bounds peak memory of the join
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -13,8 +13,9 @@ import polars as pl
 import scipy.sparse as sp
 
 from ..config import SEMANTIC, BuildConfig, GraphConfig, TransitionConfig
-from ..store.snapshot import REPORT, Snapshot, SnapshotStore
-from ..text.lexicon import Signature, token_table
+from ..store.snapshot import REPORT, NewPart, Snapshot, SnapshotStore, split_rows
+from ..text.compact_tokens import CompactTokens
+from ..text.lexicon import Signature
 from .edges import counts_by_relation
 from .parsing import ParsedLibrary, parse_library
 from .semantic_edges import SemanticStats, semantic_edges
@@ -28,11 +29,29 @@ class GraphTables:
     """Everything a version holds besides its manifest."""
 
     nodes: pl.DataFrame
-    tokens: pl.DataFrame
+    # the string token table, or (a cold-start build) the same table in integer columns, which the store
+    # writes part by part without ever holding the whole string table
+    tokens: pl.DataFrame | CompactTokens
     edges: pl.DataFrame
     transition: sp.csr_matrix
     semantic: SemanticStats
     signature: Signature | None = None  # stored with the version; derived from the tokens when absent
+
+
+class DecodedParts(Sequence[NewPart]):
+    """The store's parts of a node table and its compact tokens, each decoded to strings only when the
+    store writes it, so one part's string rows are held at a time."""
+
+    def __init__(self, nodes: pl.DataFrame, tokens: CompactTokens):
+        self.nodes, self.tokens = nodes, tokens
+        self.ranges = split_rows(nodes.height)
+
+    def __len__(self) -> int:
+        return len(self.ranges)
+
+    def __getitem__(self, i: int) -> NewPart:  # type: ignore[override]  # no slices: the store iterates
+        a, b = self.ranges[i]
+        return NewPart(self.nodes[a:b], self.tokens.rows(a, b, local=True))
 
 
 def library_fingerprint(nodes: pl.DataFrame) -> str:
@@ -46,9 +65,9 @@ def library_fingerprint(nodes: pl.DataFrame) -> str:
 def graph_tables(nodes: pl.DataFrame, config: BuildConfig, progress: Progress | None = None) -> GraphTables:
     """Tokens, semantic edges and operator of a node table (the pure core of a cold-start build)."""
     say = progress or (lambda _msg: None)
-    tokens = token_table(nodes)
+    tokens = CompactTokens.of(nodes)
     say(f"tokenised {nodes.height} skills into {tokens.height} (skill, field, token) rows")
-    signature = Signature.of(tokens, nodes.height)
+    signature = tokens.signature()
     edges, stats = semantic_edges(
         nodes["id"],
         signature.matrix,
@@ -100,13 +119,23 @@ def commit_cold_start(
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write a cold-start version: the graph tables, the build report, and its manifest last."""
-    return store.write(
-        nodes=tables.nodes,
-        tokens=tables.tokens,
+    manifest = {**cold_start_manifest(parsed, tables, config, timings), **(extra or {})}
+    if isinstance(tables.tokens, pl.DataFrame):
+        return store.write(
+            nodes=tables.nodes,
+            tokens=tables.tokens,
+            edges=tables.edges,
+            transition=tables.transition,
+            signature=tables.signature,
+            manifest=manifest,
+            extra_tables={REPORT: parsed.report},
+        )
+    return store.write_parts(
+        parts=DecodedParts(tables.nodes, tables.tokens),
+        signature=tables.signature or tables.tokens.signature(),
         edges=tables.edges,
         transition=tables.transition,
-        signature=tables.signature,
-        manifest={**cold_start_manifest(parsed, tables, config, timings), **(extra or {})},
+        manifest=manifest,
         extra_tables={REPORT: parsed.report},
     )
 

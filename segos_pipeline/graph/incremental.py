@@ -14,8 +14,9 @@ only what the change can reach:
     recomputed exactly from its candidates (as is u itself);
   - every other one keeps its candidates' Jaccard scores, so its new top-k is its old top-k merged with
     (u, J(v, u)): dropping a candidate that was not in the top-k cannot change the top-k;
-  - the df cap (join tokens are those with df ≤ max(1,000, 1% of n)) can flip a token between joined and
-    skipped when u adds or removes it or when n moves the cap; every skill holding a flipped token is then
+  - the df cap (join tokens are those with df ≤ max(df_cap_min, df_cap_fraction·n): a fixed 1,000 by
+    default) can flip a token between joined and skipped when u adds or removes it or when n moves a
+    growing cap; every skill holding a flipped token is then
     recomputed exactly (found by comparing every column's df before and after, so nothing is missed);
 * the edge table: the recomputed skills' semantic rows are replaced (a row whose pair and Jaccard are
   unchanged is kept as it was, with any evolution state); trace-induced edges of existing skills are kept;

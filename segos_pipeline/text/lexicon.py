@@ -7,6 +7,7 @@ library is tokenised exactly once and never per query.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +65,7 @@ _TOKEN_CHUNK = 20_000
 
 
 def _chunk_tokens(nodes: pl.DataFrame, offset: int) -> pl.DataFrame:
+    """The token rows of a slice of nodes (`node` offset to the whole table), sorted like `token_table`."""
     words = (
         field_texts(nodes)
         .select(pl.col("node") + offset, "field", word=tokenize_column(pl.col("text")))
@@ -76,18 +78,21 @@ def _chunk_tokens(nodes: pl.DataFrame, offset: int) -> pl.DataFrame:
         .group_by("node", "field", "token")
         .agg(tf=pl.len().cast(pl.UInt32))
         .select(pl.col("node").cast(pl.UInt32), "field", "token", "tf")
+        .sort("node", "field", "token")
     )
+
+
+def token_chunks(nodes: pl.DataFrame, chunk: int = _TOKEN_CHUNK) -> Iterator[pl.DataFrame]:
+    """`token_table` in consecutive node ranges of `chunk` skills: each chunk sorted, and the chunks in
+    node order, so their concatenation is the sorted table (no global sort of all rows)."""
+    for start in range(0, nodes.height, chunk):
+        yield _chunk_tokens(nodes.slice(start, chunk), start)
 
 
 def token_table(nodes: pl.DataFrame) -> pl.DataFrame:
     """(node, field, token, tf), sorted, for every field of every node."""
-    if nodes.is_empty():
-        return pl.DataFrame(schema=TOKEN_SCHEMA)
-    parts = [
-        _chunk_tokens(nodes.slice(start, _TOKEN_CHUNK), start)
-        for start in range(0, nodes.height, _TOKEN_CHUNK)
-    ]
-    return pl.concat(parts).sort("node", "field", "token").select(list(TOKEN_SCHEMA))
+    parts = list(token_chunks(nodes))
+    return pl.concat(parts).select(list(TOKEN_SCHEMA)) if parts else pl.DataFrame(schema=TOKEN_SCHEMA)
 
 
 # Values turned into Python objects per step when a dict is built from a column. Versions load on a
