@@ -153,12 +153,14 @@ def worker_build(args: dict[str, Any]) -> dict[str, Any]:
             t0 = time.perf_counter()
 
             def progress(
-                msg: str,
+                msg: Any,
                 t0: float = t0,
                 rss: _RssSampler = rss,
                 marks: list[tuple[str, float]] = marks,
                 run: int = r + 1,
             ) -> None:
+                if not isinstance(msg, str):  # progress ticks (segos_pipeline.progress): stages are messages
+                    return
                 now = time.perf_counter() - t0
                 stage = _stage_of(msg)
                 if stage:

@@ -8,7 +8,6 @@ counters; the round's trace table and every description revision are stored with
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -17,6 +16,7 @@ import polars as pl
 from ..config import EngineConfig, EvolutionConfig, RetrievalConfig, TransitionConfig, retrieval_for
 from ..graph.build import commit_derived
 from ..graph.transition import transition_matrix
+from ..progress import Progress
 from ..retrieval.ranker import Retriever
 from ..store.snapshot import REVISIONS, ROUND_TRACES, Snapshot, SnapshotStore
 from .descriptions import REVISION_SCHEMA, Editor, description_update
@@ -25,8 +25,6 @@ from .evidence import fill_retrieval, select_attempts
 from .ingest import TraceStore
 from .topology import topology_update
 from .weights import weight_update
-
-Progress = Callable[[str], None]
 
 __all__ = ["fill_retrieval", "select_attempts"]  # the kernels live in evidence.py; kept importable here
 

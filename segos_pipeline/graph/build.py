@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +13,7 @@ import polars as pl
 import scipy.sparse as sp
 
 from ..config import SEMANTIC, BuildConfig, GraphConfig, TransitionConfig
+from ..progress import Progress, Tick
 from ..store.snapshot import REPORT, NewPart, Snapshot, SnapshotStore, split_rows
 from ..text.compact_tokens import CompactTokens
 from ..text.lexicon import Signature
@@ -20,8 +21,6 @@ from .edges import counts_by_relation
 from .parsing import ParsedLibrary, parse_library
 from .semantic_edges import SemanticStats, semantic_edges
 from .transition import transition_matrix
-
-Progress = Callable[[str], None]
 
 
 @dataclass
@@ -65,14 +64,14 @@ def library_fingerprint(nodes: pl.DataFrame) -> str:
 def graph_tables(nodes: pl.DataFrame, config: BuildConfig, progress: Progress | None = None) -> GraphTables:
     """Tokens, semantic edges and operator of a node table (the pure core of a cold-start build)."""
     say = progress or (lambda _msg: None)
-    tokens = CompactTokens.of(nodes)
+    tokens = CompactTokens.of(nodes, lambda n: say(Tick("tokenise skills", n, nodes.height)))
     say(f"tokenised {nodes.height} skills into {tokens.height} (skill, field, token) rows")
     signature = tokens.signature()
     edges, stats = semantic_edges(
         nodes["id"],
         signature.matrix,
         config.graph,
-        progress=lambda i, n: say(f"similarity join block {i}/{n}") if n > 1 else None,
+        progress=lambda i, n: say(Tick("similarity join blocks", i, n)),
     )
     say(
         f"semantic graph: {stats.directed_edges} edges, {stats.unordered_pairs} pairs, "
@@ -156,7 +155,9 @@ def build_cold_start(
     say = progress or (lambda _msg: None)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    parsed = parse_library(library, config.parse, progress=lambda n: say(f"parsed {n} packages"))
+    parsed = parse_library(
+        library, config.parse, progress=lambda n, total: say(Tick("parse packages", n, total))
+    )
     timings["parse"] = time.perf_counter() - t0
     say(f"parsed {parsed.nodes.height} skills; {parsed.n_problems} problem(s) in the build report")
     if parsed.nodes.height == 0 and not allow_empty:

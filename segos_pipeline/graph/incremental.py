@@ -32,7 +32,6 @@ rebuild of the changed library (nodes, tokens, semantic edges and operator), tie
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ import polars as pl
 import scipy.sparse as sp
 
 from ..config import AVOID, SEMANTIC, TRAVERSABLE, GraphConfig, ParseConfig, TransitionConfig
+from ..progress import Progress
 from ..store import snapshot as snapshot_mod
 from ..store.snapshot import (
     EDGES,
@@ -76,7 +76,6 @@ ACTIONS = ("add", "update", "remove")
 # The node columns an update reads of every skill (ids for indices, names for duplicate-name warnings,
 # content hashes for the library fingerprint); whole rows are read of the changed skill's part only.
 KEY_COLUMNS = ("id", "name", "folder", "source_path", "content_hash")
-Progress = Callable[[str], None]
 
 
 class IncrementalError(SnapshotError):

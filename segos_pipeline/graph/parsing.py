@@ -12,7 +12,7 @@ import os
 import re
 import reprlib
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -652,7 +652,9 @@ def _frame(columns: dict[str, list[Any]]) -> pl.DataFrame:
 
 
 def _parse_in_pool(
-    chunks: list[tuple[list[str], str, ParseConfig]], workers: int
+    chunks: list[tuple[list[str], str, ParseConfig]],
+    workers: int,
+    done: Callable[[int], None] | None = None,
 ) -> list[tuple[pl.DataFrame, list[Problem]]]:
     """Parse chunks in spawned worker processes; [] when a pool cannot run here (the caller then parses
     serially). Spawned, not forked: polars and Arrow keep thread pools, and a forked child can deadlock on
@@ -662,7 +664,12 @@ def _parse_in_pool(
         with ProcessPoolExecutor(
             max_workers=workers, mp_context=multiprocessing.get_context("spawn")
         ) as pool:
-            return list(pool.map(_parse_chunk, chunks))
+            parts = []
+            for part, chunk in zip(pool.map(_parse_chunk, chunks), chunks, strict=True):  # in order
+                parts.append(part)
+                if done is not None:
+                    done(len(chunk[0]))
+            return parts
     except (BrokenProcessPool, OSError):
         return []
 
@@ -673,9 +680,13 @@ _CHUNK = 2_000
 
 
 def parse_library(
-    root: str | Path, config: ParseConfig | None = None, progress: Any = None, workers: int | None = None
+    root: str | Path,
+    config: ParseConfig | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    workers: int | None = None,
 ) -> ParsedLibrary:
-    """Parse every package under `root` into the node table (sorted by id) and the build report.
+    """Parse every package under `root` into the node table (sorted by id) and the build report;
+    `progress(done, total)` hears how many packages are parsed so far.
 
     Large libraries are parsed by a process pool (`workers`, default: the CPUs this process may use);
     the result does not depend on the number of workers.
@@ -688,14 +699,22 @@ def parse_library(
     chunks = [(pkgs[i : i + _CHUNK], str(root), config) for i in range(0, len(pkgs), _CHUNK)]
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    parsed = 0
+
+    def done(n: int) -> None:
+        nonlocal parsed
+        parsed += n
+        if progress is not None:
+            progress(parsed, len(pkgs))
+
     parts: list[tuple[pl.DataFrame, list[Problem]]] = []
     if len(pkgs) >= _PARALLEL_MIN and workers > 1:
-        parts = _parse_in_pool(chunks, workers)
+        parts = _parse_in_pool(chunks, workers, done)
     if not parts:
+        parsed = 0  # a pool that could not run: parse serially from the start
         for chunk in chunks:
             parts.append(_parse_chunk(chunk))
-            if progress is not None:
-                progress(sum(len(c[0]) for c in chunks[: len(parts)]))
+            done(len(chunk[0]))
     frames = [part[0] for part in parts]
     problems = [p for part in parts for p in part[1]]
     nodes = pl.concat(frames) if frames else pl.DataFrame(schema=NODE_SCHEMA)

@@ -13,6 +13,7 @@ string table. The store writes a version's token parts from these decoded ranges
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,7 +21,7 @@ import polars as pl
 import scipy.sparse as sp
 
 from ..config import FIELDS
-from .lexicon import SIGNATURE_FIELDS, TOKEN_SCHEMA, Signature, token_chunks
+from .lexicon import SIGNATURE_FIELDS, TOKEN_CHUNK, TOKEN_SCHEMA, Signature, token_chunks
 
 _FIELD_CODE = {f: i for i, f in enumerate(FIELDS)}
 _U16_MAX = np.iinfo(np.uint16).max
@@ -53,12 +54,15 @@ class CompactTokens:
     n_nodes: int
 
     @classmethod
-    def of(cls, nodes: pl.DataFrame) -> CompactTokens:
+    def of(cls, nodes: pl.DataFrame, done: Callable[[int], None] | None = None) -> CompactTokens:
+        """Tokenise `nodes` chunk by chunk; `done(n)` hears how many skills are tokenised so far."""
         vocab = pl.DataFrame(schema={"token": pl.String, "id": pl.UInt32})
         parts = []
-        for chunk in token_chunks(nodes):
+        for i, chunk in enumerate(token_chunks(nodes, TOKEN_CHUNK)):
             encoded, vocab = _encode(chunk, vocab)
             parts.append(encoded)
+            if done is not None:
+                done(min(nodes.height, (i + 1) * TOKEN_CHUNK))
         frame = (
             pl.concat(parts, how="vertical_relaxed", rechunk=True)
             if parts

@@ -61,7 +61,7 @@ def field_texts(nodes: pl.DataFrame) -> pl.DataFrame:
 
 # Nodes tokenised at once: the exploded word table of a chunk is the peak of a build's memory, so chunks
 # keep it bounded (about 20k skills ≈ a few million words) whatever the library size.
-_TOKEN_CHUNK = 20_000
+TOKEN_CHUNK = 20_000
 
 
 def _chunk_tokens(nodes: pl.DataFrame, offset: int) -> pl.DataFrame:
@@ -82,7 +82,7 @@ def _chunk_tokens(nodes: pl.DataFrame, offset: int) -> pl.DataFrame:
     )
 
 
-def token_chunks(nodes: pl.DataFrame, chunk: int = _TOKEN_CHUNK) -> Iterator[pl.DataFrame]:
+def token_chunks(nodes: pl.DataFrame, chunk: int = TOKEN_CHUNK) -> Iterator[pl.DataFrame]:
     """`token_table` in consecutive node ranges of `chunk` skills: each chunk sorted, and the chunks in
     node order, so their concatenation is the sorted table (no global sort of all rows)."""
     for start in range(0, nodes.height, chunk):
