@@ -35,7 +35,7 @@ def _spec_edges(nodes: pl.DataFrame) -> pl.DataFrame:
 
 
 def test_compact_tokens_decode_to_the_string_table(synthetic_nodes, monkeypatch):
-    monkeypatch.setattr(lexicon, "_TOKEN_CHUNK", 97)  # many chunks: the vocabulary grows across them
+    monkeypatch.setattr(lexicon, "TOKEN_CHUNK", 97)  # many chunks: the vocabulary grows across them
     strings = token_table(synthetic_nodes)
     compact = CompactTokens.of(synthetic_nodes)
     assert compact.height == strings.height

@@ -30,14 +30,14 @@ def built(tmp_path_factory):
 def test_build_prints_version_id_last_and_json_manifest(built, tmp_path):
     store, vid = built
     assert vid.startswith("v0001-")
-    manifest = json.loads(run("build", DEMO_DIR / "library", "--store", store, "--json").output)
+    manifest = json.loads(run("build", DEMO_DIR / "library", "--store", store, "--json").stdout)
     assert manifest["version"].startswith("v0002-") and manifest["kind"] == "cold_start"
     assert manifest["counts"]["skills"] >= 40
 
 
 def test_versions_json(built):
     store, vid = built
-    versions = json.loads(run("versions", "--store", store, "--json").output)
+    versions = json.loads(run("versions", "--store", store, "--json").stdout)
     assert versions[0]["version"] == vid
     assert vid in run("versions", "--store", store).output
 
@@ -129,16 +129,16 @@ def test_empty_store_error(tmp_path):
 def test_ingest_evolve_diff_round_trip(tmp_path):
     store = tmp_path / "store"
     v1 = run("build", "--store", store, "--quiet").output.strip().splitlines()[-1]
-    report = json.loads(run("ingest", DEMO_DIR / "traces", "--store", store, "--json").output)
+    report = json.loads(run("ingest", DEMO_DIR / "traces", "--store", store, "--json").stdout)
     assert report["accepted"] > 50 and report["quarantined"] == 3
     out = run("evolve", "--store", store, "--window", "2026-11-27", "--quiet").output.strip().splitlines()
     v2 = out[-1]
     assert v2.startswith("v0002-")
-    m3 = json.loads(run("evolve", "--store", store, "--window", "2026-11-28", "--json").output)
+    m3 = json.loads(run("evolve", "--store", store, "--window", "2026-11-28", "--json").stdout)
     assert m3["parent"] == v2 and m3["round"] == 2 and m3["window"] == "2026-11-28"
     assert set(m3["counters"]["l1"]) == {"avoid_retraction", "workflow", "dependency", "avoid"}
     assert "blocked_by_zeta" in m3["counters"]["l1"]["dependency"]
-    d = json.loads(run("diff", v1, v2, "--store", store, "--json").output)
+    d = json.loads(run("diff", v1, v2, "--store", store, "--json").stdout)
     assert d["from"] == v1 and d["to"] == v2 and d["counts"]["added"] > 0
     assert set(d["edges"]) == {"added", "removed", "reweighted", "retyped"}
     assert run("diff", v1, v2, "--store", store, "--markdown").output.startswith("# Diff")
@@ -152,7 +152,7 @@ def test_evolve_settings_and_errors(tmp_path):
     m = json.loads(
         run(
             "evolve", "--store", store, "--window", "w1", "--no-l3", "--set", "theta_avoid=3", "--json"
-        ).output
+        ).stdout
     )
     assert m["config"]["evolution"]["theta_avoid"] == 3 and "l3" not in m["counters"]
     bad = run("evolve", "--store", store, "--window", "w1", "--set", "zzz=1", ok=False)
@@ -169,9 +169,9 @@ def test_simulate_writes_labelled_traces_that_ingest(tmp_path):
     assert "SIMULATED" in msg
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(lines) == 200 and all(x["simulated"] is True for x in lines)
-    report = json.loads(run("ingest", out, "--store", store, "--json").output)
+    report = json.loads(run("ingest", out, "--store", store, "--json").stdout)
     assert report["windows"]["2026-12-02"]["accepted"] == 200
-    m = json.loads(run("evolve", "--store", store, "--window", "2026-12-02", "--json").output)
+    m = json.loads(run("evolve", "--store", store, "--window", "2026-12-02", "--json").stdout)
     assert m["counters"]["traces"]["simulated"] == m["counters"]["traces"]["selected"] > 0
     assert m["counters"]["traces"]["real"] == 0
     table = TraceStore(SnapshotStore(store)).load("2026-12-02")

@@ -210,7 +210,7 @@ def test_chunked_tokenisation_equals_one_pass(monkeypatch):
 
     nodes = parse_library(DEFAULT_LIBRARY).nodes
     whole = lexicon.token_table(nodes)
-    monkeypatch.setattr(lexicon, "_TOKEN_CHUNK", 7)
+    monkeypatch.setattr(lexicon, "TOKEN_CHUNK", 7)
     assert lexicon.token_table(nodes).equals(whole)
     assert whole["node"].max() == nodes.height - 1
 
@@ -221,7 +221,7 @@ def test_pool_that_cannot_start_falls_back_to_serial(tmp_path, monkeypatch):
     for i in range(6):
         write_skill(tmp_path, f"s{i}", f"name: s{i}\ndescription: skill {i}", "body")
     monkeypatch.setattr(parsing, "_PARALLEL_MIN", 1)
-    monkeypatch.setattr(parsing, "_parse_in_pool", lambda chunks, workers: [])
+    monkeypatch.setattr(parsing, "_parse_in_pool", lambda chunks, workers, done=None: [])
     assert parse_library(tmp_path, workers=2).nodes.height == 6
 
 

@@ -183,10 +183,10 @@ def test_cli_evolve_engine_spark(demo, spark):
     parent = demo.list_versions()[0]["version"]
     runner = CliRunner()
     common = ["evolve", "--store", str(demo.root), "--window", WINDOW, "--from", parent, "--json", "--quiet"]
-    local = json.loads(runner.invoke(cli, common, catch_exceptions=False).output)
+    local = json.loads(runner.invoke(cli, common, catch_exceptions=False).stdout)
     res = runner.invoke(cli, [*common, "--engine", "spark", "--partitions", "2"], catch_exceptions=False)
     assert res.exit_code == 0, res.output
-    on_spark = json.loads(res.output)
+    on_spark = json.loads(res.stdout)
     assert on_spark["engine"]["engine"] == "spark"
     assert_same_version(demo, local, on_spark)
     bad = runner.invoke(cli, [*common, "--spark-master", "local[1]"])

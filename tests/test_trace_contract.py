@@ -78,7 +78,7 @@ def test_shipped_schema_is_generated_from_the_model():
 
 def test_trace_schema_command_prints_the_schema():
     result = run("trace-schema")
-    assert result.exit_code == 0 and json.loads(result.output) == trace_json_schema()
+    assert result.exit_code == 0 and json.loads(result.stdout) == trace_json_schema()
 
 
 # ---------------------------------------------------------------------------- poison lines, real CLI
@@ -112,7 +112,7 @@ def test_poison_line_is_quarantined_and_the_good_ones_ingested(store: Path, tmp_
     path.write_bytes(b"\n".join(lines) + b"\n")
     result = run("ingest", path, "--store", store, "--json")
     assert result.exit_code == 0, result.output + repr(result.exception)
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     assert (report["read"], report["accepted"], report["rejected"]) == (3, 2, 1)
     ts = TraceStore(store)
     assert sorted(ts.load("2026-11-29")["trace_id"].to_list()) == ["good-0", "good-1"]

@@ -21,7 +21,8 @@ import polars as pl
 import scipy.sparse as sp
 
 from ..config import FIELDS
-from .lexicon import SIGNATURE_FIELDS, TOKEN_CHUNK, TOKEN_SCHEMA, Signature, token_chunks
+from . import lexicon
+from .lexicon import SIGNATURE_FIELDS, TOKEN_SCHEMA, Signature, token_chunks
 
 _FIELD_CODE = {f: i for i, f in enumerate(FIELDS)}
 _U16_MAX = np.iinfo(np.uint16).max
@@ -58,11 +59,12 @@ class CompactTokens:
         """Tokenise `nodes` chunk by chunk; `done(n)` hears how many skills are tokenised so far."""
         vocab = pl.DataFrame(schema={"token": pl.String, "id": pl.UInt32})
         parts = []
-        for i, chunk in enumerate(token_chunks(nodes, TOKEN_CHUNK)):
+        step = lexicon.TOKEN_CHUNK
+        for i, chunk in enumerate(token_chunks(nodes, step)):
             encoded, vocab = _encode(chunk, vocab)
             parts.append(encoded)
             if done is not None:
-                done(min(nodes.height, (i + 1) * TOKEN_CHUNK))
+                done(min(nodes.height, (i + 1) * step))
         frame = (
             pl.concat(parts, how="vertical_relaxed", rechunk=True)
             if parts

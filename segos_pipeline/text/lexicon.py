@@ -82,9 +82,10 @@ def _chunk_tokens(nodes: pl.DataFrame, offset: int) -> pl.DataFrame:
     )
 
 
-def token_chunks(nodes: pl.DataFrame, chunk: int = TOKEN_CHUNK) -> Iterator[pl.DataFrame]:
+def token_chunks(nodes: pl.DataFrame, chunk: int | None = None) -> Iterator[pl.DataFrame]:
     """`token_table` in consecutive node ranges of `chunk` skills: each chunk sorted, and the chunks in
     node order, so their concatenation is the sorted table (no global sort of all rows)."""
+    chunk = chunk or TOKEN_CHUNK  # read at call time: tests shrink it to exercise many chunks
     for start in range(0, nodes.height, chunk):
         yield _chunk_tokens(nodes.slice(start, chunk), start)
 
