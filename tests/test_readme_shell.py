@@ -68,18 +68,23 @@ CLAUDE = textwrap.dedent(
 
 SERVE_BRIEFLY = textwrap.dedent(
     """\
+    stop_group() {  # Ctrl-C to the server's process group (what `dagster dev` handles), then SIGKILL
+      kill -INT -- -"$1" 2>/dev/null || true
+      for _ in $(seq 60); do kill -0 "$1" 2>/dev/null || return 0; sleep 1; done
+      kill -KILL -- -"$1" 2>/dev/null || true
+    }
     serve_briefly() {  # start a server, wait until its web UI answers, stop it
       setsid "$@" --port {port} >serve.log 2>&1 &
       local pid=$!
       for _ in $(seq 240); do
-        if {python} -c "import urllib.request as u; u.urlopen('http://127.0.0.1:{port}/server_info')" \
+        if {python} -c "import urllib.request as u; u.urlopen('http://127.0.0.1:{port}/server_info')" \\
             2>/dev/null; then
-          kill -- -"$pid"; wait "$pid" || true; echo "served on {port}"; return 0
+          stop_group "$pid"; echo "served on {port}"; return 0
         fi
         kill -0 "$pid" 2>/dev/null || { cat serve.log >&2; return 1; }
         sleep 1
       done
-      kill -- -"$pid"; cat serve.log >&2; return 1
+      stop_group "$pid"; cat serve.log >&2; return 1
     }
     """
 )
