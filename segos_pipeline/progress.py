@@ -2,8 +2,7 @@
 
 The library never prints: a long function takes an optional `progress` callable and sends it events. A
 plain `str` is a message; a `Tick` says how far a counted stage is (a progress bar's input); a `StageDone`
-closes a stage with its wall time (a summary's input). Callers that only print messages keep working:
-`message_only` turns any event into a line, and `None` means silence.
+closes a stage with its wall time (a summary's input). `None` means silence.
 """
 
 from __future__ import annotations
@@ -43,15 +42,3 @@ def stage(progress: Progress | None, name: str, detail: Callable[[], str] | None
     t0 = time.perf_counter()
     yield
     emit(progress, StageDone(name, time.perf_counter() - t0, detail() if detail else ""))
-
-
-def message_only(say: Callable[[str], None]) -> Progress:
-    """A progress callable for message printers: ticks are dropped, finished stages become a line."""
-
-    def progress(event: Event) -> None:
-        if isinstance(event, str):
-            say(event)
-        elif isinstance(event, StageDone):
-            say(f"{event.stage}: {event.seconds:.2f}s" + (f" ({event.detail})" if event.detail else ""))
-
-    return progress

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import textwrap
 from pathlib import Path
@@ -29,6 +30,23 @@ def copy_checkout(dest: Path) -> Path:
             target.write_bytes((ROOT / rel).read_bytes())
             target.chmod((ROOT / rel).stat().st_mode)
     return dest
+
+
+def readme_bash_blocks() -> list[str]:
+    """The README's ```bash blocks, in order (tests run them as a reader would)."""
+    return re.findall(r"^```bash\n(.*?)^```", (ROOT / "README.md").read_text(), re.S | re.M)
+
+
+def run_bash(script: str, cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """`script` under `bash -euo pipefail`, as a README block runs when pasted: the first failure stops it."""
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def write_skill(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import zipfile
@@ -13,9 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import copy_checkout
-
-ROOT = Path(__file__).resolve().parents[1]
+from .conftest import ROOT, copy_checkout, readme_bash_blocks, run_bash
 
 
 def _snapshot(folder: Path) -> list[tuple[str, int, int]]:
@@ -83,8 +80,7 @@ def test_unpacked_wheel_builds_and_retrieves_from_any_directory(wheel: Path, tmp
 
 
 def _readme_block(marker: str) -> str:
-    blocks = re.findall(r"^```bash\n(.*?)^```", (ROOT / "README.md").read_text(), re.S | re.M)
-    found = [b for b in blocks if marker in b]
+    found = [b for b in readme_bash_blocks() if marker in b]
     assert len(found) == 1, f"the README has no single bash block with {marker!r}"
     return found[0]
 
@@ -102,14 +98,7 @@ def test_core_install_runs_the_readme_install_block(tmp_path: Path):
     script = _readme_block("pip install ./segos").replace("/some/work/folder", str(work))
     env = {k: v for k, v in os.environ.items() if k not in ("SEGOS_STORE", "SEGOS_LANDING", "PYTHONPATH")}
     env.update(PATH=f"{venv / 'bin'}:{env['PATH']}", VIRTUAL_ENV=str(venv), PYTHONDONTWRITEBYTECODE="1")
-    proc = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", script],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    proc = run_bash(script, tmp_path, env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "csv" in proc.stdout.lower()  # the bundle for "parse a csv file and plot a chart"
     assert (work / "data" / "store" / "versions").is_dir()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from segos_pipeline.cli.progress import Reporter
 from segos_pipeline.paths import DEMO_TRACES
-from segos_pipeline.progress import StageDone, Tick, message_only, stage
+from segos_pipeline.progress import StageDone, Tick, stage
 
 
 def segos(*args: str) -> subprocess.CompletedProcess[str]:
@@ -53,12 +53,3 @@ def test_reporter_counts_stages_and_is_silent_when_quiet(capsys):
     quiet(Tick("files", 1, 2))
     quiet.summary()
     assert capsys.readouterr().err == ""
-
-
-def test_message_only_keeps_plain_printers_working():
-    said: list[str] = []
-    progress = message_only(said.append)
-    progress("hello")
-    progress(Tick("files", 1, 2))
-    progress(StageDone("parse", 1.0, "9 skills"))
-    assert said == ["hello", "parse: 1.00s (9 skills)"]

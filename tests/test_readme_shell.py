@@ -19,16 +19,14 @@ import os
 import re
 import shutil
 import socket
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, copy_checkout
+from .conftest import copy_checkout, readme_bash_blocks, run_bash
 
-BASH = re.compile(r"^```bash\n(.*?)^```", re.S | re.M)
 VENV = Path(sys.prefix) if sys.prefix != sys.base_prefix else None
 SKIPPED = ("python -m pytest",)  # this very command
 ELSEWHERE = ("pip install ./segos",)  # tests/test_install.py
@@ -96,10 +94,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _blocks() -> list[str]:
-    return BASH.findall((ROOT / "README.md").read_text())
-
-
 def _adapt(block: str, scratch: Path) -> str:
     lines = []
     for line in (
@@ -119,7 +113,7 @@ def _block_id(block: str) -> str:
     return re.sub(r"\s+#.*", "", first)[:40]
 
 
-BLOCKS = _blocks()
+BLOCKS = readme_bash_blocks()
 
 
 def test_the_readme_has_its_shell_examples():
@@ -151,14 +145,7 @@ def test_readme_shell_block_runs(block: str, tmp_path: Path):
     }
     env["PATH"] = f"{shims}:{env['PATH']}"
     script = prelude + _adapt(block, scratch)
-    proc = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", script],
-        cwd=scratch,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
+    proc = run_bash(script, scratch, env, timeout=1200)
     assert proc.returncode == 0, (
         f"{script}\n--- stdout\n{proc.stdout[-2000:]}\n--- stderr\n{proc.stderr[-4000:]}"
     )

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from ..evolution.traces import QueryRecord, TraceRecord
+from ..evolution.traces import QueryRecord, TraceRecord, native_dict
 from ..retrieval.ranker import Retriever
 from .replay import EvalQuery
 
@@ -104,14 +104,4 @@ def simulate(
 
 def to_native(record: TraceRecord) -> dict:
     """The native JSON form of a simulated record (with `simulated: true`, kept through ingestion)."""
-    return {
-        "trace_id": record.trace_id,
-        "task_id": record.task_id,
-        "agent": record.agent,
-        "attempt": record.attempt,
-        "timestamp": record.timestamp,
-        "queries": [{"text": q.text, "retrieved": q.retrieved, "seeds": q.seeds} for q in record.queries],
-        "used": record.used,
-        "reward": record.reward,
-        "simulated": True,
-    }
+    return {**native_dict(record), "simulated": True}

@@ -45,6 +45,7 @@ from ..store.snapshot import SnapshotError, SnapshotStore
 from ..text.names import SkillNames
 from .adapters.common import RAW_LIMIT, Rejected, files_under, read_lines, rejected
 from .traces import (
+    NATIVE_KEYS,
     TRACE_ADAPTER,
     TRACE_SCHEMA,
     TraceError,
@@ -58,31 +59,9 @@ _WINDOW_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 INGEST_BATCH = 50_000  # lines per batch: bounds memory (about 1 KB of Python objects per trace in flight)
 UNPLACED = "unplaced"
 # What "same content" compares for two traces with one id: everything but where and when it was read.
-CONTENT = (
-    "task_id",
-    "agent",
-    "attempt",
-    "timestamp",
-    "queries",
-    "used",
-    "used_ordered",
-    "reward",
-    "reward_source",
-    "source_format",
-    "simulated",
-    "extra",
-)
-_NATIVE_FIELDS = (
-    "trace_id",
-    "task_id",
-    "agent",
-    "attempt",
-    "timestamp",
-    "queries",
-    "used",
-    "reward",
-    "simulated",
-)
+CONTENT = tuple(k for k in TRACE_SCHEMA if k not in ("trace_id", "window", "source", "unknown_skills"))
+# The trace-table columns a native line carries itself (`ctrf` becomes `reward` before the table).
+_NATIVE_FIELDS = tuple(k for k in TRACE_SCHEMA if k in NATIVE_KEYS)
 _NATIVE_SCHEMA = {k: TRACE_SCHEMA[k] for k in _NATIVE_FIELDS}
 _NATIVE_INCLUDE = set(_NATIVE_FIELDS)  # extras are carried apart: they may hold what polars cannot read
 

@@ -143,15 +143,16 @@ def l3_stage(
         retriever = Retriever(draft, retrieval)
 
         def rebuild(new_nodes: pl.DataFrame, new_tokens: pl.DataFrame) -> Retriever:
-            # Only the text changed: the operator of the round's edges is the draft's.
-            revised = Snapshot(
+            # Only the text changed: the draft with the revised text keeps its edges and operator; as an
+            # in-memory version (no path, no caches) it derives the revised text's index afresh.
+            revised = replace(
+                draft,
                 version=f"{parent.version}+revised",
                 path=None,
                 manifest={"config": parent.manifest.get("config", {})},
                 nodes=new_nodes,
                 tokens=new_tokens,
-                edges=edges,
-                transition=draft.transition,
+                _cache={},
             )
             return Retriever(revised, retrieval)
 

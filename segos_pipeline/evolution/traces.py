@@ -494,10 +494,9 @@ def parse_native(obj: Any, source: str = "") -> TraceRecord:
     return record_of_row(native_row(validate_line(line), source))
 
 
-def check_record(record: TraceRecord) -> TraceRecord:
-    """Check a record made by an adapter against the contract (ids, ranges, sizes, timestamp) and return
-    it with the normalised values; TraceError with the reason when it breaks the contract."""
-    native = {
+def native_dict(record: TraceRecord) -> dict[str, Any]:
+    """A record in the native line's JSON form (the contract's keys; `extra` and flags left out)."""
+    return {
         "trace_id": record.trace_id,
         "task_id": record.task_id,
         "agent": record.agent,
@@ -507,7 +506,12 @@ def check_record(record: TraceRecord) -> TraceRecord:
         "used": record.used,
         "reward": record.reward,
     }
-    model = validate_line(native_line(native))
+
+
+def check_record(record: TraceRecord) -> TraceRecord:
+    """Check a record made by an adapter against the contract (ids, ranges, sizes, timestamp) and return
+    it with the normalised values; TraceError with the reason when it breaks the contract."""
+    model = validate_line(native_line(native_dict(record)))
     extra = native_line(record.extra) if record.extra else b""
     if len(extra) > MAX_LINE_BYTES:
         raise TraceError(f"`extra` is {len(extra):,} bytes of JSON, over the {MAX_LINE_BYTES:,}-byte limit")
