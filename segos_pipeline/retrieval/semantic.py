@@ -27,7 +27,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -37,6 +37,7 @@ import polars as pl
 import scipy.sparse as sp
 
 from ..store.cache import cache_root, write_entry
+from .ann import InvertedLists, build_lists, list_count
 
 if TYPE_CHECKING:
     from ..config import RetrievalConfig
@@ -148,6 +149,12 @@ COARSE_DIMS = 64
 FUNNEL_FACTOR = 20
 FUNNEL_MIN_SHORTLIST = 2_000
 FUNNEL_SHARE = 0.05  # the bundled model is 256-d; smaller ones are its leading columns
+# Past IVF_MIN_SKILLS the coarse pass itself would read too much (256 MB per query at a million skills):
+# inverted lists over the coarse vectors (ann.py) pick the IVF_SCAN_ROWS rows it reads, and the shortlist
+# loses its FUNNEL_SHARE term, so a query's cost stops growing with the library.
+IVF_MIN_SKILLS = 200_000
+IVF_SCAN_ROWS = 32_768
+_IVF_FORMAT = 1
 _FEW = 8
 _EMBED_CHUNK = 4_096  # texts tokenised at once: bounds the token id lists held in Python
 
@@ -279,6 +286,7 @@ class SkillVectors:
     hashes: list[str]
     matrix: np.ndarray  # float32 (n, d)
     embedded: int  # how many skills were embedded to make these (the rest were reused)
+    key: str = ""  # the cache key (backend and every text hash): names what is derived from these vectors
 
 
 # Vectors recently computed or loaded in this process, for reuse by text hash (an evolution round's
@@ -343,7 +351,7 @@ def _load_entry(folder: Path, fingerprint: str) -> SkillVectors | None:
         return None
     if matrix.ndim != 2 or matrix.shape[0] != len(hashes):
         return None
-    return SkillVectors(fingerprint, hashes, matrix.astype(np.float32, copy=False), 0)
+    return SkillVectors(fingerprint, hashes, matrix.astype(np.float32, copy=False), 0, folder.name)
 
 
 def _cached_donors(root: Path, fingerprint: str, limit: int = 3) -> list[SkillVectors]:
@@ -386,7 +394,7 @@ def vectors_for(snapshot: Snapshot, backend: EmbeddingBackend) -> SkillVectors:
         donors = list(reversed(_RECENT.values()))
     if root is not None:
         donors += _cached_donors(root, backend.fingerprint)
-    vectors = compute_vectors(backend, heads, fulls, hashes, donors)
+    vectors = replace(compute_vectors(backend, heads, fulls, hashes, donors), key=key)
     if root is not None:
         _save_entry(root, key, vectors)
     _remember(key, vectors)
@@ -410,7 +418,14 @@ def _save_entry(root: Path, key: str, vectors: SkillVectors) -> None:
 class SemanticIndex:
     """Answers queries against one version's skill vectors."""
 
-    def __init__(self, vectors: SkillVectors, backend: EmbeddingBackend, candidates: int, min_cosine: float):
+    def __init__(
+        self,
+        vectors: SkillVectors,
+        backend: EmbeddingBackend,
+        candidates: int,
+        min_cosine: float,
+        lists: InvertedLists | None = None,
+    ):
         self.vectors = vectors
         self.backend = backend
         self.candidates = candidates
@@ -418,11 +433,13 @@ class SemanticIndex:
         # A large library is searched in two passes: the vectors' leading COARSE_DIMS dimensions
         # (renormalised; the model is Matryoshka-trained) pick a shortlist, the full vectors rank it. One
         # full pass reads the whole matrix per query (100 MB at 100k skills, 14-20 ms here); the coarse
-        # pass reads a quarter of it. Smaller libraries get the exact single pass.
+        # pass reads a quarter of it, and with inverted lists (`lists`, over the coarse vectors) only the
+        # rows of the lists nearest the query. Smaller libraries get the exact single pass.
         matrix = vectors.matrix
         self._coarse: np.ndarray | None = None
         if matrix.shape[0] > FUNNEL_MIN_SKILLS and matrix.shape[1] > COARSE_DIMS:
-            self._coarse = _unit(matrix[:, :COARSE_DIMS])
+            self._coarse = coarse_vectors(matrix)
+        self.lists = lists if self._coarse is not None else None
 
     @property
     def matrix(self) -> np.ndarray:
@@ -444,31 +461,102 @@ class SemanticIndex:
             sims[node] = float(vec @ q)
         return sims
 
+    def shortlist(self, q: np.ndarray) -> np.ndarray | None:
+        """The rows the exact pass scores for query vector `q` (None: every row)."""
+        if self._coarse is None:
+            return None
+        qc = _unit(q[:COARSE_DIMS])
+        short = max(FUNNEL_FACTOR * (self.candidates + 1), FUNNEL_MIN_SHORTLIST)
+        if self.lists is not None:
+            rows = self.lists.probe(qc, IVF_SCAN_ROWS)
+            coarse = self._coarse[rows] @ qc
+        else:
+            rows = None
+            coarse = self._coarse @ qc
+            short = max(short, int(FUNNEL_SHARE * len(coarse)))
+        if short >= len(coarse):
+            return rows
+        pick = np.argpartition(-coarse, short - 1)[:short]
+        return pick if rows is None else rows[pick]
+
     def evidence(self, query: str, patch: dict[int, np.ndarray] | None = None) -> np.ndarray:
         """z ∈ [0, 1] for the `candidates` most similar skills (best = 1, the next one after them = 0),
         0 for every other skill and for any skill below `min_cosine`."""
+        n = self.matrix.shape[0]
         if self._coarse is None or not query.strip():
             return head_scores(self.similarities(query, patch), self.candidates, self.min_cosine)
         q = self.query_vector(query)
-        coarse = self._coarse @ _unit(q[:COARSE_DIMS])
-        short = max(
-            FUNNEL_FACTOR * (self.candidates + 1), FUNNEL_MIN_SHORTLIST, int(FUNNEL_SHARE * len(coarse))
-        )
-        if short >= len(coarse):
+        rows = self.shortlist(q)
+        if rows is None:
             return head_scores(self._exact(q, patch), self.candidates, self.min_cosine)
-        shortlist = np.argpartition(-coarse, short - 1)[:short]
         if patch:
-            shortlist = np.union1d(shortlist, np.fromiter(patch, dtype=np.int64))
-        sims = np.full(self.matrix.shape[0], -np.inf)  # skills off the shortlist rank below every one on it
-        sims[shortlist] = self.matrix[shortlist] @ q
+            rows = np.union1d(rows, np.fromiter(patch, dtype=np.int64))
+        sims = (self.matrix[rows] @ q).astype(np.float64)
         for node, vec in (patch or {}).items():
-            sims[node] = float(vec @ q)
-        return head_scores(sims, self.candidates, self.min_cosine)
+            sims[np.searchsorted(rows, node)] = float(vec @ q)
+        # Skills off the shortlist rank below every one on it: the head is taken among the shortlist.
+        out = np.zeros(n)
+        out[rows] = head_scores(sims, self.candidates, self.min_cosine)
+        return out
 
     def vector_of(self, nodes_row: pl.DataFrame) -> np.ndarray:
         """The vector a (revised) one-row node table would get: to try a description rewrite."""
         heads, fulls = skill_texts(nodes_row)
         return embed_skills(self.backend, heads, fulls)[0]
+
+
+def coarse_vectors(matrix: np.ndarray) -> np.ndarray:
+    """The leading COARSE_DIMS dimensions of every vector, renormalised (the funnel's first pass)."""
+    return _unit(matrix[:, :COARSE_DIMS])
+
+
+# Inverted lists recently built or loaded in this process, by their cache entry's name.
+_RECENT_LISTS: OrderedDict[str, InvertedLists] = OrderedDict()
+
+
+def lists_for(snapshot: Snapshot, vectors: SkillVectors) -> InvertedLists | None:
+    """The inverted lists of a large version's coarse vectors (None below IVF_MIN_SKILLS): from the
+    store's cache, else built (seconds at a million skills) and cached like the vectors."""
+    n, d = vectors.matrix.shape
+    if n <= IVF_MIN_SKILLS or d <= COARSE_DIMS or not vectors.key:
+        return None
+    key = f"{vectors.key}-f{_IVF_FORMAT}-k{list_count(n)}"
+    with _RECENT_LOCK:
+        hit = _RECENT_LISTS.get(key)
+    if hit is not None:
+        return hit
+    root = cache_root(snapshot.path, "semantic-lists")
+    lists = _load_lists(root / key, n) if root is not None else None
+    if lists is None:
+        lists = build_lists(coarse_vectors(vectors.matrix), list_count(n))
+        if root is not None:
+
+            def fill(stage: Path) -> None:
+                np.save(stage / "centroids.npy", lists.centroids)
+                np.save(stage / "order.npy", lists.order)
+                np.save(stage / "offsets.npy", lists.offsets)
+                (stage / "complete").write_text(json.dumps({"format": _IVF_FORMAT, "rows": n}))
+
+            write_entry(root, key, fill)
+    with _RECENT_LOCK:
+        _RECENT_LISTS[key] = lists
+        while len(_RECENT_LISTS) > _RECENT_MAX:
+            _RECENT_LISTS.popitem(last=False)
+    return lists
+
+
+def _load_lists(folder: Path, n: int) -> InvertedLists | None:
+    try:
+        if not (folder / "complete").is_file():
+            return None
+        lists = InvertedLists(
+            np.load(folder / "centroids.npy"), np.load(folder / "order.npy"), np.load(folder / "offsets.npy")
+        )
+    except (OSError, ValueError):
+        return None
+    if len(lists.order) != n or lists.offsets[-1] != n or len(lists.offsets) != len(lists.centroids) + 1:
+        return None  # damaged or foreign: rebuilt by the caller
+    return lists
 
 
 def head_scores(sims: np.ndarray, m: int, floor: float) -> np.ndarray:
@@ -499,4 +587,5 @@ def semantic_index(snapshot: Snapshot, config: RetrievalConfig) -> SemanticIndex
     if backend is None:
         return None
     vectors = vectors_for(snapshot, backend)
-    return SemanticIndex(vectors, backend, config.semantic_candidates, config.semantic_min_cosine)
+    lists = lists_for(snapshot, vectors)
+    return SemanticIndex(vectors, backend, config.semantic_candidates, config.semantic_min_cosine, lists)
