@@ -252,7 +252,13 @@ def evolution_round(
         make_engine(engine_settings.config())
         if launch == "in_process"
         else PipesSparkEngine(
-            context, pipes_subprocess_client, engine_settings.config(), window, engine_settings.spark_submit
+            context,
+            pipes_subprocess_client,
+            engine_settings.config(),
+            window,
+            engine_settings.spark_submit,
+            # the key Pipes knows the asset by (a prefixed key is "prefix/graph_snapshot")
+            report_to=context.asset_key_for_output("graph_snapshot").to_user_string(),
         )
     )
     source = traces if engine.name == "local" else window_source(TraceStore(store), window)

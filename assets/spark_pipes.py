@@ -138,7 +138,7 @@ class PipesSparkEngine:
         finally:
             shutil.rmtree(out, ignore_errors=True)
         results = list(invocation.get_results(implicit_materializations=False))
-        self.reported = reported_metadata(results, AssetKey(self.report_to))
+        self.reported = reported_metadata(results, AssetKey.from_user_string(self.report_to))
         if not self.reported:
             self.context.log.warning("the Spark process reported no metrics; the round goes on without them")
         # The whole process (JVM and session start included), which the job's own timings leave out.

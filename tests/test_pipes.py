@@ -66,6 +66,18 @@ def test_launch_setting_is_checked_before_the_round():
     assert conf.spark_conf == {"spark.executor.memory": "8g"}
 
 
+def test_evolution_job_takes_the_launch_as_run_config():
+    """What a user pastes into the launchpad (docs/dagster.md) is valid config of evolution_job."""
+    from assets.definitions import defs
+
+    job = defs.resolve_job_def("evolution_job")
+    settings = {"engine": "spark", "launch": "pipes", "spark_master": "local[2]", "partitions": 4}
+    settings["spark_conf"] = {"spark.executor.memory": "8g"}
+    dagster.validate_run_config(job, {"resources": {"engine_settings": {"config": settings}}})
+    with pytest.raises(dagster.DagsterInvalidConfigError, match="laucnh"):
+        dagster.validate_run_config(job, {"resources": {"engine_settings": {"config": {"laucnh": "pipes"}}}})
+
+
 def test_spark_submit_command(monkeypatch, tmp_path):
     submit = tmp_path / "spark-submit"
     monkeypatch.delenv("SPARK_REMOTE", raising=False)
