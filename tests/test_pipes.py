@@ -32,7 +32,7 @@ from assets.pipes.spark_round import (  # noqa: E402  (after the skip: needs the
     write_result,
 )
 from assets.resources import EngineSettings, build_resources  # noqa: E402
-from assets.spark_pipes import SCRIPT, SUBMIT_DEFAULTS, spark_submit_command  # noqa: E402
+from assets.spark_pipes import SCRIPT, SUBMIT_DEFAULTS, spark_submit_command, spark_submit_path  # noqa: E402
 
 WINDOW = "2026-11-27"
 
@@ -90,6 +90,16 @@ def test_spark_submit_command(monkeypatch, tmp_path):
     monkeypatch.setenv("SPARK_REMOTE", "sc://spark.example:15002")
     assert spark_submit_command(submit, None, {})[1:3] == ["--remote", "sc://spark.example:15002"]
     assert spark_submit_command(submit, "spark://h:7077", {})[1:3] == ["--master", "spark://h:7077"]
+
+
+def test_spark_submit_is_found_or_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="is not a file"):
+        spark_submit_path(str(tmp_path / "absent" / "spark-submit"))
+    mine = tmp_path / "spark-submit"
+    mine.write_text("#!/bin/sh\n")
+    assert spark_submit_path(str(mine)) == mine  # a cluster's own Spark installation
+    if spark_missing() is None:  # the one PySpark ships, the default
+        assert spark_submit_path(None).name == "spark-submit" and spark_submit_path(None).is_file()
 
 
 # ----------------------------------------------------------------------------------- result folder
