@@ -32,6 +32,7 @@ from dagster import (
     FreshnessPolicy,
     MetadataValue,
     Output,
+    PipesSubprocessClient,
     TimeWindowPartitionMapping,
     asset,
     multi_asset,
@@ -62,6 +63,7 @@ from . import checks
 from .cold_start import version_record
 from .metadata import OWNERS, RECORD_KINDS, TABLE_KINDS, column_schema, frame_table, rounded, table, tags
 from .resources import EngineSettings, EvolutionSettings, RetrievalSettings, SegosPaths
+from .spark_pipes import PipesSparkEngine
 
 GROUP = "evolution"
 # The demo traces are windows 2026-11-27 and 2026-11-28; a window's partition exists once its day ended.
@@ -227,8 +229,10 @@ def evolution_round(
     evolution_settings: EvolutionSettings,
     retrieval_settings: RetrievalSettings,
     engine_settings: EngineSettings,
+    pipes_subprocess_client: PipesSubprocessClient,
 ) -> Iterator[Any]:
     window = context.partition_key
+    launch = engine_settings.launch_mode()  # a bad setting stops the round before it loads anything
     store = segos.store()
     config = evolution_settings.config()
     parent_id = previous["version"] if previous else cold_start_snapshot["version"]
@@ -244,7 +248,19 @@ def evolution_round(
         return
 
     # The Spark engine reads the window's Parquet from the store itself (the executors, not this process).
-    engine = make_engine(engine_settings.config())
+    engine = (
+        make_engine(engine_settings.config())
+        if launch == "in_process"
+        else PipesSparkEngine(
+            context,
+            pipes_subprocess_client,
+            engine_settings.config(),
+            window,
+            engine_settings.spark_submit,
+            # the key Pipes knows the asset by (a prefixed key is "prefix/graph_snapshot")
+            report_to=context.asset_key_for_output("graph_snapshot").to_user_string(),
+        )
+    )
     source = traces if engine.name == "local" else window_source(TraceStore(store), window)
     state = prepare_round(parent, source, config, retrieval, engine)
     context.log.info(f"evidence computed by the {engine.name} engine: {state.engine}")
@@ -299,6 +315,8 @@ def evolution_round(
             # the engine's metrics (Spark: job and partition times, worker memory, bytes collected) as one
             # JSON entry: a plot per metric would bury the few that matter
             "engine": MetadataValue.json(state.engine),
+            # launch="pipes": what the Spark process reported over Pipes (its `engine` record included)
+            **(engine.reported if isinstance(engine, PipesSparkEngine) else {}),
         },
     )
     yield checks.check_manifest("graph_snapshot", store, vid)

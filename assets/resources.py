@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from dagster import ConfigurableResource
+from dagster import ConfigurableResource, PipesSubprocessClient
 
 from segos_pipeline.config import (
     BuildConfig,
@@ -29,7 +29,8 @@ from segos_pipeline.paths import DEFAULT_LIBRARY, DEFAULT_QUERIES
 from segos_pipeline.store.snapshot import SnapshotStore
 
 from .io_managers import SegosIOManager
-from .locations import resolve, resolve_landing, resolve_store
+from .locations import PROJECT_ROOT, resolve, resolve_landing, resolve_store
+from .spark_pipes import LAUNCHES
 
 
 class SegosPaths(ConfigurableResource):
@@ -109,14 +110,34 @@ class EvolutionSettings(ConfigurableResource):
 class EngineSettings(ConfigurableResource):
     """Where the evolution round's per-partition trace work runs (`segos evolve --engine`): "local", or
     "spark" (reads the window's Parquet in the store; `spark_master` None means $SPARK_REMOTE, else
-    local[*]). The version committed is the same either way."""
+    local[*]). The version committed is the same either way.
+
+    `launch` says how the Spark engine starts: "in_process" (a PySpark client inside the Dagster step) or
+    "pipes" (`spark-submit assets/pipes/spark_round.py`, launched and listened to through Dagster Pipes;
+    `spark_submit` None means the spark-submit PySpark ships). `spark_conf`: extra Spark settings."""
 
     engine: str = "local"
     spark_master: str | None = None
     partitions: int | None = None
+    launch: str = "in_process"
+    spark_submit: str | None = None
+    spark_conf: dict[str, str] | None = None
 
     def config(self) -> EngineConfig:
-        return EngineConfig(engine=self.engine, spark_master=self.spark_master, partitions=self.partitions)
+        return EngineConfig(
+            engine=self.engine,
+            spark_master=self.spark_master,
+            partitions=self.partitions,
+            spark_conf=dict(self.spark_conf or {}),
+        )
+
+    def launch_mode(self) -> str:
+        """The launch, checked against the engine before any work starts."""
+        if self.launch not in LAUNCHES:
+            raise ValueError(f"unknown launch {self.launch!r}: use one of {', '.join(LAUNCHES)}")
+        if self.launch == "pipes" and self.engine != "spark":
+            raise ValueError(f"launch='pipes' starts a Spark job: set engine='spark' (not {self.engine!r})")
+        return self.launch
 
 
 class RetrievalSettings(ConfigurableResource):
@@ -166,4 +187,6 @@ def build_resources(
         "evolution_settings": evolution or EvolutionSettings(),
         "retrieval_settings": retrieval or RetrievalSettings(),
         "engine_settings": engine or EngineSettings(),
+        # launches `EngineSettings(launch="pipes")`'s spark-submit from the checkout's root
+        "pipes_subprocess_client": PipesSubprocessClient(cwd=str(PROJECT_ROOT)),
     }

@@ -1,0 +1,1 @@
+"""External processes the code location launches through Dagster Pipes (run as files, outside Dagster)."""
