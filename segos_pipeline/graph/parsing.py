@@ -337,13 +337,27 @@ def _file_kind(mode: int) -> str:
     return next((kind for test, kind in _FILE_KINDS if test(mode)), "not a regular file")
 
 
-def _read_limited(path: Path, limit: int) -> tuple[bytes, bool]:
+def _relative(pkg: Path, root: Path) -> str:
+    """`pkg` relative to `root` in POSIX form ("." for the root itself), by string prefix: pathlib's
+    relative_to costs more than reading a small SKILL.md."""
+    pkg_s, root_s = str(pkg), str(root).rstrip(os.sep) or os.sep
+    if pkg_s == root_s:
+        return "."
+    prefix = root_s if root_s.endswith(os.sep) else root_s + os.sep
+    if pkg_s.startswith(prefix):
+        return pkg_s[len(prefix) :].replace(os.sep, "/")
+    return pkg.relative_to(root).as_posix()  # not a plain prefix: pathlib decides (or raises)
+
+
+def _read_limited(path: Path, limit: int, mode: int | None = None) -> tuple[bytes, bool]:
     """The first `limit` bytes of a regular file and whether there were more; NotARegularFile otherwise.
 
-    The kind is checked before opening (opening some devices has effects) and again on the open file:
-    O_NONBLOCK keeps the open itself from waiting on a FIFO swapped in between the two checks.
+    The kind is checked before opening (opening some devices has effects; `mode` is the caller's own
+    lstat of a file that is not a symlink) and again on the open file: O_NONBLOCK keeps the open itself
+    from waiting on a FIFO swapped in between the two checks.
     """
-    mode = os.stat(path).st_mode
+    if mode is None:
+        mode = os.stat(path).st_mode
     if not stat.S_ISREG(mode):
         raise NotARegularFile(f"SKILL.md is {_file_kind(mode)}")
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -370,17 +384,39 @@ def shown_path(text: str) -> str:
 
 
 def _entrypoints(pkg: Path, root: Path) -> tuple[list[str], list[str]]:
-    """Entrypoint paths (package-relative) and the paths skipped because their names are not UTF-8."""
-    scripts = pkg / "scripts"
-    if not scripts.is_dir() or scripts.is_symlink():
+    """Entrypoint paths (package-relative) and the paths skipped because their names are not UTF-8.
+
+    Walked with `os.scandir`: a directory entry knows whether it is a symlink or a directory without a
+    further system call, which matters at a million packages (one scripts folder each)."""
+    scripts = os.path.join(pkg, "scripts")
+    try:
+        if not stat.S_ISDIR(os.lstat(scripts).st_mode):  # missing, a file, or a symlink: no entrypoints
+            return [], []
+    except OSError:
         return [], []
-    found, undecodable = [], []
-    for dirpath, dirnames, filenames in os.walk(scripts, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in filenames:
-            path = Path(dirpath) / name
-            if name.endswith(ENTRYPOINT_SUFFIXES) and (not path.is_symlink() or _inside(path, root)):
-                rel = path.relative_to(pkg).as_posix()
+    found: list[str] = []
+    undecodable: list[str] = []
+    pending = [("scripts", scripts)]
+    while pending:
+        rel_dir, folder = pending.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            name = entry.name
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if not name.startswith("."):
+                        pending.append((f"{rel_dir}/{name}", entry.path))
+                    continue
+                link = entry.is_symlink()
+                if link and entry.is_dir():  # a linked folder is listed, never entered (as os.walk does)
+                    continue
+            except OSError:
+                continue
+            if name.endswith(ENTRYPOINT_SUFFIXES) and (not link or _inside(Path(entry.path), root)):
+                rel = f"{rel_dir}/{name}"
                 (found if _decodable(rel) else undecodable).append(rel)
     return sorted(found), sorted(undecodable)
 
@@ -466,9 +502,9 @@ def parse_package(
 ) -> tuple[dict[str, Any] | None, list[Problem]]:
     """Parse one package folder into a node row (None when it cannot be read at all) and its problems."""
     config = config or ParseConfig()
-    rel = pkg.relative_to(root).as_posix() if pkg != root else "."
+    rel = _relative(pkg, root)
     skill_path = pkg / SKILL_FILE
-    source = (pkg / SKILL_FILE).relative_to(root).as_posix()
+    source = SKILL_FILE if rel == "." else f"{rel}/{SKILL_FILE}"
     problems: list[Problem] = []
 
     def report(code: str, problem: str, action: str, severity: str = "warning") -> None:
@@ -484,7 +520,12 @@ def parse_package(
             "error",
         )
         return None, problems
-    if skill_path.is_symlink() and not _inside(skill_path, root):
+    try:
+        link_mode: int | None = os.lstat(skill_path).st_mode
+    except OSError:
+        link_mode = None  # reported by the read below
+    linked = link_mode is not None and stat.S_ISLNK(link_mode)
+    if linked and not _inside(skill_path, root):
         report(
             "symlink_outside_root",
             "SKILL.md is a symlink that leaves the library root",
@@ -493,7 +534,7 @@ def parse_package(
         )
         return None, problems
     try:
-        raw, truncated = _read_limited(skill_path, config.max_skill_md_bytes)
+        raw, truncated = _read_limited(skill_path, config.max_skill_md_bytes, None if linked else link_mode)
     except NotARegularFile as exc:
         report("not_regular_file", str(exc), "package skipped; only regular files are read", "error")
         return None, problems
