@@ -145,7 +145,8 @@ def test_spark_reads_a_folder_of_parquet_parts(demo, spark, tmp_path):
     parts = evolve_round(parent, str(folder), config, engine=spark_engine(spark, partitions=2))
     local_parts = evolve_round(parent, str(folder), config, engine=make_engine())
     for state in (parts, local_parts):
-        assert state.selected.equals(whole.selected)
+        assert state.selected is None  # read from files: the engines keep what the round added only
+        assert state.added.equals(whole.added)
         assert state.edges.equals(whole.edges)
         assert state.counters == whole.counters
 
@@ -174,7 +175,8 @@ def test_spark_reconstructs_retrieval_on_the_executors(demo, spark, tmp_path):
     local = evolve_round(parent, traces, config)
     remote = evolve_round(parent, str(path), config, engine=spark_engine(spark))
     assert local.counters["traces"]["retrieval_reconstructed"] == local.counters["traces"]["selected"] > 0
-    assert remote.selected.equals(local.selected)
+    assert remote.selected is None and remote.added.equals(local.added)
+    assert remote.added["queries"].is_not_null().all()  # the reconstructed retrieval is what it adds
     assert remote.edges.equals(local.edges) and remote.counters == local.counters
 
 
