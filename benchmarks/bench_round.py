@@ -136,6 +136,7 @@ def child(args: argparse.Namespace) -> int:
     from segos_pipeline.config import EngineConfig, EvolutionConfig
     from segos_pipeline.evolution.round import evolve
 
+    say(f"round over {args.window}: start")
     store = SnapshotStore(args.work / "store")
     parent = next(m for m in store.list_versions() if m.get("kind") == "cold_start")["version"]
     config = EvolutionConfig(l3_descriptions=not args.no_l3)
@@ -143,6 +144,7 @@ def child(args: argparse.Namespace) -> int:
     t = time.perf_counter()
     m = evolve(store, args.window, from_version=parent, config=config, engine=engine, progress=say)
     wall = time.perf_counter() - t
+    say(f"committed {m['version']}")
     result = {
         "window": args.window,
         "version": m["version"],
@@ -174,11 +176,50 @@ def run(args: argparse.Namespace) -> int:
     if info_path.is_file():
         result["window_info"] = json.loads(info_path.read_text()).get(args.window)
     result["load_average"] = os.getloadavg()
+    result["label"], result["no_l3"] = args.label, args.no_l3
     print(json.dumps(result, indent=2))
     if args.out:
         runs = json.loads(args.out.read_text()) if args.out.is_file() else []
         runs.append({"command": " ".join(sys.argv), **result})
         args.out.write_text(json.dumps(runs, indent=2))
+    return 0
+
+
+def report(args: argparse.Namespace) -> int:
+    """benchmarks/results/round.md from the recorded runs (`--runs`, a JSON list written by `run --out`)."""
+    runs = json.loads(args.runs.read_text())
+    lines = [
+        "# One evolution round at 1M–10M SIMULATED traces on 100k generated skills",
+        "",
+        "Written by `benchmarks/bench_round.py report`; every row is one `bench_round.py run` (command "
+        "below the table). The machine has 2 cores shared with other sessions: the load average at the "
+        "end of each run is given, and only rows of the same table run back to back compare.",
+        "",
+        "| code | window | L3 | wall s (evolve) | select+reconstruct | evidence | L1 | L2 | L3 | "
+        "peak RSS GiB | round traces stored | load avg |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        t = r.get("timings_s") or {}
+        stored = r.get("round_files", {})
+        kept = {k: v for k, v in stored.items() if k in ("traces.parquet", "round.parquet")}
+        lines.append(
+            f"| {r.get('label', 'this branch')} | {r['window']} | {'off' if r.get('no_l3') else 'on'} | "
+            f"{r['wall_s']} | {t.get('select_and_reconstruct')} | {t.get('evidence')} | {t.get('l1')} | "
+            f"{t.get('l2')} | {t.get('l3')} | {r['peak_rss_gib']} | "
+            f"{', '.join(f'{k} {v / 1e6:.1f} MB' for k, v in kept.items())} | "
+            f"{r['load_average'][0]:.1f} |"
+        )
+    lines += ["", "Commands:", ""]
+    lines += [f"- `{r['command']}`" for r in runs]
+    lines += ["", "Windows:", ""]
+    seen = set()
+    for r in runs:
+        if r["window"] not in seen and r.get("window_info"):
+            seen.add(r["window"])
+            lines.append(f"- {r['window']}: {json.dumps(r['window_info'])}")
+    args.out.write_text("\n".join(lines) + "\n")
+    print(args.out.read_text())
     return 0
 
 
@@ -200,8 +241,12 @@ def main() -> int:
         r.add_argument("--keep", action="store_true", help="keep the evolved version in the store")
         r.add_argument("--partitions", type=int)
         r.add_argument("--out", type=Path)
+        r.add_argument("--label", default="this branch", help="what code ran (recorded with the run)")
+    rep = sub.add_parser("report")
+    rep.add_argument("--runs", type=Path, required=True)
+    rep.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "round.md")
     args = ap.parse_args()
-    return {"prepare": prepare, "run": run, "child": child}[args.cmd](args)
+    return {"prepare": prepare, "run": run, "child": child, "report": report}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -272,9 +272,13 @@ def test_dagster_round_on_spark_commits_the_local_version(spark, tmp_path):
     stores = {name: SnapshotStore(tmp_path / name) for name in records}
     a, b = (stores[n].manifest(records[n]["version"]) for n in ("local", "spark"))
     assert a["counters"] == b["counters"]
-    other_store = {"parent", "orchestrator"}  # two stores, two Dagster runs
+    other_store = {"parent", "orchestrator", "window_files"}  # two stores, two Dagster runs
     assert {k: v for k, v in stable_manifest(a).items() if k not in other_store} == {
         k: v for k, v in stable_manifest(b).items() if k not in other_store
     }
+    # each store names its ingested parts itself; the window's content referenced is the same
+    assert [(r["bytes"], r["sha256"]) for r in a["window_files"]] == [
+        (r["bytes"], r["sha256"]) for r in b["window_files"]
+    ]
     fa, fb = (version_files(stores[n], records[n]["version"]) for n in ("local", "spark"))
     assert fa == fb

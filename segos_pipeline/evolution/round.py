@@ -110,7 +110,11 @@ def prepare_round(
         nodes=parent.nodes,
         tokens=parent.tokens,
         revisions=pl.DataFrame(schema=REVISION_SCHEMA),
-        timings={k: result.timings[k] for k in ("select_and_reconstruct", "evidence")},
+        timings={
+            k: result.timings[k]
+            for k in ("read", "select_and_reconstruct", "evidence")
+            if k in result.timings
+        },
         engine=result.metrics,
         evidence=ev,
         files=result.files,
