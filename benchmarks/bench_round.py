@@ -195,9 +195,9 @@ def report(args: argparse.Namespace) -> int:
         "below the table). The machine has 2 cores shared with other sessions: the load average at the "
         "end of each run is given, and only rows of the same table run back to back compare.",
         "",
-        "| code | window | L3 | wall s (evolve) | select+reconstruct | evidence | L1 | L2 | L3 | "
-        "peak RSS GiB | round traces stored | load avg |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| code | window | L3 | wall s (evolve) | read window | select+reconstruct | evidence | L1 | L2 | "
+        "L3 | stages total | peak RSS GiB | round traces stored | load avg |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         t = r.get("timings_s") or {}
@@ -205,8 +205,9 @@ def report(args: argparse.Namespace) -> int:
         kept = {k: v for k, v in stored.items() if k in ("traces.parquet", "round.parquet")}
         lines.append(
             f"| {r.get('label', 'this branch')} | {r['window']} | {'off' if r.get('no_l3') else 'on'} | "
-            f"{r['wall_s']} | {t.get('select_and_reconstruct')} | {t.get('evidence')} | {t.get('l1')} | "
-            f"{t.get('l2')} | {t.get('l3')} | {r['peak_rss_gib']} | "
+            f"{r['wall_s']} | {t.get('read', '-')} | {t.get('select_and_reconstruct')} | "
+            f"{t.get('evidence')} | {t.get('l1')} | {t.get('l2')} | {t.get('l3')} | {t.get('total')} | "
+            f"{r['peak_rss_gib']} | "
             f"{', '.join(f'{k} {v / 1e6:.1f} MB' for k, v in kept.items())} | "
             f"{r['load_average'][0]:.1f} |"
         )
