@@ -44,7 +44,7 @@ from segos_pipeline.evolution.adapters import iter_records
 from segos_pipeline.evolution.descriptions import REVISION_SCHEMA
 from segos_pipeline.evolution.engines import make_engine
 from segos_pipeline.evolution.ingest import TraceStore, empty_traces
-from segos_pipeline.evolution.round import window_source
+from segos_pipeline.evolution.round import window_files
 from segos_pipeline.evolution.traces import TRACE_SCHEMA
 from segos_pipeline.graph.edges import EDGE_SCHEMA, counts_by_relation, violations
 from segos_pipeline.pipeline.stages import (
@@ -247,7 +247,9 @@ def evolution_round(
         yield from _unchanged(parent_id, parent, store, window)
         return
 
-    # The Spark engine reads the window's Parquet from the store itself (the executors, not this process).
+    # Every engine reads the window's Parquet files from the store itself (partition by partition, on the
+    # executors, or in the Spark process Pipes launches), and the version references those files by hash
+    # instead of copying the traces.
     engine = (
         make_engine(engine_settings.config())
         if launch == "in_process"
@@ -261,7 +263,7 @@ def evolution_round(
             report_to=context.asset_key_for_output("graph_snapshot").to_user_string(),
         )
     )
-    source = traces if engine.name == "local" else window_source(TraceStore(store), window)
+    source = window_files(TraceStore(store), window)
     state = prepare_round(parent, source, config, retrieval, engine)
     context.log.info(f"evidence computed by the {engine.name} engine: {state.engine}")
 

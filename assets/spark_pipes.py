@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 from dagster import AssetExecutionContext, AssetKey, MaterializeResult, PipesSubprocessClient
 
 from segos_pipeline.config import EngineConfig, EvolutionConfig, RetrievalConfig
-from segos_pipeline.evolution.engines.base import EngineResult, TraceInput
+from segos_pipeline.evolution.engines.base import EngineResult, TraceInput, parquet_files
 from segos_pipeline.store.snapshot import Snapshot
 
 from .pipes import spark_round
@@ -111,6 +112,10 @@ class PipesSparkEngine:
     ) -> EngineResult:
         if parent.path is None:
             raise ValueError("the Spark process reads the parent version from its store: commit it first")
+        if isinstance(traces, pl.DataFrame):
+            raise ValueError(
+                "the Spark process reads the window's Parquet files: pass their paths, not a table"
+            )
         submit = spark_submit_path(self.spark_submit)
         require_java()
         store_root = parent.path.parent.parent  # STORE/versions/<id> → STORE
@@ -121,7 +126,7 @@ class PipesSparkEngine:
             store=str(store_root),
             parent=parent.version,
             window=self.window,
-            traces=str(traces),
+            traces=[str(f) for f in parquet_files(traces)],
             engine=self.config,
             evolution=config,
             retrieval=retrieval,

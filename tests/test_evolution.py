@@ -250,7 +250,10 @@ def test_round_commits_child_version_with_lineage_and_diff(store, tmp_path):
     m = evolve(store, "w1")
     assert m["parent"] == parent and m["round"] == 1 and m["window"] == "w1" and m["kind"] == "evolved"
     assert m["counters"]["l1"]["workflow"]["induced"] == 1
-    assert {"traces.parquet", "revisions.parquet"} <= set(m["files"])
+    assert {"round.parquet", "revisions.parquet"} <= set(m["files"]) and "traces.parquet" not in m["files"]
+    assert [r["path"] for r in m["window_files"]] == [
+        "traces/w1/parts/" + p.name for p in TraceStore(store).files("w1")
+    ]
     m2 = evolve(store, "w1")  # chained: a second round on the same window
     assert m2["parent"] == m["version"] and m2["round"] == 2
     d = diff_versions(store.load(parent), store.load(m["version"]))

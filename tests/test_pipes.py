@@ -25,6 +25,7 @@ dagster = pytest.importorskip("dagster", reason="the dagster extra is not instal
 pytest.importorskip("dagster_pipes", reason="the dagster extra is not installed (dagster-pipes)")
 
 from assets.pipes.spark_round import (  # noqa: E402  (after the skip: needs the dagster extra)
+    EVIDENCE_TABLES,
     RESULT_JSON,
     extras_for,
     read_result,
@@ -124,11 +125,24 @@ def test_result_folder_round_trip(demo, tmp_path):
     write_result(result, tmp_path / "out")
     back = read_result(tmp_path / "out")
     assert back.selected.equals(result.selected) and back.selected.schema == result.selected.schema
-    for name in ("workflow", "ordered", "couse", "unused"):
+    for name in EVIDENCE_TABLES:
         a, b = getattr(back.evidence, name), getattr(result.evidence, name)
         assert a.schema == b.schema and a.equals(b), name
     assert back.evidence.counts == result.evidence.counts
     assert (back.timings, back.metrics) == (result.timings, result.metrics)
+
+    # A window read from its files (what the assets pass): no selected traces, the files and the per-trace
+    # `added` table come back instead.
+    files = TraceStore(demo).files(WINDOW)
+    from_files = LocalEngine(EngineConfig(partitions=3)).window_evidence(
+        parent, files, EvolutionConfig(), RetrievalConfig()
+    )
+    assert from_files.selected is None and from_files.evidence.added.height > 0
+    write_result(from_files, tmp_path / "files")
+    back = read_result(tmp_path / "files")
+    assert back.selected is None and back.files == from_files.files
+    for name in EVIDENCE_TABLES:
+        assert getattr(back.evidence, name).equals(getattr(from_files.evidence, name)), name
 
     (tmp_path / "out" / RESULT_JSON).unlink()  # a process that died before its last write
     with pytest.raises(FileNotFoundError, match="did not finish"):

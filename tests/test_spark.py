@@ -145,7 +145,8 @@ def test_spark_reads_a_folder_of_parquet_parts(demo, spark, tmp_path):
     parts = evolve_round(parent, str(folder), config, engine=spark_engine(spark, partitions=2))
     local_parts = evolve_round(parent, str(folder), config, engine=make_engine())
     for state in (parts, local_parts):
-        assert state.selected.equals(whole.selected)
+        assert state.selected is None  # read from files: the engines keep what the round added only
+        assert state.added.equals(whole.added)
         assert state.edges.equals(whole.edges)
         assert state.counters == whole.counters
 
@@ -174,7 +175,8 @@ def test_spark_reconstructs_retrieval_on_the_executors(demo, spark, tmp_path):
     local = evolve_round(parent, traces, config)
     remote = evolve_round(parent, str(path), config, engine=spark_engine(spark))
     assert local.counters["traces"]["retrieval_reconstructed"] == local.counters["traces"]["selected"] > 0
-    assert remote.selected.equals(local.selected)
+    assert remote.selected is None and remote.added.equals(local.added)
+    assert remote.added["queries"].is_not_null().all()  # the reconstructed retrieval is what it adds
     assert remote.edges.equals(local.edges) and remote.counters == local.counters
 
 
@@ -270,9 +272,13 @@ def test_dagster_round_on_spark_commits_the_local_version(spark, tmp_path):
     stores = {name: SnapshotStore(tmp_path / name) for name in records}
     a, b = (stores[n].manifest(records[n]["version"]) for n in ("local", "spark"))
     assert a["counters"] == b["counters"]
-    other_store = {"parent", "orchestrator"}  # two stores, two Dagster runs
+    other_store = {"parent", "orchestrator", "window_files"}  # two stores, two Dagster runs
     assert {k: v for k, v in stable_manifest(a).items() if k not in other_store} == {
         k: v for k, v in stable_manifest(b).items() if k not in other_store
     }
+    # each store names its ingested parts itself; the window's content referenced is the same
+    assert [(r["bytes"], r["sha256"]) for r in a["window_files"]] == [
+        (r["bytes"], r["sha256"]) for r in b["window_files"]
+    ]
     fa, fb = (version_files(stores[n], records[n]["version"]) for n in ("local", "spark"))
     assert fa == fb

@@ -33,7 +33,7 @@ from segos_pipeline.evolution.engines.base import EngineResult
 from segos_pipeline.evolution.evidence import WindowEvidence
 
 APP_NAME = "segos-evolve-pipes"
-EVIDENCE_TABLES = ("workflow", "ordered", "couse", "unused")
+EVIDENCE_TABLES = ("workflow", "ordered", "couse", "unused", "witnesses", "usage", "added")
 RESULT_JSON = "result.json"  # written last: its presence means the folder is complete
 # The job's measurements kept as numbers (Dagster plots numeric metadata across windows): time, worker
 # memory and the bytes the repartition moved; the whole record goes in the `engine` JSON entry.
@@ -53,13 +53,15 @@ PLOTTED = {
 def write_result(result: EngineResult, folder: Path) -> None:
     """The engine's result as Parquet tables plus one JSON (counts, timings, metrics), the JSON last."""
     folder.mkdir(parents=True, exist_ok=True)
-    result.selected.write_parquet(folder / "selected.parquet")
+    if result.selected is not None:  # a window read from files leaves no selected traces to carry
+        result.selected.write_parquet(folder / "selected.parquet")
     for name in EVIDENCE_TABLES:
         getattr(result.evidence, name).write_parquet(folder / f"{name}.parquet")
     record = {
         "counts": dict(result.evidence.counts),
         "timings": result.timings,
         "metrics": result.metrics,
+        "files": [str(f) for f in result.files] if result.files is not None else None,
     }
     tmp = folder / f"{RESULT_JSON}.tmp"
     tmp.write_text(json.dumps(record, sort_keys=True))
@@ -74,10 +76,11 @@ def read_result(folder: Path) -> EngineResult:
     record = json.loads(done.read_text())
     tables = {name: pl.read_parquet(folder / f"{name}.parquet") for name in EVIDENCE_TABLES}
     return EngineResult(
-        selected=pl.read_parquet(folder / "selected.parquet"),
+        selected=pl.read_parquet(selected) if (selected := folder / "selected.parquet").is_file() else None,
         evidence=WindowEvidence(counts=record["counts"], **tables),
         timings=record["timings"],
         metrics=record["metrics"],
+        files=[Path(f) for f in record["files"]] if record.get("files") is not None else None,
     )
 
 
@@ -158,7 +161,7 @@ def extras_for(
     store: str,
     parent: str,
     window: str,
-    traces: str,
+    traces: list[str],
     engine: EngineConfig,
     evolution: EvolutionConfig,
     retrieval: RetrievalConfig,

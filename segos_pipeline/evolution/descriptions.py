@@ -35,6 +35,7 @@ from ..retrieval.ranker import Retriever, RowPatch
 from ..text.lexicon import token_table
 from ..text.tokens import keep_word, stem
 from .editor import Critique, Editor, EditorError, GroundedEditor, OpenAICompatibleEditor, make_editor
+from .evidence import WindowEvidence, l3_partials
 
 __all__ = [
     "REVISION_SCHEMA",
@@ -120,35 +121,18 @@ class L3Result:
     counters: dict[str, int] = field(default_factory=dict)
 
 
-def _usage_queries(traces: pl.DataFrame) -> pl.DataFrame:
-    """(trace, success, skill, query text, retrieved) for every query of every trace that used the skill."""
-    return (
-        traces.select("trace_id", "success", "used", "queries")
-        .explode("queries")
-        .drop_nulls("queries")
-        .with_columns(
-            text=pl.col("queries").struct.field("text"),
-            retrieved=pl.col("queries")
-            .struct.field("retrieved")
-            .fill_null(pl.lit([], dtype=pl.List(pl.String))),
-        )
-        .drop("queries")
-        .explode("used")
-        .drop_nulls("used")
-        .rename({"used": "skill"})
-    )
-
-
 def description_update(
     retriever: Retriever,
-    traces: pl.DataFrame,
+    traces: pl.DataFrame | WindowEvidence,
     config: EvolutionConfig,
     top_n: int,
     editor: Editor | None = None,
     rebuild: Callable[[pl.DataFrame, pl.DataFrame], Retriever] | None = None,
 ) -> L3Result:
     """Run L3 on the round's graph (`retriever`); `rebuild(nodes, tokens)` gives a retriever over revised
-    nodes for the exact verification pass.
+    nodes for the exact verification pass. `traces` is the round's selected traces, or the window's
+    evidence whose `witnesses` and `usage` the engine summed from them (the same candidates, without
+    holding the traces).
 
     The cost follows the candidates, not the library: revisions are tried on patched rows of
     `retriever`'s index, only the revised skills are re-tokenised (`patch_tokens`), and `rebuild` is
@@ -157,12 +141,12 @@ def description_update(
     """
     editor = editor or make_editor(config)
     nodes, tokens = retriever.snapshot.nodes, retriever.snapshot.tokens
-    usage = _usage_queries(traces)
     # Candidates from what the retriever returned on the trace (recorded or reconstructed): a skill used
     # on a successful trace but absent from that query's top-N. No replay is needed to find them.
-    missed = usage.filter(
-        pl.col("success") & ~pl.col("retrieved").list.head(top_n).list.contains(pl.col("skill"))
-    )
+    if isinstance(traces, pl.DataFrame):
+        missed, usage = l3_partials(traces, top_n)
+    else:
+        missed, usage = traces.witnesses, traces.usage
     witnessed = missed.group_by("skill", "text").agg(traces=pl.col("trace_id").unique().sort())
     positions = RankPositions(retriever)
     # Only the skills of the window's traces need a row number: a dict over the whole library would be

@@ -12,7 +12,9 @@ totals (surfaced-but-unused). The local engine and the Spark engine both call `p
 partition and `combine` on the results; neither holds a rule of its own.
 
 Input of a partition: a trace table (TRACE_SCHEMA). The selected traces carry a boolean `success` and
-`retrieved`/`seeds` filled for every query.
+`retrieved`/`seeds` filled for every query. Besides the counts, a partition gives what L3 reads of its
+traces (`witnesses`, `usage`) and what the round adds to each selected trace (`added`: outcome and
+reconstructed retrieval), so that no engine has to keep a window's selected traces to finish a round.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 
 import polars as pl
+
+from ..config import RetrievalConfig
 
 PAIR = {"src": pl.String, "dst": pl.String}
 COUNT = pl.Int64  # summed counts: a 1B-trace window can pass the UInt32 that polars counts in
@@ -42,6 +46,20 @@ TRACE_COUNTS = (
     "unordered_used",
 )
 COUNTS_SCHEMA = dict.fromkeys(TRACE_COUNTS, COUNT)
+# L3's reading of the traces: a skill used on a successful trace outside that query's top-N (one row per
+# witnessing trace), and every (skill, query text) of a trace that used the skill.
+WITNESS_SCHEMA = {"skill": pl.String, "text": pl.String, "trace_id": pl.String}
+USAGE_SCHEMA = {"skill": pl.String, "text": pl.String}
+# What a round adds to a selected trace of its window: the outcome, and the queries only where their
+# retrieval was reconstructed (null: the window's own queries hold).
+ADDED_SCHEMA: dict[str, pl.DataType] = {
+    "trace_id": pl.String,
+    "success": pl.Boolean,
+    "retrieval_reconstructed": pl.Boolean,
+    "queries": pl.List(
+        pl.Struct({"text": pl.String, "retrieved": pl.List(pl.String), "seeds": pl.List(pl.String)})
+    ),
+}
 
 
 def _wide(df: pl.DataFrame) -> pl.DataFrame:
@@ -211,6 +229,55 @@ def surfacing_partial(traces: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def usage_rows(traces: pl.DataFrame) -> pl.DataFrame:
+    """(trace, success, skill, query text, retrieved) for every query of every trace that used the skill."""
+    return (
+        traces.select("trace_id", "success", "used", "queries")
+        .explode("queries")
+        .drop_nulls("queries")
+        .with_columns(
+            text=pl.col("queries").struct.field("text"),
+            retrieved=pl.col("queries")
+            .struct.field("retrieved")
+            .fill_null(pl.lit([], dtype=pl.List(pl.String))),
+        )
+        .drop("queries")
+        .explode("used")
+        .drop_nulls("used")
+        .rename({"used": "skill"})
+    )
+
+
+def l3_partials(traces: pl.DataFrame, top_n: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """L3's candidates and usage of a table of selected traces: (witnesses, usage).
+
+    A witness is a skill used on a successful trace but absent from that query's top-N as the retriever
+    returned it (recorded or reconstructed); usage is every distinct (skill, query text) of a trace that
+    used the skill (the other queries gate 2 checks). Both add up across partitions by concatenation.
+    """
+    usage = usage_rows(traces)
+    witnesses = (
+        usage.filter(pl.col("success") & ~pl.col("retrieved").list.head(top_n).list.contains(pl.col("skill")))
+        .select(list(WITNESS_SCHEMA))
+        .unique()
+    )
+    return witnesses, usage.select(list(USAGE_SCHEMA)).unique()
+
+
+def added_rows(selected: pl.DataFrame) -> pl.DataFrame:
+    """What the round adds to each selected trace (ADDED_SCHEMA), in trace-id order."""
+    return (
+        selected.select(
+            "trace_id",
+            "success",
+            "retrieval_reconstructed",
+            queries=pl.when(pl.col("retrieval_reconstructed")).then(pl.col("queries")),
+        )
+        .cast(ADDED_SCHEMA)
+        .sort("trace_id")
+    )
+
+
 def trace_counts(window: pl.DataFrame, selected: pl.DataFrame) -> pl.DataFrame:
     """The round's trace counters for one partition (one row)."""
     return pl.DataFrame(
@@ -238,6 +305,9 @@ class Partial:
     couse: pl.DataFrame
     surfacing: pl.DataFrame
     counts: pl.DataFrame
+    witnesses: pl.DataFrame
+    usage: pl.DataFrame
+    added: pl.DataFrame
     seconds: dict[str, float] = field(default_factory=dict)  # time of each step on this partition
 
     @classmethod
@@ -246,13 +316,19 @@ class Partial:
 
 
 def partition_evidence(
-    traces: pl.DataFrame, reconstruct: Reconstruct, pool: bool, success_threshold: float
+    traces: pl.DataFrame,
+    reconstruct: Reconstruct,
+    pool: bool,
+    success_threshold: float,
+    top_n: int = RetrievalConfig.top_n,
 ) -> Partial:
-    """Everything a round computes from one partition of a window (all of a task's traces inside it)."""
+    """Everything a round computes from one partition of a window (all of a task's traces inside it);
+    `top_n` is the retrieval's bundle size, which L3's witnesses are counted against."""
     t = time.perf_counter()
     selected = select_attempts(traces, pool).with_columns(success=pl.col("reward") >= success_threshold)
     selected = fill_retrieval(selected, reconstruct)
     t_select = time.perf_counter()
+    witnesses, usage = l3_partials(selected, top_n)
     partial = Partial(
         selected=selected,
         workflow=workflow_partial(selected),
@@ -260,6 +336,9 @@ def partition_evidence(
         couse=couse_partial(selected),
         surfacing=surfacing_partial(selected),
         counts=trace_counts(traces, selected),
+        witnesses=witnesses,
+        usage=usage,
+        added=added_rows(selected),
     )
     partial.seconds = {"select_and_reconstruct": t_select - t, "evidence": time.perf_counter() - t_select}
     return partial
@@ -277,12 +356,20 @@ class WindowEvidence:
     couse: pl.DataFrame
     unused: pl.DataFrame
     counts: dict[str, int]
+    witnesses: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=WITNESS_SCHEMA))
+    usage: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=USAGE_SCHEMA))
+    added: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ADDED_SCHEMA))
 
 
 def _sum_by(frames: Iterable[pl.DataFrame], keys: list[str], schema: dict[str, pl.DataType]) -> pl.DataFrame:
     values = [c for c in schema if c not in keys]
     stacked = pl.concat([f.select(list(schema)).cast(schema) for f in frames], how="vertical")
     return stacked.group_by(keys).agg(pl.col(values).sum()).cast(schema).sort(keys)
+
+
+def _union(frames: Iterable[pl.DataFrame], schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    stacked = pl.concat([f.select(list(schema)).cast(schema) for f in frames], how="vertical")
+    return stacked.unique().sort(list(schema))
 
 
 def sum_partials(partials: list[Partial]) -> Partial:
@@ -299,6 +386,10 @@ def sum_partials(partials: list[Partial]) -> Partial:
         couse=_sum_by((p.couse for p in partials), ["src", "dst"], COUSE_SCHEMA),
         surfacing=_sum_by((p.surfacing for p in partials), ["skill"], SURFACING_SCHEMA),
         counts=pl.concat([p.counts for p in partials]).sum().cast(COUNTS_SCHEMA),
+        witnesses=_union((p.witnesses for p in partials), WITNESS_SCHEMA),
+        usage=_union((p.usage for p in partials), USAGE_SCHEMA),
+        # a trace lies in one partition: its rows are concatenated, never merged
+        added=pl.concat([p.added.cast(ADDED_SCHEMA) for p in partials], how="vertical").sort("trace_id"),
     )
 
 
@@ -316,6 +407,9 @@ def finish(total: Partial, surfaced_min: int) -> WindowEvidence:
         couse=total.couse,
         unused=unused,
         counts={k: int(v) for k, v in total.counts.row(0, named=True).items()},
+        witnesses=total.witnesses,
+        usage=total.usage,
+        added=total.added,
     )
 
 

@@ -2,13 +2,16 @@
 
 Fixed order: attempt selection → retrieval reconstruction → L1 topology → L2 weights → L3 descriptions
 → commit. The node set never changes. The new manifest records parent, window, configs and every rule's
-counters; the round's trace table and every description revision are stored with the version.
+counters; every description revision is stored with the version, and so are the round's traces: a window
+read from the store's files is referenced by hash with what the round added to each selected trace
+(`round.parquet`, `window_files`); a table given in memory is stored whole (`traces.parquet`).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -18,10 +21,18 @@ from ..graph.build import commit_derived
 from ..graph.transition import transition_matrix
 from ..progress import Progress
 from ..retrieval.ranker import Retriever
-from ..store.snapshot import REVISIONS, ROUND_TRACES, Snapshot, SnapshotStore
+from ..store.snapshot import (
+    REVISIONS,
+    ROUND_ADDED,
+    ROUND_TRACES,
+    WINDOW_FILES,
+    Snapshot,
+    SnapshotStore,
+    window_refs,
+)
 from .descriptions import REVISION_SCHEMA, Editor, description_update
 from .engines import Engine, TraceInput, make_engine
-from .evidence import fill_retrieval, select_attempts
+from .evidence import WindowEvidence, fill_retrieval, select_attempts
 from .ingest import TraceStore
 from .topology import topology_update
 from .weights import weight_update
@@ -51,7 +62,9 @@ class RoundState:
 
     parent: Snapshot
     round: int
-    selected: pl.DataFrame  # the round's traces after attempt selection and retrieval reconstruction
+    # The round's traces after attempt selection and retrieval reconstruction, when the window came as a
+    # table in memory; None when it was read from files (`files`), which the version then references.
+    selected: pl.DataFrame | None
     workflow: pl.DataFrame
     ordered: pl.DataFrame
     couse: pl.DataFrame
@@ -63,6 +76,14 @@ class RoundState:
     counters: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     engine: dict[str, Any] = field(default_factory=dict)  # which engine computed the evidence, its metrics
+    evidence: WindowEvidence | None = None  # the window's summed evidence (L3 reads its witnesses, usage)
+    files: list[Path] | None = None  # the window's Parquet files, when it was read from files
+
+    @property
+    def added(self) -> pl.DataFrame:
+        """Per selected trace what the round adds to the window (outcome, reconstructed retrieval)."""
+        assert self.evidence is not None
+        return self.evidence.added
 
 
 def prepare_round(
@@ -89,8 +110,14 @@ def prepare_round(
         nodes=parent.nodes,
         tokens=parent.tokens,
         revisions=pl.DataFrame(schema=REVISION_SCHEMA),
-        timings={k: result.timings[k] for k in ("select_and_reconstruct", "evidence")},
+        timings={
+            k: result.timings[k]
+            for k in ("read", "select_and_reconstruct", "evidence")
+            if k in result.timings
+        },
         engine=result.metrics,
+        evidence=ev,
+        files=result.files,
     )
     state.counters["traces"] = dict(ev.counts)
     return state
@@ -156,7 +183,9 @@ def l3_stage(
             )
             return Retriever(revised, retrieval)
 
-        l3 = description_update(retriever, state.selected, config, retrieval.top_n, editor, rebuild)
+        traces = state.evidence if state.evidence is not None else state.selected
+        assert traces is not None
+        l3 = description_update(retriever, traces, config, retrieval.top_n, editor, rebuild)
         state.nodes, state.tokens, state.revisions = l3.nodes, l3.tokens, l3.revisions
         state.counters["l3"] = l3.counters
     state.timings["l3"] = time.perf_counter() - t
@@ -174,6 +203,13 @@ def commit_round(
     """Commit the round as a child of its parent; the manifest records window, configs and counters."""
     parent_config = state.parent.manifest.get("config", {})
     total = sum(state.timings.values())
+    if state.selected is not None:
+        traces: dict[str, pl.DataFrame] = {ROUND_TRACES: state.selected}
+        refs: dict[str, Any] = {}
+    else:
+        assert state.files is not None, "a round without its traces in memory was read from files"
+        traces = {ROUND_ADDED: state.added}
+        refs = {WINDOW_FILES: window_refs(store.root, state.files)}
     return commit_derived(
         store,
         state.parent,
@@ -188,9 +224,10 @@ def commit_round(
             "counters": state.counters,
             "timings_s": {**{k: round(v, 4) for k, v in state.timings.items()}, "total": round(total, 4)},
             "engine": state.engine,
+            **refs,
             **(extra or {}),
         },
-        extra_tables={ROUND_TRACES: state.selected, REVISIONS: state.revisions},
+        extra_tables={**traces, REVISIONS: state.revisions},
     )
 
 
@@ -243,8 +280,8 @@ def evolve(
 ) -> dict[str, Any]:
     """Make version N+1 from version N (`from_version`, default latest) and the window's traces.
 
-    The local engine reads the window's table into memory; any other engine reads its Parquet files
-    itself (`TraceStore.source`), so the window never has to fit in this process.
+    Every engine reads the window's Parquet files itself (the local one partition by partition), so the
+    window never has to fit in this process; the files read are the ones the version references.
     """
     store = store if isinstance(store, SnapshotStore) else SnapshotStore(store)
     config = config or EvolutionConfig()
@@ -252,8 +289,7 @@ def evolve(
     parent = store.load(from_version)
     retrieval = retrieval or retrieval_for(parent.manifest)
     if traces is None:
-        trace_store = TraceStore(store)
-        traces = trace_store.load(window) if engine.name == "local" else window_source(trace_store, window)
+        traces = window_files(TraceStore(store), window)
     state = evolve_round(parent, traces, config, retrieval, editor, progress, engine)
     return commit_round(store, state, window, config, retrieval)
 
@@ -263,3 +299,12 @@ def window_source(trace_store: TraceStore, window: str) -> str:
     if window not in trace_store.windows():
         trace_store.load(window)  # raises the store's own "no traces ingested for window" error
     return str(trace_store.window_dir(window))
+
+
+def window_files(trace_store: TraceStore, window: str) -> list[Path]:
+    """The Parquet files of a window as they are now (a later ingest into it adds files the round and the
+    version it commits do not see)."""
+    files = trace_store.files(window)
+    if not files:
+        trace_store.scan(window)  # raises the store's own "no traces ingested for window" error
+    return files

@@ -7,8 +7,9 @@ for every pair of members (a stronger tier decides; a weaker one only breaks its
 
 1. `dependency` edges among the members: u→v means u's outputs feed v's inputs on successful traces, so
    u runs first.
-2. first-use precedence mined from the successful traces of the version's lineage (the round traces that
-   every evolved version stores as `traces.parquet`): net count of traces that used u before v.
+2. first-use precedence mined from the successful traces of the version's lineage (the round traces of
+   every evolved version: stored whole as `traces.parquet`, or as `round.parquet` over the window's
+   files the version references by hash): net count of traces that used u before v.
 3. `workflow` edges among the members, u→v (u a lexical seed of a successful task, v used there). They
    are co-occurrence, not causation, so they only break ties the first two tiers leave open.
 
@@ -28,7 +29,7 @@ from typing import Any
 import polars as pl
 
 from ..config import DEPENDENCY, WORKFLOW
-from ..store.snapshot import ROUND_TRACES, Snapshot, SnapshotError, SnapshotStore, VersionFiles
+from ..store.snapshot import Snapshot, SnapshotError, SnapshotStore, VersionFiles
 
 ORDER_COLUMNS = ("trace_id", "used", "used_ordered", "reward", "success")  # what mining reads of a trace
 SUCCESS_THRESHOLD = 0.9  # (paper) used when a trace table carries no `success` column
@@ -100,13 +101,11 @@ class LineageTraces:
 
 
 def _verified_round_traces(files: VersionFiles) -> pl.DataFrame | None:
-    """The columns mining reads of a version's round traces; None if the file fails its hash or a read."""
+    """The columns mining reads of a version's round traces (stored whole, or as what the round added to
+    its window's files); None if a file fails its hash or a read."""
     try:
-        if files.verify([ROUND_TRACES]):
-            return None
-        path = files.path / ROUND_TRACES
-        return pl.read_parquet(path, columns=[c for c in ORDER_COLUMNS if c in pl.read_parquet_schema(path)])
-    except OSError:
+        return files.round_traces(ORDER_COLUMNS)
+    except (OSError, SnapshotError):
         return None
 
 
@@ -127,8 +126,9 @@ def lineage_traces(store: SnapshotStore, snapshot: Snapshot) -> LineageTraces:
     seen: set[str] = set()
     while manifest is not None and vid is not None and vid not in seen:
         seen.add(vid)
-        if ROUND_TRACES in manifest.get("files", {}):
-            table = _verified_round_traces(VersionFiles(store.versions_dir / vid, manifest))
+        files = VersionFiles(store.versions_dir / vid, manifest)
+        if files.has_round_traces():
+            table = _verified_round_traces(files)
             if table is None:
                 skipped.append(vid)
             else:

@@ -28,6 +28,13 @@ alone rewrites no part, and a damaged shared file still fails verification in ev
 `signature.npz` + `vocab.parquet` hold the binary skill × token signature matrix of the Jaccard graph, so
 an incremental update never re-derives it from the token table. Format-1 versions (one `nodes.parquet` and
 one `tokens.parquet`, no signature) still load; the signature is then derived from the tokens.
+
+Round traces. An evolved version read from a window of stored traces does not copy them: it stores what
+the round adds per selected trace (`round.parquet`: trace id, success, retrieval reconstructed, and the
+queries where their retrieval was reconstructed) and lists the window's Parquet files under
+`window_files` in its manifest (path relative to the store when inside it, size, sha256), checked on
+every read (`VersionFiles.round_traces`). A version evolved from a table in memory, and every version
+written before this layout, stores the selected traces whole (`traces.parquet`), still read.
 """
 
 from __future__ import annotations
@@ -67,6 +74,8 @@ EDGES, TRANSITION, REPORT = "edges.parquet", "transition.npz", "report.parquet"
 SIGNATURE, VOCAB = "signature.npz", "vocab.parquet"
 # an evolved version's round: the traces it consumed (execution order mines their lineage), L3's revisions
 ROUND_TRACES, REVISIONS = "traces.parquet", "revisions.parquet"
+ROUND_ADDED = "round.parquet"  # per selected trace what the round adds; the traces stay in the window
+WINDOW_FILES = "window_files"  # manifest key: the window's files an evolved version references by hash
 # Skills per part: small enough that rewriting one part is cheap next to everything else an incremental
 # update does (~20 ms at 100k skills), large enough that a 100k library stays at a few dozen files.
 PART_ROWS = 4096
@@ -103,6 +112,54 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
         while block := fh.read(chunk):
             digest.update(block)
     return digest.hexdigest()
+
+
+def window_refs(root: Path, files: Sequence[Path]) -> list[dict[str, Any]]:
+    """Manifest references to a window's files: path (relative to the store `root` when inside it), bytes,
+    sha256."""
+    refs = []
+    for f in files:
+        f = Path(f).resolve()
+        try:
+            rel = str(f.relative_to(Path(root).resolve()))
+        except ValueError:
+            rel = str(f)
+        refs.append({"path": rel, "bytes": f.stat().st_size, "sha256": sha256_file(f)})
+    return refs
+
+
+def joined_round_traces(
+    window: Sequence[Path], added: pl.DataFrame, columns: Sequence[str] | None = None
+) -> pl.DataFrame:
+    """A round's selected traces from its window's files and what the round added to them: the window's
+    row of each selected trace, its outcome, and its queries with retrieval filled where it was
+    reconstructed (queries without text are dropped, as reconstruction does), in trace-id order."""
+    wanted = list(columns) if columns else None
+    scan = pl.scan_parquet(list(window)) if window else None
+    if scan is None:
+        raise ValueError("the version lists no window files")
+    have = scan.collect_schema().names()
+    take = [c for c in have if c not in ("success", "retrieval_reconstructed")]
+    if wanted is not None:
+        take = [c for c in take if c in wanted or c == "trace_id"]
+    added_cols = ["trace_id", "success", "retrieval_reconstructed"]
+    if "queries" in take:
+        added_cols.append(pl.col("queries").alias("_added_queries"))
+    joined = scan.select(take).join(added.lazy().select(added_cols), on="trace_id", how="inner")
+    if "queries" in take:
+        text_kept = pl.element().filter(pl.element().struct.field("text").is_not_null())
+        joined = joined.with_columns(
+            queries=pl.coalesce(
+                "_added_queries",
+                pl.col("queries").fill_null(pl.lit([], dtype=added.schema["queries"])).list.eval(text_kept),
+            )
+        ).drop("_added_queries")
+    order = [c for c in take if c != "queries"] + ["success"]
+    order += ["queries"] if "queries" in take else []
+    order += ["retrieval_reconstructed"]
+    if wanted is not None:
+        order = [c for c in order if c in wanted]
+    return joined.select(order).sort("trace_id").collect()
 
 
 def _fsync_dir(path: Path) -> None:
@@ -306,6 +363,52 @@ class VersionFiles:
 
     def read_edges(self) -> pl.DataFrame:
         return self._parquet(EDGES)
+
+    def has_round_traces(self) -> bool:
+        files = self.manifest.get("files", {})
+        return ROUND_TRACES in files or ROUND_ADDED in files
+
+    def round_traces(self, columns: Sequence[str] | None = None) -> pl.DataFrame:
+        """The round's selected traces (of `columns`, default all), stored whole or as what the round
+        added to its window's traces. Every file read is checked against its manifest hash first:
+        `DamagedSnapshot` names the ones that fail (a window file gone or rewritten included)."""
+        files = self.manifest.get("files", {})
+        if ROUND_TRACES in files:
+            self.check([ROUND_TRACES])
+            with self._reading(ROUND_TRACES):
+                path = self.path / ROUND_TRACES
+                have = pl.read_parquet_schema(path)
+                return pl.read_parquet(path, columns=[c for c in columns if c in have] if columns else None)
+        if ROUND_ADDED not in files:
+            raise SnapshotError(f"version {self.version} stores no round traces")
+        self.check([ROUND_ADDED])
+        window = self.window_files()
+        with self._reading(ROUND_ADDED):
+            added = pl.read_parquet(self.path / ROUND_ADDED)
+        try:
+            return joined_round_traces(window, added, columns)
+        except (OSError, pl.exceptions.PolarsError) as exc:
+            raise DamagedSnapshot(
+                f"version {self.version}: cannot read its window's traces: {explain(exc)}"
+            ) from exc
+
+    def window_files(self) -> list[Path]:
+        """The window files this version references, each checked against its recorded size and sha256."""
+        root = self.path.parent.parent  # STORE/versions/<id> → STORE
+        paths, bad = [], []
+        for ref in self.manifest.get(WINDOW_FILES, []):
+            f = root / ref["path"]  # an absolute recorded path stays absolute
+            if f.is_file() and f.stat().st_size == ref["bytes"] and sha256_file(f) == ref["sha256"]:
+                paths.append(f)
+            else:
+                bad.append(str(f))
+        if bad:
+            raise DamagedSnapshot(
+                f"version {self.version} references window traces that are gone or changed: "
+                f"{', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}; its round traces cannot be read "
+                "(restore the window's files, or rebuild the version)"
+            )
+        return paths
 
     def read_transition(self) -> sp.csr_matrix:
         with self._reading(TRANSITION):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -12,16 +13,21 @@ from ...config import EvolutionConfig, RetrievalConfig
 from ...store.snapshot import Snapshot
 from ..evidence import WindowEvidence
 
-# A window's traces: a table in memory, or a Parquet file or folder of Parquet parts (path or URI).
-TraceInput = pl.DataFrame | str | Path
+# A window's traces: a table in memory, a Parquet file or folder of Parquet parts (path or URI), or the
+# list of Parquet files that make up the window (what `evolve` passes: the files it records by hash).
+TraceInput = pl.DataFrame | str | Path | Sequence[Path]
 
 
 @dataclass
 class EngineResult:
-    selected: pl.DataFrame  # the round's traces after attempt selection and retrieval reconstruction
+    # The round's traces after attempt selection and retrieval reconstruction, for a window given as a
+    # table in memory; None for a window read from files (the engine then keeps no trace past its
+    # partition: the round stores `evidence.added` and references the files in `files`).
+    selected: pl.DataFrame | None
     evidence: WindowEvidence
     timings: dict[str, float] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)  # what the engine measured (recorded in manifests)
+    files: list[Path] | None = None  # the Parquet files the window was read from (None: a table in memory)
 
 
 class Engine(Protocol):
@@ -30,3 +36,23 @@ class Engine(Protocol):
     def window_evidence(
         self, parent: Snapshot, traces: TraceInput, config: EvolutionConfig, retrieval: RetrievalConfig
     ) -> EngineResult: ...
+
+
+def parquet_files(traces: str | Path | Sequence[Path]) -> list[Path]:
+    """The Parquet files of a window given as a file, a folder (its `*.parquet` files at any depth, in name
+    order: other files such as the quarantine are not traces) or a list of files."""
+    if isinstance(traces, str | Path):
+        path = Path(traces)
+        if path.is_dir():
+            files = sorted(path.glob("**/*.parquet"))
+            if not files:
+                raise FileNotFoundError(f"no Parquet trace files in {path}")
+            return files
+        if not path.is_file():
+            raise FileNotFoundError(f"no trace table at {path}")
+        return [path]
+    files = [Path(f) for f in traces]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise FileNotFoundError(f"trace files not found: {', '.join(missing[:5])}")
+    return files

@@ -1,10 +1,18 @@
 """The local engine: the window cut into partitions by task hash, each run through the kernels in this
-process, the partial tables summed. The same kernels the Spark engine runs on its executors."""
+process, the partial tables summed. The same kernels the Spark engine runs on its executors.
+
+A window in memory is split in memory. A window in Parquet files is never held whole: one pass reads it
+file by file and spills each file's rows to their partition (Arrow IPC in a scratch folder), then each
+partition is read back and run alone, so the peak follows one partition (`local_partition_rows`) and
+the partial tables, not the window.
+"""
 
 from __future__ import annotations
 
 import math
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,25 +21,48 @@ import polars as pl
 from ...config import EngineConfig, EvolutionConfig, RetrievalConfig
 from ...retrieval.ranker import Retriever
 from ...store.snapshot import Snapshot
-from ..evidence import Partial, combine, partition_evidence, split_by_task
-from .base import EngineResult, TraceInput
+from ..evidence import Partial, finish, partition_evidence, partition_ids, split_by_task, sum_partials
+from ..traces import TRACE_SCHEMA
+from .base import EngineResult, TraceInput, parquet_files
 from .replay import Replay
+
+SUM_EVERY = 16  # partial tables summed in groups of this many while partitions are run (associative)
 
 
 def read_traces(traces: TraceInput) -> pl.DataFrame:
-    """A trace table from memory, a Parquet file, or a folder of Parquet parts (read in name order)."""
+    """A whole trace table from memory, a Parquet file, a folder of Parquet parts, or a list of files."""
     if isinstance(traces, pl.DataFrame):
         return traces
-    path = Path(traces)
-    if path.is_dir():
-        return pl.read_parquet(str(path / "**" / "*.parquet"))
-    return pl.read_parquet(str(traces))
+    return pl.scan_parquet(parquet_files(traces), schema=TRACE_SCHEMA).collect()
 
 
 def partition_count(rows: int, config: EngineConfig) -> int:
     if config.partitions is not None:
         return max(1, config.partitions)
     return max(1, math.ceil(rows / max(1, config.local_partition_rows)))
+
+
+def window_rows(files: list[Path]) -> int:
+    """Rows of a window's files, from their Parquet footers (no data read)."""
+    return int(pl.scan_parquet(files, schema=TRACE_SCHEMA).select(pl.len()).collect().item())
+
+
+def spilled_partitions(files: list[Path], partitions: int, scratch: Path) -> Iterator[pl.DataFrame]:
+    """The window's partitions one at a time: one pass over the files writes every file's rows to their
+    partition's folder, then each partition is read back whole (it is one partition, not the window)."""
+    for i, f in enumerate(files):
+        table = pl.read_parquet(f, schema=TRACE_SCHEMA)
+        for piece in table.with_columns(partition_ids(partitions)).partition_by("_part", as_dict=False):
+            part = int(piece["_part"][0])
+            folder = scratch / f"{part:05d}"
+            folder.mkdir(exist_ok=True)
+            piece.drop("_part").write_ipc(folder / f"{i:06d}.arrow", compression="lz4")
+        del table
+    for folder in sorted(scratch.iterdir()):
+        pieces = sorted(folder.glob("*.arrow"))
+        yield pl.concat([pl.read_ipc(p) for p in pieces], how="vertical", rechunk=True)
+        for p in pieces:
+            p.unlink()
 
 
 @dataclass
@@ -43,25 +74,64 @@ class LocalEngine:
         self, parent: Snapshot, traces: TraceInput, config: EvolutionConfig, retrieval: RetrievalConfig
     ) -> EngineResult:
         t0 = time.perf_counter()
-        table = read_traces(traces)
         replay = Replay(lambda: Retriever(parent, retrieval))
-        parts = split_by_task(table, partition_count(table.height, self.config))
-        partials: list[Partial] = [
-            partition_evidence(part, replay, config.pool_attempts, config.success_threshold) for part in parts
-        ]
+
+        def run(part: pl.DataFrame) -> Partial:
+            return partition_evidence(
+                part, replay, config.pool_attempts, config.success_threshold, retrieval.top_n
+            )
+
+        if isinstance(traces, pl.DataFrame):
+            parts = split_by_task(traces, partition_count(traces.height, self.config))
+            partials = [run(part) for part in parts]
+            n, files = len(partials), None
+            selected = pl.concat([p.selected for p in partials], how="vertical").sort(
+                "trace_id", maintain_order=True
+            )
+            total, seconds = sum_partials(partials), [p.seconds for p in partials]
+        else:
+            files = parquet_files(traces)
+            n = partition_count(window_rows(files), self.config)
+            total, seconds = self._streamed(files, n, run)
+            selected = None
         t = time.perf_counter()
-        selected = pl.concat([p.selected for p in partials], how="vertical").sort(
-            "trace_id", maintain_order=True
-        )
-        evidence = combine(partials, config.surfaced_min)
-        combine_s = time.perf_counter() - t
+        evidence = finish(total, config.surfaced_min)
+        select_s = sum(s["select_and_reconstruct"] for s in seconds)
+        evidence_s = sum(s["evidence"] for s in seconds) + time.perf_counter() - t
+        total_s = time.perf_counter() - t0
         return EngineResult(
             selected=selected,
             evidence=evidence,
             timings={
-                "select_and_reconstruct": sum(p.seconds["select_and_reconstruct"] for p in partials),
-                "evidence": sum(p.seconds["evidence"] for p in partials) + combine_s,
-                "total": time.perf_counter() - t0,
+                "select_and_reconstruct": select_s,
+                "evidence": evidence_s,
+                # reading the window: counting its rows, the spill pass and reading partitions back
+                "read": max(0.0, total_s - select_s - evidence_s),
+                "total": total_s,
             },
-            metrics={"engine": "local", "partitions": len(parts)},
+            metrics={"engine": "local", "partitions": n, **({"files": len(files)} if files else {})},
+            files=files,
         )
+
+    def _streamed(self, files: list[Path], n: int, run) -> tuple[Partial, list[dict[str, float]]]:
+        """Run the partitions of a window in files one by one, keeping only their partial tables."""
+        seconds: list[dict[str, float]] = []
+        running: list[Partial] = []
+
+        def keep(partial: Partial) -> None:
+            nonlocal running
+            partial.selected = partial.selected.clear()  # the traces are done with: `added` holds the rest
+            seconds.append(partial.seconds)
+            running.append(partial)
+            if len(running) >= SUM_EVERY:
+                running = [sum_partials(running)]
+
+        if n == 1:
+            keep(run(read_traces(files)))
+        else:
+            with tempfile.TemporaryDirectory(prefix="segos-partitions-") as tmp:
+                for part in spilled_partitions(files, n, Path(tmp)):
+                    keep(run(part))
+        if not running:  # a window of empty files: the kernels on an empty table give the empty tables
+            keep(run(pl.DataFrame(schema=TRACE_SCHEMA)))
+        return sum_partials(running), seconds

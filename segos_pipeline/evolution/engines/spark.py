@@ -1,8 +1,10 @@
 """The Spark engine: the window read from Parquet by Spark, repartitioned by a hash of `task_id`, and the
 kernels of `evolution/evidence.py` run on each partition (`mapInArrow`: Arrow batches straight into
 polars). Executors ship back each partition's partial tables (Arrow IPC) and write its selected traces as
-Parquet beside the store; the driver sums the partial tables with the same functions as the local engine
-(`sum_partials`, `finish`). No rule is written here.
+Parquet beside the store (read back only for a window given as a table in memory: a window read from
+files is referenced by the version, with the `added` table the partitions shipped); the driver sums the
+partial tables with the same functions as the local engine (`sum_partials`, `finish`). No rule is
+written here.
 
 The parent version is loaded once per Python worker from the store (a module-level cache keyed by version
 path and retrieval settings), not shipped with every batch. Executors therefore need the store path (a
@@ -32,7 +34,7 @@ from ...config import EngineConfig, EvolutionConfig, RetrievalConfig
 from ...retrieval.ranker import Retriever
 from ...store.snapshot import Snapshot, SnapshotStore
 from ..evidence import Partial, finish, partition_evidence, sum_partials
-from .base import EngineResult, TraceInput
+from .base import EngineResult, TraceInput, parquet_files
 from .replay import Replay
 
 INSTALL_HINT = (
@@ -86,7 +88,8 @@ def partition_kernel(
     """The function `mapInArrow` runs once per partition: all its batches → one polars frame → kernels.
 
     The partial evidence tables go back to the driver (small); the partition's selected traces (as large
-    as the window) are written to `scratch` as one Parquet file per partition, not sent through the driver.
+    as the window) are written to `scratch` (when given) as one Parquet file per partition, not sent
+    through the driver.
     """
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -102,10 +105,14 @@ def partition_kernel(
         traces = pl.from_arrow(arrow)
         assert isinstance(traces, pl.DataFrame)
         del batches, arrow
-        partial = partition_evidence(traces, executor_replay(store_root, version, retrieval), pool, threshold)
+        replay = executor_replay(store_root, version, retrieval)
+        partial = partition_evidence(traces, replay, pool, threshold, RetrievalConfig(**retrieval).top_n)
         part = TaskContext.get().partitionId()
-        selected_file = Path(scratch) / f"selected-{part:05d}.parquet"
-        partial.selected.write_parquet(selected_file)
+        selected_bytes = 0
+        if scratch:  # the driver needs the traces back only when the version cannot reference them
+            selected_file = Path(scratch) / f"selected-{part:05d}.parquet"
+            partial.selected.write_parquet(selected_file)
+            selected_bytes = selected_file.stat().st_size
         names = [n for n in Partial.table_names() if n != "selected"]
         payloads = [_ipc(getattr(partial, name)) for name in names]
         metrics = {
@@ -116,7 +123,7 @@ def partition_kernel(
             "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "payload_bytes": sum(len(p) for p in payloads),
             "input_arrow_bytes": input_bytes,
-            "selected_parquet_bytes": selected_file.stat().st_size,
+            "selected_parquet_bytes": selected_bytes,
         }
         yield pa.RecordBatch.from_pydict(
             {
@@ -151,9 +158,12 @@ def spark_session(config: EngineConfig) -> Any:
 
 
 def read_window(spark: Any, traces: TraceInput) -> Any:
-    """A Spark DataFrame of the window: a Parquet file, a folder of Parquet parts, or a table in memory."""
+    """A Spark DataFrame of the window: a Parquet file, a folder of Parquet parts, a list of Parquet files,
+    or a table in memory."""
     if isinstance(traces, pl.DataFrame):
         return spark.createDataFrame(traces.to_arrow())
+    if not isinstance(traces, str | Path):
+        return spark.read.parquet(*[str(f) for f in parquet_files(traces)])
     path = str(traces)
     if "://" not in path and not Path(path).exists():
         raise FileNotFoundError(f"no trace table at {path}")
@@ -182,6 +192,9 @@ class SparkEngine:
         spark = self.session or spark_session(self.config)
         session_s = time.perf_counter() - t0
         frame = read_window(spark, traces)
+        # A window of local files is referenced by the version; one in memory or at a URI is stored whole.
+        in_files = not isinstance(traces, pl.DataFrame) and "://" not in str(traces)
+        local_files = parquet_files(traces) if in_files else None
         # Counting the window is a job of its own: only done when the partition count depends on it.
         n = self.config.partitions or self.partitions(frame.count())
         store_root = parent.path.parent.parent  # STORE/versions/<id> → STORE
@@ -194,7 +207,7 @@ class SparkEngine:
                 asdict(retrieval),
                 config.pool_attempts,
                 config.success_threshold,
-                str(scratch),
+                str(scratch) if local_files is None else "",
             )
             mapped = frame.repartition(n, "task_id").mapInArrow(kernel, OUT_SCHEMA)
             t_job = time.perf_counter()
@@ -217,11 +230,13 @@ class SparkEngine:
             if not running:  # an empty window: the kernels on an empty table give the empty tables
                 empty = pl.from_arrow(read_window(spark, traces).limit(0).toArrow())
                 assert isinstance(empty, pl.DataFrame)
-                running.append(partition_evidence(empty, lambda _t: [], False, 1.0))
-                table = running[0].selected
-            else:
+                running.append(partition_evidence(empty, lambda _t: [], False, 1.0, retrieval.top_n))
+                table = running[0].selected if local_files is None else None
+            elif local_files is None:  # no local files the version could reference: keep the traces
                 table = pl.concat([pl.read_parquet(f) for f in files], how="vertical")
                 table = table.sort("trace_id", maintain_order=True)
+            else:
+                table = None
             evidence = finish(sum_partials(running), config.surfaced_min)
             combine_s = time.perf_counter() - t
         finally:
@@ -238,6 +253,7 @@ class SparkEngine:
                 "total": total,
             },
             metrics=summary,
+            files=local_files,
         )
 
 
