@@ -242,10 +242,14 @@ def test_pipes_round_commits_the_local_version_with_spark_metrics(tmp_path):
     stores = {name: SnapshotStore(tmp_path / name) for name in records}
     a, b = (stores[n].manifest(records[n]["version"]) for n in ("local", "pipes"))
     assert a["counters"] == b["counters"]
-    other_store = {"parent", "orchestrator"}  # two stores, two Dagster runs
+    other_store = {"parent", "orchestrator", "window_files"}  # two stores, two Dagster runs
     assert {k: v for k, v in stable_manifest(a).items() if k not in other_store} == {
         k: v for k, v in stable_manifest(b).items() if k not in other_store
     }
+    # Each store names its window's parts itself: the referenced files are the same by size and content.
+    assert [(r["bytes"], r["sha256"]) for r in a["window_files"]] == [
+        (r["bytes"], r["sha256"]) for r in b["window_files"]
+    ]
     assert version_files(stores["local"], a["version"]) == version_files(stores["pipes"], b["version"])
     edges = {n: stores[n].load(records[n]["version"]).edges for n in records}
     assert edges["local"].equals(edges["pipes"])  # no edge added, removed or reweighted
