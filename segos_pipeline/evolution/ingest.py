@@ -38,13 +38,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from ..progress import Progress, Tick, emit, stage
 from ..store.snapshot import SnapshotError, SnapshotStore
 from ..text.names import SkillNames
+from . import columnar
 from .adapters.common import RAW_LIMIT, Rejected, files_under, read_lines, rejected
 from .traces import (
+    DEFAULT_AGENT,
     NATIVE_KEYS,
     TRACE_ADAPTER,
     TRACE_SCHEMA,
@@ -105,58 +108,124 @@ class Batch:
 # ------------------------------------------------------------------------------------------- sources
 
 
-def native_batches(path: Path, batch_size: int = INGEST_BATCH) -> Iterator[Batch]:
-    """Every native JSONL line under `path`, validated, in batches of at most `batch_size` lines."""
+def native_batches(path: Path, batch_size: int = INGEST_BATCH, *, fast: bool = True) -> Iterator[Batch]:
+    """Every native JSONL line under `path`, validated, in batches of at most `batch_size` lines.
+
+    With `fast` (the default) the lines the columnar path vouches for (`columnar.vouch`) skip the model;
+    the rest, and every line when `fast` is off, are validated one by one by the model. Both give the same
+    rows and the same rejections."""
+    reader = columnar.Reader() if fast else None
     for file in files_under(Path(path), "*.jsonl"):
-        rows: list[bytes] = []  # compact JSON of each valid trace: about 1 KB, where a model is several
+        lines: list[bytes] = []
         linenos: list[int] = []
-        sources: list[str] = []
-        extras: list[str] = []
-        bad: list[Rejected] = []
-        read = 0
         for lineno, line in read_lines(file):
-            read += 1
-            try:
-                model = validate_line(line)
-                reward_source, extra = finish_native(model)
-            except TraceError as exc:
-                bad.append(rejected(f"{file}:{lineno}", str(exc), line.decode("utf-8", "replace")))
-            else:
-                rows.append(TRACE_ADAPTER.dump_json(model, include=_NATIVE_INCLUDE))
-                linenos.append(lineno)
-                sources.append(reward_source)
-                extras.append(extra)
-            if read >= batch_size:
-                yield Batch(_native_frame(file, rows, linenos, sources, extras), bad, read)
-                rows, linenos, sources, extras, bad, read = [], [], [], [], [], 0
-        if read:
-            yield Batch(_native_frame(file, rows, linenos, sources, extras), bad, read)
+            lines.append(line)
+            linenos.append(lineno)
+            if len(lines) >= batch_size:
+                yield _native_batch(file, lines, linenos, reader)
+                lines, linenos = [], []
+        if lines:
+            yield _native_batch(file, lines, linenos, reader)
 
 
-def _native_frame(
-    file: Path, rows: list[bytes], linenos: list[int], sources: list[str], extras: list[str]
-) -> pl.DataFrame:
-    """The batch's validated traces (their contract fields as compact JSON, written by pydantic-core) as
-    TRACE_SCHEMA columns, parsed by polars in one call."""
+def _native_batch(
+    file: Path, lines: list[bytes], linenos: list[int], reader: columnar.Reader | None
+) -> Batch:
+    """One batch of lines: the vouched rows as they are, every other line through the model (every line
+    when `reader` is None), in line order."""
+    vouched = None if reader is None else columnar.vouch(lines, _texts(lines), reader)
+    rest = range(len(lines)) if vouched is None else _rest(len(lines), vouched.frame["_i"])
+    rows: list[bytes] = []  # compact JSON of each valid trace: about 1 KB, where a model is several
+    kept: list[int] = []
+    sources: list[str] = []
+    extras: list[str] = []
+    bad: list[Rejected] = []
+    for i in rest:
+        line = lines[i]
+        try:
+            model = validate_line(line)
+            reward_source, extra = finish_native(model)
+        except TraceError as exc:
+            bad.append(rejected(f"{file}:{linenos[i]}", str(exc), line.decode("utf-8", "replace")))
+        else:
+            rows.append(TRACE_ADAPTER.dump_json(model, include=_NATIVE_INCLUDE))
+            kept.append(i)
+            sources.append(reward_source)
+            extras.append(extra)
+    frames = [_model_frame(rows, kept, sources, extras)]
+    if vouched is not None and vouched.frame.height:
+        frames.append(_vouched_frame(vouched.frame))
+    native = pl.concat(frames, how="vertical").sort("_i")
+    return Batch(_native_frame(file, native, linenos), bad, len(lines))
+
+
+def _texts(lines: list[bytes]) -> list[str | None]:
+    """Each line decoded, None when it is not UTF-8 (the model gives such a line its reason)."""
+    out: list[str | None] = []
+    for line in lines:
+        try:
+            out.append(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            out.append(None)
+    return out
+
+
+def _rest(n: int, vouched: pl.Series) -> list[int]:
+    """Positions 0..n-1 not vouched for, in order."""
+    keep = np.ones(n, dtype=bool)
+    keep[vouched.to_numpy()] = False
+    return np.flatnonzero(keep).tolist()
+
+
+_NATIVE_ROW = {**_NATIVE_SCHEMA, "reward_source": pl.String, "extra": pl.String, "_i": pl.Int64}
+
+
+def _model_frame(rows: list[bytes], kept: list[int], sources: list[str], extras: list[str]) -> pl.DataFrame:
+    """The traces the model validated (their contract fields as compact JSON, written by pydantic-core) as
+    native columns, parsed by polars in one call."""
     if not rows:
-        return pl.DataFrame(schema=TRACE_SCHEMA)
+        return pl.DataFrame(schema=_NATIVE_ROW)
     try:
         frame = pl.read_json(b"[" + b",".join(rows) + b"]", schema=_NATIVE_SCHEMA)
     except pl.exceptions.PolarsError:  # never seen; if polars' reader refuses a batch, build it row by row
         frame = pl.DataFrame([json.loads(r) for r in rows], schema=_NATIVE_SCHEMA)
-    simulated = pl.col("simulated")
     return frame.with_columns(
+        reward_source=pl.Series(sources, dtype=pl.String),
+        extra=pl.Series(extras, dtype=pl.String),
+        _i=pl.Series(kept, dtype=pl.Int64),
+    ).select(list(_NATIVE_ROW))
+
+
+def _vouched_frame(frame: pl.DataFrame) -> pl.DataFrame:
+    """Rows the fast path vouched for, completed as the model completes them: its defaults for absent
+    keys, the reward as given, no extras."""
+    return (
+        frame.with_columns(
+            pl.col("agent").fill_null(DEFAULT_AGENT),
+            pl.col("attempt").fill_null(1),
+            pl.col("simulated").fill_null(False),
+            reward_source=pl.lit("reward"),
+            extra=pl.lit(""),
+        )
+        .cast(_NATIVE_ROW)  # type: ignore[arg-type]
+        .select(list(_NATIVE_ROW))
+    )
+
+
+def _native_frame(file: Path, native: pl.DataFrame, linenos: list[int]) -> pl.DataFrame:
+    """Native rows (with `_i`, the position of each in the batch) as TRACE_SCHEMA rows."""
+    simulated = pl.col("simulated")
+    line = pl.Series(linenos, dtype=pl.Int64).gather(native["_i"])
+    return native.with_columns(
         pl.col("queries").fill_null(pl.lit([], dtype=TRACE_SCHEMA["queries"])),
         pl.col("used").list.unique(maintain_order=True),  # first-use order: later repeats add nothing
         window=pl.lit(None, dtype=pl.String),
         used_ordered=pl.lit(True),
-        reward_source=pl.Series(sources, dtype=pl.String),
         unknown_skills=pl.lit([], dtype=pl.List(pl.String)),
-        source=pl.format("{}:{}", pl.lit(str(file)), pl.Series(linenos, dtype=pl.Int64)),
+        source=pl.format("{}:{}", pl.lit(str(file)), line),
         # The simulator marks what it writes; the flag survives ingestion so simulated traces are never
         # mistaken for real ones.
         source_format=pl.when(simulated).then(pl.lit("simulated")).otherwise(pl.lit("native")),
-        extra=pl.Series(extras, dtype=pl.String),
     ).select(list(TRACE_SCHEMA))
 
 
