@@ -18,7 +18,7 @@ from segos_pipeline.config import MAX_ATTEMPT, MAX_ID_CHARS, MAX_LINE_BYTES, MAX
 from segos_pipeline.evaluation.trace_fuzz import write_corpus
 from segos_pipeline.evolution import columnar
 from segos_pipeline.evolution.adapters import iter_records
-from segos_pipeline.evolution.ingest import IngestReport, TraceStore, _texts, native_batches
+from segos_pipeline.evolution.ingest import IngestReport, TraceStore, native_batches
 from segos_pipeline.evolution.traces import TRACE_SCHEMA, TraceRecord, native_dict
 from segos_pipeline.paths import DEMO_TRACES
 
@@ -240,12 +240,12 @@ def test_vouches_for_valid_canonical_lines_and_leaves_the_doubtful(tmp_path: Pat
         '{"trace_id": "d-7", "task_id": "k", "used": [], "reward": 1}{"trace_id": "x"}',
         '{"trace_id": "d-8", "\\u0061ttempt": null, "task_id": "k", "used": [], "reward": 1}',
     ]
-    assert len(columnar.vouch(plain, _texts(plain)).frame) == len(plain)
+    assert len(columnar.vouch(plain).frame) == len(plain)
     lines = list(plain)
     at = [100 + 230 * k for k in range(len(doubtful))]
     for k, d in zip(at, doubtful, strict=True):
         lines.insert(k, d.encode() + b"\n")
-    vouched = columnar.vouch(lines, _texts(lines))
+    vouched = columnar.vouch(lines)
     taken = set(vouched.frame["_i"].to_list())
     assert not taken & set(at)
     # a refused chunk is halved down to PARSE_MIN_CHUNK lines: only lines near a refused one go along
@@ -314,7 +314,7 @@ def test_simulated_lines_are_all_vouched_for(demo_store: Path, tmp_path: Path) -
     tasks = load_queries(DEFAULT_QUERIES).queries
     records = simulate(retriever, tasks, SimulationConfig(traces=300, seed=5))
     lines = [json.dumps(to_native(r)).encode() + b"\n" for r in records]
-    vouched = columnar.vouch(lines, _texts(lines))
+    vouched = columnar.vouch(lines)
     assert vouched.frame.height == len(lines) == 300 and vouched.refused == 0
 
 
@@ -330,13 +330,45 @@ def test_input_the_fast_path_cannot_take_costs_a_probe_not_several_parses() -> N
     next only a probe; a clean batch after them is taken whole again."""
     extra = [_line(trace_id=f"e-{i}", cost=i).encode() + b"\n" for i in range(4000)]
     reader = columnar.Reader()
-    first = columnar.vouch(extra[:2000], _texts(extra[:2000]), reader)
+    first = columnar.vouch(extra[:2000], reader)
     spent = reader.lines_read
     probe = max(2000 // columnar.PROBE_SHARE, 4 * columnar.PARSE_MIN_CHUNK)
     assert first.frame.height == 0 and first.refused == 2000 and reader.refusing
     assert spent <= 2000 + columnar.PARSE_BUDGET * probe
-    second = columnar.vouch(extra[2000:], _texts(extra[2000:]), reader)
+    second = columnar.vouch(extra[2000:], reader)
     assert second.frame.height == 0 and reader.lines_read - spent <= columnar.PARSE_BUDGET * probe
     plain = [_line(trace_id=f"p-{i}").encode() + b"\n" for i in range(2000)]
-    third = columnar.vouch(plain, _texts(plain), reader)
+    third = columnar.vouch(plain, reader)
     assert third.frame.height == 2000 and not reader.refusing
+
+
+def test_stored_ids_find_what_was_added() -> None:
+    from segos_pipeline.evolution.ingest import StoredIds, id_hashes
+
+    ids = StoredIds(id_hashes(pl.Series(["a", "b"])))
+    ids.add(id_hashes(pl.Series(["z", "c"])))
+    assert len(ids) == 4
+    found = ids.contains(id_hashes(pl.Series(["c", "x", "a", "z", "y"])))
+    assert found.tolist() == [True, False, True, True, False]
+
+
+def test_colliding_id_hashes_never_lose_a_trace(demo_store: Path, tmp_path: Path, monkeypatch) -> None:
+    """Every id given the same hash: each hash match is checked against the stored ids, so new traces are
+    still stored and only true repeats count as duplicates (the same figures as with real hashes)."""
+    import numpy as np
+
+    from segos_pipeline.evolution import ingest
+
+    source = _write(tmp_path / "in" / "crafted.jsonl", _crafted())
+    reports = []
+    for collide in (False, True):
+        if collide:
+            monkeypatch.setattr(ingest, "id_hashes", lambda s: np.zeros(len(s), dtype=np.uint64))
+        root = tmp_path / f"store-{collide}"
+        shutil.copytree(demo_store, root)
+        traces = TraceStore(root)
+        traces.ingest_batches(native_batches(source, 40))
+        again = traces.ingest_batches(native_batches(source, 40))  # everything is a repeat now
+        reports.append((traces.ingest_batches(native_batches(DEMO_TRACES, 7)).to_dict(), again.to_dict()))
+        reports.append({w: traces.load(w).height for w in traces.windows()})
+    assert reports[0] == reports[2] and reports[1] == reports[3]

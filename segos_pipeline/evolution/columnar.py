@@ -102,12 +102,15 @@ class Reader:
         self.refusing = False
         self.lines_read = 0  # lines handed to pyarrow, retries included (what the fast path spent)
 
-    def parse(self, lines: list[bytes], candidates: np.ndarray) -> tuple[list[pl.DataFrame], int]:
-        """The candidate lines as parsed chunks (with `_i`), and how many were refused."""
+    def parse(
+        self, lines: list[bytes], candidates: np.ndarray, buffer: bytes
+    ) -> tuple[list[pl.DataFrame], int]:
+        """The candidate lines as parsed chunks (with `_i`), and how many were refused. `buffer` is all the
+        lines joined, parsed as it is when every line is a candidate."""
         if not len(candidates):
             return [], 0
         if not self.refusing:
-            whole = self._chunk_frame(lines, candidates)
+            whole = self._chunk_frame(lines, candidates, buffer if len(candidates) == len(lines) else None)
             if whole is not None:
                 return [whole], 0
         size = max(len(candidates) // PROBE_SHARE, 4 * PARSE_MIN_CHUNK)
@@ -119,12 +122,14 @@ class Reader:
         more, refused_more = self._bisect(lines, rest)
         return got + more, refused + refused_more
 
-    def _chunk_frame(self, lines: list[bytes], chunk: np.ndarray) -> pl.DataFrame | None:
+    def _chunk_frame(
+        self, lines: list[bytes], chunk: np.ndarray, joined: bytes | None = None
+    ) -> pl.DataFrame | None:
         """The chunk's lines parsed as one buffer (with `_i`), or None when the reader refuses it or finds a
         different number of objects than lines. Every line but a file's last ends with its newline, and that
         one is last in its chunk."""
         self.lines_read += len(chunk)
-        table = _read_or_none(b"".join([lines[i] for i in chunk.tolist()]))
+        table = _read_or_none(joined if joined is not None else b"".join([lines[i] for i in chunk.tolist()]))
         if table is None or table.num_rows != len(chunk):
             return None
         frame = pl.from_arrow(table)
@@ -153,11 +158,12 @@ class Reader:
         return out, refused
 
 
-def vouch(lines: list[bytes], texts: list[str | None], reader: Reader | None = None) -> Vouched:
-    """The lines of a batch the fast path vouches for. `texts[i]` is `lines[i]` decoded, None when it is
-    not UTF-8; `reader` carries what earlier batches of the run taught (a new one when None)."""
-    candidates = np.flatnonzero(_line_shape_ok(texts))
-    chunks, refused = (reader or Reader()).parse(lines, candidates)
+def vouch(lines: list[bytes], reader: Reader | None = None) -> Vouched:
+    """The lines of a batch the fast path vouches for; `reader` carries what earlier batches of the run
+    taught (a new one when None)."""
+    buffer = b"".join(lines)
+    candidates = np.flatnonzero(_line_shape_ok(_strings(lines, buffer)))
+    chunks, refused = (reader or Reader()).parse(lines, candidates, buffer)
     if not chunks:
         return Vouched(_empty(), len(candidates), refused)
     frame = pl.concat(chunks, how="vertical")
@@ -167,10 +173,31 @@ def vouch(lines: list[bytes], texts: list[str | None], reader: Reader | None = N
 # ------------------------------------------------------------------------------------ before parsing
 
 
-def _line_shape_ok(texts: list[str | None]) -> np.ndarray:
+def _strings(lines: list[bytes], buffer: bytes) -> pl.Series:
+    """The lines as a string column (null where a line is not UTF-8), made from the joined buffer and the
+    line offsets in one piece; line by line only when some line is not UTF-8."""
+    offsets = np.zeros(len(lines) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, lines), dtype=np.int64, count=len(lines)), out=offsets[1:])
+    column = pa.LargeStringArray.from_buffers(len(lines), pa.py_buffer(offsets), pa.py_buffer(buffer))
+    try:
+        column.validate(full=True)  # UTF-8 of every line (a line cut inside a character fails too)
+    except pa.ArrowInvalid:
+        return pl.Series("line", [_decoded(line) for line in lines], dtype=pl.String)
+    series = pl.from_arrow(column)
+    assert isinstance(series, pl.Series)
+    return series.alias("line")
+
+
+def _decoded(line: bytes) -> str | None:
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _line_shape_ok(line: pl.Series) -> np.ndarray:
     """Lines worth handing to the reader: UTF-8, one object, no key the reader could misread as absent.
     Cheap literal tests first; the regular expressions run only on the few lines they leave in doubt."""
-    line = pl.Series("line", texts, dtype=pl.String)
     ok = (
         line.is_not_null()
         & (line.str.len_bytes() <= MAX_LINE_BYTES)

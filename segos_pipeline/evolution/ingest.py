@@ -133,7 +133,7 @@ def _native_batch(
 ) -> Batch:
     """One batch of lines: the vouched rows as they are, every other line through the model (every line
     when `reader` is None), in line order."""
-    vouched = None if reader is None else columnar.vouch(lines, _texts(lines), reader)
+    vouched = None if reader is None else columnar.vouch(lines, reader)
     rest = range(len(lines)) if vouched is None else _rest(len(lines), vouched.frame["_i"])
     rows: list[bytes] = []  # compact JSON of each valid trace: about 1 KB, where a model is several
     kept: list[int] = []
@@ -157,17 +157,6 @@ def _native_batch(
         frames.append(_vouched_frame(vouched.frame))
     native = pl.concat(frames, how="vertical").sort("_i")
     return Batch(_native_frame(file, native, linenos), bad, len(lines))
-
-
-def _texts(lines: list[bytes]) -> list[str | None]:
-    """Each line decoded, None when it is not UTF-8 (the model gives such a line its reason)."""
-    out: list[str | None] = []
-    for line in lines:
-        try:
-            out.append(line.decode("utf-8"))
-        except UnicodeDecodeError:
-            out.append(None)
-    return out
 
 
 def _rest(n: int, vouched: pl.Series) -> list[int]:
@@ -456,6 +445,41 @@ class TraceStore:
             fh.write(json.dumps(entry) + "\n")
 
 
+def id_hashes(trace_ids: pl.Series) -> np.ndarray:
+    """64-bit hashes of trace ids (polars' hash: fixed within a process, which is all a run needs)."""
+    return trace_ids.hash(seed=0).to_numpy()
+
+
+class StoredIds:
+    """The trace ids a window holds, as their sorted 64-bit hashes: 8 bytes a trace instead of the id
+    strings, and a batch's lookup costs log(window) per id instead of hashing the whole window again. A
+    hash match is only a candidate; `_Run._confirm` checks it against the stored ids themselves."""
+
+    def __init__(self, hashes: np.ndarray):
+        self.hashes = np.sort(hashes)
+
+    @classmethod
+    def of(cls, files: list[Path]) -> StoredIds:
+        if not files:
+            return cls(np.empty(0, dtype=np.uint64))
+        ids = pl.scan_parquet(files, schema=TRACE_SCHEMA).select("trace_id").collect()["trace_id"]
+        return cls(id_hashes(ids))
+
+    def __len__(self) -> int:
+        return len(self.hashes)
+
+    def contains(self, hashes: np.ndarray) -> np.ndarray:
+        at = np.searchsorted(self.hashes, hashes)
+        found = np.zeros(len(hashes), dtype=bool)
+        inside = at < len(self.hashes)
+        found[inside] = self.hashes[at[inside]] == hashes[inside]
+        return found
+
+    def add(self, hashes: np.ndarray) -> None:
+        new = np.sort(hashes)
+        self.hashes = np.insert(self.hashes, np.searchsorted(self.hashes, new), new)
+
+
 class _Run:
     """The state of one ingestion run: ids already stored per window, quarantine keys, counts."""
 
@@ -464,19 +488,14 @@ class _Run:
         self.lookup = _Lookup(names)
         self.report = report
         self.unknown: Counter[str] = Counter()
-        self.ids: dict[str, pl.Series] = {}
+        self.ids: dict[str, StoredIds] = {}
         self.quarantined: dict[str, set[tuple[str, str]]] = {}
         self.name = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
         self.parts = 0
 
-    def stored_ids(self, window: str) -> pl.Series:
+    def stored_ids(self, window: str) -> StoredIds:
         if window not in self.ids:
-            files = self.traces.files(window)
-            self.ids[window] = (
-                pl.scan_parquet(files, schema=TRACE_SCHEMA).select("trace_id").collect()["trace_id"]
-                if files
-                else pl.Series("trace_id", [], dtype=pl.String)
-            )
+            self.ids[window] = StoredIds.of(self.traces.files(window))
         return self.ids[window]
 
     def add(self, batch: Batch, window: str | None) -> None:
@@ -506,33 +525,51 @@ class _Run:
 
     def _store(self, window: str, part: pl.DataFrame) -> list[Rejected]:
         """Append the window's new traces; count duplicates; return conflicts as rejections."""
-        stored = self.stored_ids(window)
-        part = part.with_columns(_first=pl.col("trace_id").is_first_distinct())
-        fresh = part.filter(pl.col("_first") & ~pl.col("trace_id").is_in(stored.implode())).drop("_first")
-        again = part.filter(~pl.col("_first") | pl.col("trace_id").is_in(stored.implode())).drop("_first")
-        conflicts = self._compare(window, again, fresh) if again.height else []
+        ids = self.stored_ids(window)
+        hashes = id_hashes(part["trace_id"])
+        stored = self._confirm(window, part["trace_id"].filter(ids.contains(hashes)))
+        new = part["trace_id"].is_first_distinct() & ~part["trace_id"].is_in(stored.implode())
+        fresh, again = part.filter(new), part.filter(~new)
+        conflicts = self._compare(window, again, fresh, stored) if again.height else []
         self.report.duplicates += again.height - len(conflicts)
         self.report.conflicts += len(conflicts)
         if fresh.height:
             self.parts += 1
             self.traces._write_part(window, fresh.sort("trace_id"), f"{self.name}-{self.parts:05d}")
-            self.ids[window] = pl.concat([stored, fresh["trace_id"]])
+            ids.add(hashes[new.to_numpy()])
         counts = self.report.windows.setdefault(window, {"accepted": 0, "quarantined": 0, "total": 0})
         counts["accepted"] += fresh.height
-        counts["total"] = self.ids[window].len()
+        counts["total"] = len(ids)
         self.report.accepted += fresh.height
         return conflicts
 
-    def _compare(self, window: str, again: pl.DataFrame, fresh: pl.DataFrame) -> list[Rejected]:
-        """Repeated ids: the same content is a duplicate; different content is a conflict (rejected)."""
+    def _confirm(self, window: str, candidates: pl.Series) -> pl.Series:
+        """The candidate ids (their hash is stored) that the window's files really hold: a hash shared by two
+        ids must not make a new trace a duplicate."""
+        files = self.traces.files(window)
+        if candidates.is_empty() or not files:
+            return pl.Series("trace_id", [], dtype=pl.String)
+        wanted = candidates.unique().implode()
+        return (
+            pl.scan_parquet(files, schema=TRACE_SCHEMA)
+            .select("trace_id")
+            .filter(pl.col("trace_id").is_in(wanted))
+            .unique()
+            .collect()["trace_id"]
+        )
+
+    def _compare(
+        self, window: str, again: pl.DataFrame, fresh: pl.DataFrame, stored: pl.Series
+    ) -> list[Rejected]:
+        """Repeated ids: the same content is a duplicate; different content is a conflict (rejected).
+        `stored`: the repeated ids the window's files already hold."""
         ids = again["trace_id"].unique()
-        stored = self.stored_ids(window)
         first = pl.concat(
             [
                 pl.scan_parquet(self.traces.files(window), schema=TRACE_SCHEMA)
-                .filter(pl.col("trace_id").is_in(ids.filter(ids.is_in(stored.implode())).implode()))
+                .filter(pl.col("trace_id").is_in(stored.implode()))
                 .collect()
-                if self.traces.files(window)
+                if stored.len()
                 else pl.DataFrame(schema=TRACE_SCHEMA),
                 fresh.filter(pl.col("trace_id").is_in(ids.implode())).select(list(TRACE_SCHEMA)),
             ]
@@ -583,7 +620,7 @@ class _Run:
         counts = self.report.windows.setdefault(window, {"accepted": 0, "quarantined": 0, "total": 0})
         counts["quarantined"] += added
         if window in self.ids or self.traces.files(window):
-            counts["total"] = self.stored_ids(window).len()
+            counts["total"] = len(self.stored_ids(window))
 
 
 def empty_traces() -> pl.DataFrame:
