@@ -372,3 +372,36 @@ def test_colliding_id_hashes_never_lose_a_trace(demo_store: Path, tmp_path: Path
         reports.append((traces.ingest_batches(native_batches(DEMO_TRACES, 7)).to_dict(), again.to_dict()))
         reports.append({w: traces.load(w).height for w in traces.windows()})
     assert reports[0] == reports[2] and reports[1] == reports[3]
+
+
+def test_prefetched_keeps_order_raises_the_producers_error_and_stops_with_the_consumer() -> None:
+    import threading
+
+    from segos_pipeline.evolution.ingest import prefetched
+
+    assert list(prefetched(iter(range(100)), depth=3)) == list(range(100))
+
+    def failing():
+        yield 1
+        raise ValueError("bad batch")
+
+    got = []
+    with pytest.raises(ValueError, match="bad batch"):
+        for item in prefetched(failing()):
+            got.append(item)
+    assert got == [1]
+
+    produced = []
+
+    def endless():
+        i = 0
+        while True:
+            produced.append(i)
+            yield i
+            i += 1
+
+    stream = prefetched(endless(), depth=2)
+    assert [next(stream) for _ in range(5)] == list(range(5))
+    stream.close()  # the consumer stops: the producer thread ends too, a few items ahead at most
+    assert not any(t.name == "ingest-prefetch" for t in threading.enumerate())
+    assert len(produced) <= 5 + 2 + 1

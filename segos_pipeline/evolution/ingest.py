@@ -28,15 +28,17 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import tempfile
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import polars as pl
@@ -58,6 +60,7 @@ from .traces import (
     validate_line,
 )
 
+T = TypeVar("T")
 _WINDOW_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 INGEST_BATCH = 50_000  # lines per batch: bounds memory (about 1 KB of Python objects per trace in flight)
 UNPLACED = "unplaced"
@@ -315,6 +318,49 @@ def resolve_frame(frame: pl.DataFrame, lookup: _Lookup) -> tuple[pl.DataFrame, p
     return frame, counts
 
 
+def prefetched(items: Iterable[T], depth: int = 1) -> Iterator[T]:
+    """`items` in order, produced by a background thread up to `depth` items ahead of the consumer.
+
+    Reading and validating a batch (pyarrow, polars and pydantic-core release the GIL for most of it)
+    then overlaps with resolving and writing the one before, on a second core when there is one. An error
+    of the producer is raised here; when the consumer stops early, the producer stops at its next item."""
+    channel: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def send(kind: str, value: Any) -> bool:
+        while not stop.is_set():
+            try:
+                channel.put((kind, value), timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not send("item", item):
+                    return
+        except BaseException as exc:  # handed to the consumer, raised there
+            send("error", exc)
+        else:
+            send("done", None)
+
+    thread = threading.Thread(target=produce, name="ingest-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, value = channel.get()
+            if kind == "error":
+                raise value
+            if kind == "done":
+                return
+            yield value
+    finally:
+        stop.set()
+        thread.join()
+
+
 # ------------------------------------------------------------------------------------------ the store
 
 
@@ -419,7 +465,7 @@ class TraceStore:
             self, SkillNames(self.store.load(snap_id, verify=False).nodes), IngestReport(version=snap_id)
         )
         with stage(progress, "validate and store", lambda: f"{run.report.read:,} lines"):
-            for batch in batches:
+            for batch in prefetched(batches):  # the next batch is read and validated while this one is stored
                 run.add(batch, window)
                 emit(progress, Tick("traces read", run.report.read))
         run.report.unknown_skills = dict(run.unknown.most_common())
