@@ -17,11 +17,14 @@ quarantined with its reason, and so is a trace whose id is already stored with d
 conflict). The same id with the same content is a duplicate: counted and skipped, so re-ingesting the same
 input adds nothing twice, and a quarantine entry already present is not repeated.
 
-Native JSONL is read in batches of `batch_size` lines: each line is bounded (length, nesting) and validated
-by pydantic-core (Rust), the batch's valid models are serialised once and read back by polars as columns;
-skill names are resolved through a lookup table (each distinct name resolved once per run), duplicates are
-found with an anti-join on trace id against what the window already holds, and the new rows of each window
-are appended as one part. Memory follows the batch, plus the trace ids of the windows being written.
+Native JSONL is read in batches of `batch_size` lines, the next batch read and validated in a background
+thread while the current one is stored. The columnar fast path (`columnar.py`: pyarrow parses the batch
+with the contract's schema, polars expressions check the bounds) takes the lines it can vouch for as they
+are; every other line is validated by pydantic-core (Rust) one by one, and its model serialised once and
+read back by polars, so both give the same rows and rejections. Skill names are resolved through a lookup
+table (each distinct name resolved once per run), duplicates are found against the window's trace ids kept
+as sorted 64-bit hashes (a match confirmed against the stored ids), and the new rows of each window are
+appended as one part. Memory follows the batch, plus 8 bytes per trace of the windows being written.
 """
 
 from __future__ import annotations
