@@ -307,7 +307,8 @@ def _bad_queries(frame: pl.DataFrame) -> pl.Series:
 
 
 def _bad_refs(frame: pl.DataFrame) -> pl.Series:
-    """`_i` of rows with a skill reference (used, retrieved or seeds) that is null or not a valid name."""
+    """`_i` of rows with a skill reference (used, retrieved or seeds) that is null or not a valid name.
+    Names repeat across traces, so each distinct one is checked once."""
     q = pl.col("q")
     queries = frame.select("_i", q=pl.col("queries")).filter(q.is_not_null()).explode("q").drop_nulls("q")
     lists = [
@@ -316,4 +317,9 @@ def _bad_refs(frame: pl.DataFrame) -> pl.Series:
         queries.select("_i", ref=q.struct.field("seeds")),
     ]
     refs = pl.concat([x.filter(pl.col("ref").is_not_null()).explode("ref") for x in lists])
-    return refs.filter(~text_ok(pl.col("ref"), MAX_NAME_CHARS).fill_null(False))["_i"]
+    names = refs["ref"].unique()
+    bad = names.filter(~names.to_frame().select(text_ok(pl.col("ref"), MAX_NAME_CHARS)).to_series())
+    nulls = refs.filter(pl.col("ref").is_null())["_i"]
+    if bad.is_empty():
+        return nulls
+    return pl.concat([nulls, refs.filter(pl.col("ref").is_in(bad.implode()))["_i"]])
