@@ -405,3 +405,20 @@ def test_prefetched_keeps_order_raises_the_producers_error_and_stops_with_the_co
     stream.close()  # the consumer stops: the producer thread ends too, a few items ahead at most
     assert not any(t.name == "ingest-prefetch" for t in threading.enumerate())
     assert len(produced) <= 5 + 2 + 1
+
+
+def test_reader_schema_follows_the_contract() -> None:
+    """The reader's schema is the model's keys (less `ctrf`, left to the model) with the trace table's types,
+    and the whitespace set covers every character Python strips (none beyond the BMP)."""
+    import sys
+
+    from segos_pipeline.evolution.traces import NativeTrace, Query
+
+    arrow = columnar.NATIVE_ARROW
+    assert set(arrow.names) == set(NativeTrace.model_fields) - {"ctrf"}
+    assert {f.name for f in arrow.field("queries").type.value_type} == set(Query.model_fields)
+    frame = pl.from_arrow(arrow.empty_table())
+    assert isinstance(frame, pl.DataFrame)
+    assert all(TRACE_SCHEMA[k] == dtype for k, dtype in frame.schema.items())
+    beyond = [c for c in range(0x10000, sys.maxunicode + 1) if chr(c).isspace()]
+    assert not beyond and all(c in columnar.EDGE_WHITESPACE for c in " \t\n\x0b\x0c\r\x1c\x85\xa0\u3000")
