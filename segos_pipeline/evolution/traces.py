@@ -10,10 +10,12 @@ Native format, one JSON object a line (extra keys are kept in `extra`):
 
 The contract is one pydantic model, `NativeTrace`; its JSON Schema ships as `trace.schema.json` beside this
 module (`segos trace-schema` prints it). Every way a trace enters segos goes through it: `segos ingest`
-validates each line with `validate_line` (pydantic-core's Rust JSON parser and validator, strict types),
-`record_trace` (MCP) serialises its arguments to the line it would append and validates that same line, and
-records made by the adapters of other formats are checked with `check_record`. A record that fails gets a
-one-sentence reason (the quarantine row), never an exception that stops the rest.
+validates each line with `validate_line` (pydantic-core's Rust JSON parser and validator, strict types) or,
+for the lines it can vouch for, with `columnar.py`, which accepts exactly what the model accepts and leaves
+it every line in doubt; `record_trace` (MCP) serialises its arguments to the line it would append and
+validates that same line, and records made by the adapters of other formats are checked with
+`check_record`. A record that fails gets a one-sentence reason (the quarantine row), never an exception
+that stops the rest.
 
 Choices the contract makes (docs/data-contracts.md lists every bound):
 - ids (`trace_id`, `task_id`) are JSON strings; an integer id is rejected with a reason, so `0` and `"0"`
