@@ -301,6 +301,7 @@ def test_cli_commands_on_a_uri_store(uri, tmp_path):
     evolved = run("evolve", "--window", WINDOW, "--from", vid, *common, "--json", "--quiet").stdout
     child = json.loads(evolved)
     assert child["parent"] == vid
+    assert run("verify", child["version"], *other).output.strip() == f"{child['version']}: ok"
     bundle = json.loads(run("retrieve", "merge pdf files", *other, "--json").stdout)
     assert bundle["version"] == child["version"] and bundle["skills"]
     assert list((cache / cache_folder(uri, cache).name / "versions").iterdir())
@@ -326,3 +327,39 @@ def test_cli_errors_on_a_uri_store_are_one_line(uri, hooks, tmp_path):
     down = run("versions", "--store", "hookmem://down/store", "--cache", tmp_path / "d", code=2)
     assert "could not list the versions at hookmem://down/store" in down.output
     assert "Could not connect" in down.output and len(down.output.strip().splitlines()) == 1
+
+
+def test_the_spark_engine_on_a_uri_store_commits_the_local_engines_version(tmp_path):
+    """`--engine spark` on a store given by URI (local mode, one machine): the window is brought into the
+    cache and read there by Spark, the parent loaded from the cache by the executors; the version equals
+    the local engine's, evolved from another cache."""
+    pytest.importorskip("pyspark", reason="the spark extra is not installed")
+    pytest.importorskip("pandas", reason="the spark extra is not installed (mapInArrow needs pandas)")
+    from segos_pipeline.config import EngineConfig
+    from segos_pipeline.evolution.engines.local import LocalEngine
+    from segos_pipeline.evolution.engines.spark import SparkEngine, spark_session
+
+    uri = (tmp_path / "remote").as_uri()
+    writer = RemoteStore(uri, tmp_path / "a")
+    parent = build_cold_start(DEFAULT_LIBRARY, writer)["version"]
+    TraceStore(writer).ingest_path(DEMO_TRACES)
+    config = EngineConfig(
+        engine="spark",
+        spark_master="local[1]",
+        partitions=2,
+        spark_conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "1"},
+    )
+    session = spark_session(config)
+    try:
+        engine = SparkEngine(config, session)
+        on_spark = evolve(RemoteStore(uri, tmp_path / "b"), WINDOW, parent, engine=engine)
+    finally:
+        session.stop()
+    locally = evolve(RemoteStore(uri, tmp_path / "c"), WINDOW, parent, engine=LocalEngine())
+    assert on_spark["engine"]["engine"] == "spark" and locally["engine"]["engine"] == "local"
+    assert on_spark["files"] == locally["files"] and on_spark["counters"] == locally["counters"]
+    assert [m["version"] for m in RemoteStore(uri, tmp_path / "d").list_versions()] == [
+        parent,
+        on_spark["version"],
+        locally["version"],
+    ]
