@@ -4,6 +4,9 @@ with local cache folders; the manifest uploaded last is the commit point."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -182,6 +185,60 @@ def test_failing_between_uploads_leaves_no_version_and_a_retry_commits(hooks, tm
     vid = build_cold_start(DEFAULT_LIBRARY, writer)["version"]
     assert [m["version"] for m in RemoteStore(uri, tmp_path / "c").list_versions()] == [vid]
     assert files_of(RemoteStore(uri, tmp_path / "d").load().path) == files_of(writer.versions_dir / vid)
+
+
+KILLED_WRITER = """
+import os, signal, sys
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+class KillFS(LocalFileSystem):  # the folder of a file:// URI, whose writer dies at its 4th upload
+    protocol = ("killfile", "file")
+    puts = 0
+
+    @classmethod
+    def _strip_protocol(cls, path):
+        if isinstance(path, str) and path.startswith("killfile://"):
+            path = path.removeprefix("killfile://")
+        return super()._strip_protocol(path)
+
+    def put_file(self, lpath, rpath, **kwargs):
+        KillFS.puts += 1
+        if KillFS.puts == 4:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().put_file(lpath, rpath, **kwargs)
+
+fsspec.register_implementation("killfile", KillFS, clobber=True)
+from segos_pipeline.graph.build import build_cold_start
+from segos_pipeline.paths import DEFAULT_LIBRARY
+from segos_pipeline.store.remote import RemoteStore
+build_cold_start(DEFAULT_LIBRARY, RemoteStore(sys.argv[1], sys.argv[2]))
+"""
+
+
+def test_a_writer_killed_between_uploads_leaves_no_version(tmp_path):
+    """SIGKILL in the middle of publishing (no handler runs): the URI holds files without a manifest,
+    which no reader lists; the next writer on the dead one's cache forgets its unpublished version and
+    publishes as sequence 1."""
+    folder = tmp_path / "remote"
+    cache = tmp_path / "cache"
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_WRITER, f"killfile://{folder}", str(cache)],
+        capture_output=True,
+        timeout=600,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
+    uri = folder.as_uri()
+    [half] = list((folder / "versions").iterdir())
+    assert any(half.iterdir()) and not (half / MANIFEST).exists()
+    assert RemoteStore(uri, tmp_path / "reader").list_versions() == []
+    # the dead writer's cache, as this process names the cache of the same folder by its file:// URI
+    cache_folder(f"killfile://{folder}", cache).rename(cache_folder(uri, cache))
+    writer = RemoteStore(uri, cache)
+    assert [p.name for p in writer.versions_dir.iterdir()] == [half.name]  # committed in the cache only
+    vid = build_cold_start(DEFAULT_LIBRARY, writer)["version"]
+    assert vid.startswith("v0001-") and [p.name for p in writer.versions_dir.iterdir()] == [vid]
+    assert files_of(RemoteStore(uri, tmp_path / "fresh").load().path) == files_of(writer.versions_dir / vid)
 
 
 @pytest.mark.parametrize("same_content", [False, True])

@@ -279,6 +279,7 @@ class RemoteStore(SnapshotStore):
         """Commit in the cache as a local store does, then publish; a version that cannot be published
         leaves the cache too (nothing was committed)."""
         with self.writer():
+            self._forget_unpublished()
             full = super()._commit(stage, manifest, files, content)
             folder = self.versions_dir / full["version"]
             try:
@@ -287,6 +288,18 @@ class RemoteStore(SnapshotStore):
                 shutil.rmtree(folder, ignore_errors=True)
                 raise
         return full
+
+    def _forget_unpublished(self) -> list[str]:
+        """Remove cached versions the URI does not list: left by a writer killed while it published (one
+        that fails removes its own). Run under the writer lock, so no live writer's version is touched;
+        readers only ever add versions the URI lists."""
+        if not self.versions_dir.is_dir():
+            return []
+        published = {m["version"] for m in self._scan()[0]}
+        gone = [p for p in self.versions_dir.iterdir() if p.is_dir() and p.name not in published]
+        for folder in gone:
+            shutil.rmtree(folder, ignore_errors=True)
+        return [p.name for p in gone]
 
     def publish(self, folder: Path, overtaken_check: bool = False) -> dict[str, Any]:
         """Upload a committed version folder (of this cache or of any local store) to the URI, file by
