@@ -130,8 +130,10 @@ def get_whole(loc: Location, source: str, local: Path) -> None:
 
 def children(loc: Location, rel: str) -> list[dict[str, Any]]:
     """The entries (fsspec `ls` details) directly under `rel`; none when the folder does not exist."""
+    path = loc.join(rel)
+    loc.fs.invalidate_cache(path)  # s3fs, gcsfs, ... keep listings: another writer may have added since
     try:
-        return list(loc.fs.ls(loc.join(rel), detail=True))
+        return list(loc.fs.ls(path, detail=True))
     except FileNotFoundError:
         return []
 

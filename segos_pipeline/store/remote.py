@@ -120,6 +120,7 @@ class RemoteStore(SnapshotStore):
     def __init__(self, uri: str, cache: str | Path | None = None, lock_timeout: float = WRITER_WAIT_S):
         self.location: Location = open_location(uri)
         self.uri = self.location.uri
+        self._manifests: dict[str, bytes] = {}  # also on disk; kept here too for a read-only cache
         super().__init__(cache_folder(self.uri, cache), lock_timeout)
 
     def __repr__(self) -> str:
@@ -165,10 +166,15 @@ class RemoteStore(SnapshotStore):
         return found, unreadable
 
     def _cached_manifest(self, vid: str) -> bytes | None:
-        path = self.root / MANIFESTS / f"{vid}.json"
-        return path.read_bytes() if path.is_file() else None
+        if vid not in self._manifests:
+            path = self.root / MANIFESTS / f"{vid}.json"
+            if not path.is_file():
+                return None
+            self._manifests[vid] = path.read_bytes()
+        return self._manifests[vid]
 
     def _remember_manifest(self, vid: str, data: bytes) -> None:
+        self._manifests[vid] = data
         path = self.root / MANIFESTS / f"{vid}.json"
         if not path.is_file():
             with contextlib.suppress(OSError):  # a read-only cache still reads: it just lists again
@@ -332,7 +338,9 @@ class RemoteStore(SnapshotStore):
         return manifest
 
     def _refuse_published(self, vid: str) -> None:
-        if self.location.fs.exists(self.location.join("versions", vid, MANIFEST)):
+        path = self.location.join("versions", vid, MANIFEST)
+        self.location.fs.invalidate_cache(path)
+        if self.location.fs.exists(path):
             raise VersionExists(
                 f"version {vid} is already published at {self.location.url('versions', vid)}; a published "
                 "version is never overwritten (commit a new version instead)"
@@ -369,6 +377,7 @@ class RemoteStore(SnapshotStore):
         """Files under `rel` (any depth) whose name ends with `suffix`: path relative to the store → bytes.
         Temporary uploads (`*.tmp`) and hidden files are left out."""
         with remote_io("list", self.location.url(rel)):
+            self.location.fs.invalidate_cache(self.location.join(rel))
             try:
                 found = self.location.fs.find(self.location.join(rel), detail=True)
             except FileNotFoundError:
