@@ -98,8 +98,12 @@ def remote_bytes(store: RemoteStore, vid: str) -> dict[str, bytes]:
 
 
 def stable(manifest: dict[str, Any]) -> dict[str, Any]:
-    """What two equal rounds share: everything but when they ran and how long they took."""
-    return {k: v for k, v in manifest.items() if k not in ("created_at", "timings_s", "engine")}
+    """What two equal rounds share: everything but when they ran and how long they took, and the names of
+    the window files a version references (each store names its parts itself): their contents count."""
+    out = {k: v for k, v in manifest.items() if k not in ("created_at", "timings_s", "engine")}
+    if "window_files" in out:
+        out["window_files"] = sorted((r["bytes"], r["sha256"]) for r in out["window_files"])
+    return out
 
 
 # ------------------------------------------------------------------------------------------- versions
@@ -331,8 +335,12 @@ def test_evolving_from_a_uri_store_equals_evolving_locally(uri, tmp_path):
     assert files_of(evolver.versions_dir / got["version"]) | {MANIFEST: b""} == files_of(
         local.versions_dir / expected["version"]
     ) | {MANIFEST: b""}
-    reread = RemoteStore(uri, tmp_path / "c").load(got["version"])
+    fresh = RemoteStore(uri, tmp_path / "c")
+    reread = fresh.load(got["version"])
     assert reread.edges.equals(local.load(expected["version"]).edges)
+    # trace files the version references by hash (rounds that do not copy their window) came with it
+    for ref in fresh.manifest(got["version"]).get("window_files", []):
+        assert (fresh.root / ref["path"]).stat().st_size == ref["bytes"]
 
 
 # ------------------------------------------------------------------------------------------------- CLI

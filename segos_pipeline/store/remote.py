@@ -68,6 +68,7 @@ from .snapshot import (
 from .uri import is_uri
 
 MANIFESTS = ".remote-manifests"  # in the cache: the raw bytes of every manifest read from the URI
+WINDOW_FILES = "window_files"  # manifest key of an evolved version's referenced trace files (round.py)
 
 
 class VersionExists(SnapshotError):
@@ -230,6 +231,7 @@ class RemoteStore(SnapshotStore):
                 cached = self._cached_files()
                 for name, meta in sorted(manifest.get("files", {}).items()):
                     self._fetch_file(vid, name, meta, tmp / name, cached.get(meta["sha256"]))
+                self._fetch_window_files(vid, manifest)
                 (tmp / MANIFEST).write_bytes(manifest_bytes)  # last, as in a commit
                 for f in tmp.iterdir():
                     f.chmod(0o444)
@@ -262,6 +264,28 @@ class RemoteStore(SnapshotStore):
                 f"version {vid} at {self.uri} is damaged: {url} does not match the size and sha256 of its "
                 "manifest; load another version (published versions are never repaired in place)"
             )
+
+    def _fetch_window_files(self, vid: str, manifest: dict[str, Any]) -> None:
+        """The trace files an evolved version references by hash (`window_files`, paths relative to the
+        store) into the cache's `traces/`, where its round traces are read from; each written once under a
+        unique name, so a cached copy of the right size is the same file."""
+        for ref in manifest.get(WINDOW_FILES, []):
+            rel = str(ref.get("path", ""))
+            if not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
+                continue  # a file outside the store: not the store's to fetch
+            local = self.root / rel
+            if local.is_file() and local.stat().st_size == ref["bytes"]:
+                continue
+            local.parent.mkdir(parents=True, exist_ok=True)
+            url = self.location.url(rel)
+            with remote_io("download", url):
+                get_whole(self.location, self.location.join(rel), local)
+            if local.stat().st_size != ref["bytes"] or sha256_file(local) != ref["sha256"]:
+                local.unlink(missing_ok=True)
+                raise DamagedSnapshot(
+                    f"version {vid} at {self.uri} references window traces that changed: {url} does not "
+                    "match the size and sha256 its manifest records"
+                )
 
     def _cached_files(self) -> dict[str, Path]:
         """sha256 → a file of a version already in the cache (shared parts are linked, not downloaded)."""
