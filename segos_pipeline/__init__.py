@@ -21,12 +21,15 @@ _EXPORTS = {
     "Snapshot": "store.snapshot",
     "SnapshotError": "store.snapshot",
     "SnapshotStore": "store.snapshot",
+    "RemoteStore": "store.remote",
+    "open_store": "store.remote",
 }
 
 if TYPE_CHECKING:
     from .config import BuildConfig, GraphConfig, ParseConfig, RetrievalConfig, TransitionConfig
     from .graph.build import build_cold_start
     from .retrieval.ranker import Bundle, Retriever
+    from .store.remote import RemoteStore, open_store
     from .store.snapshot import Snapshot, SnapshotError, SnapshotStore
 
 
@@ -42,6 +45,7 @@ __all__ = [
     "Bundle",
     "GraphConfig",
     "ParseConfig",
+    "RemoteStore",
     "RetrievalConfig",
     "Retriever",
     "Snapshot",
@@ -50,4 +54,5 @@ __all__ = [
     "TransitionConfig",
     "__version__",
     "build_cold_start",
+    "open_store",
 ]

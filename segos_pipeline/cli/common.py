@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ import click
 from ..config import WRITER_WAIT_S, retrieval_for
 from ..paths import default_store
 from ..store.oserrors import explain, os_errno  # standard library only
+from ..store.uri import is_uri  # standard library only
 
 if TYPE_CHECKING:
     from ..retrieval.ranker import Retriever
@@ -93,12 +95,49 @@ def reporter(command: str, quiet: bool) -> Reporter:
     return Reporter(command, quiet)
 
 
-store_option = click.option(
-    "--store",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Snapshot store folder (default: $SEGOS_STORE, else ./data/store).",
-)
+class StoreLocation(click.ParamType):
+    """A store folder (a `Path`) or a store URI (kept as text: a `Path` would fold `s3://` to `s3:/`)."""
+
+    name = "store"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, Path) or not is_uri(str(value)):
+            path = Path(value)
+            if path.exists() and not path.is_dir():
+                self.fail(f"{value} is a file; --store takes a folder or a URI", param, ctx)
+            return path
+        return str(value)
+
+
+_CACHE_KEY = "segos.cache"
+
+
+def _remember_cache(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
+    ctx.meta[_CACHE_KEY] = value
+
+
+def store_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`--store` (a folder or a URI) and `--cache` (where a URI store is cached; read by `_store`, so the
+    commands' signatures stay as they are)."""
+    fn = click.option(
+        "--cache",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        envvar="SEGOS_CACHE",
+        expose_value=False,
+        callback=_remember_cache,
+        help="Local cache of a store given as a URI, one folder per URI inside it (default: $SEGOS_CACHE, "
+        "else ~/.cache/segos). Unused for a store folder.",
+    )(fn)
+    return click.option(
+        "--store",
+        type=StoreLocation(),
+        default=None,
+        help="Snapshot store: a folder, or a URI any fsspec filesystem opens (file://, s3://, gs://, ...; "
+        "see docs/storage.md). Default: $SEGOS_STORE, else ./data/store.",
+    )(fn)
+
+
 wait_option = click.option(
     "--wait",
     "wait",
@@ -113,10 +152,25 @@ version_option = click.option(
 )
 
 
-def _store(path: Path | None) -> SnapshotStore:
-    from ..store.snapshot import SnapshotStore
+def store_root(given: str | Path | None) -> str | Path:
+    """`--store` as given, else `$SEGOS_STORE` (a URI kept as text), else the default folder."""
+    if given is not None:
+        return given
+    env = os.environ.get("SEGOS_STORE", "")
+    return env if is_uri(env) else default_store()
 
-    return SnapshotStore(path or default_store())
+
+def _store(path: str | Path | None) -> SnapshotStore:
+    from ..store.remote import open_store
+
+    ctx = click.get_current_context(silent=True)
+    cache = ctx.meta.get(_CACHE_KEY) if ctx is not None else None
+    return open_store(store_root(path), cache)
+
+
+def store_name(store: SnapshotStore) -> str:
+    """What to pass as `--store` to reach `store` again (its URI, or its folder)."""
+    return str(getattr(store, "uri", store.root))
 
 
 @contextlib.contextmanager

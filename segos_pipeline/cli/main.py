@@ -21,6 +21,7 @@ from .common import (
     friendly_errors,
     reporter,
     require_extra,
+    store_name,
     store_option,
     version_option,
     wait_option,
@@ -90,7 +91,7 @@ def build(
         f"max degree {sem['max_degree']}, {sem['isolated']} isolated"
     )
     if counts["problems"]:
-        click.echo(f"see the build report: segos report {manifest['version']} --store {st.root}")
+        click.echo(f"see the build report: segos report {manifest['version']} --store {store_name(st)}")
     click.echo(manifest["version"])
 
 

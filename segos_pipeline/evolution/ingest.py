@@ -47,6 +47,7 @@ import numpy as np
 import polars as pl
 
 from ..progress import Progress, Tick, emit, stage
+from ..store.remote import RemoteStore, open_store
 from ..store.snapshot import SnapshotError, SnapshotStore
 from ..text.names import SkillNames
 from . import columnar
@@ -371,8 +372,11 @@ class TraceStore:
     """The trace windows of a snapshot store."""
 
     def __init__(self, store: SnapshotStore | str | Path):
-        self.store = store if isinstance(store, SnapshotStore) else SnapshotStore(store)
+        self.store = store if isinstance(store, SnapshotStore) else open_store(store)
         self.root = self.store.root / "traces"
+        # A store on a URI (docs/storage.md): windows are read through its local cache (parts are written
+        # once under unique names, so a cached part never goes stale) and every file written is uploaded.
+        self.remote = self.store if isinstance(self.store, RemoteStore) else None
 
     def window_dir(self, window: str) -> Path:
         return self.root / check_window(window)
@@ -380,11 +384,16 @@ class TraceStore:
     def files(self, window: str) -> list[Path]:
         """The Parquet files holding a window's traces (the whole-window table first, then the parts)."""
         folder = self.window_dir(window)
+        if self.remote is not None:
+            self.remote.pull(f"traces/{window}", ".parquet")
         legacy = [folder / "traces.parquet"] if (folder / "traces.parquet").is_file() else []
         parts = folder / "parts"
         return legacy + (sorted(parts.glob("*.parquet")) if parts.is_dir() else [])
 
     def windows(self) -> list[str]:
+        if self.remote is not None:
+            names = [n for n in self.remote.remote_names("traces") if _WINDOW_RE.match(n)]
+            return [n for n in names if self.remote.remote_files(f"traces/{n}", ".parquet")]
         if not self.root.is_dir():
             return []
         return sorted(p.name for p in self.root.iterdir() if _WINDOW_RE.match(p.name) and self.files(p.name))
@@ -405,6 +414,8 @@ class TraceStore:
 
     def quarantine(self, window: str) -> list[dict[str, Any]]:
         path = self.window_dir(window) / "quarantine.jsonl"
+        if self.remote is not None:
+            self.remote.pull_file(f"traces/{window}/quarantine.jsonl")
         if not path.is_file():
             return []
         return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -488,12 +499,24 @@ class TraceStore:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+        if self.remote is not None:  # written once under its unique run name: no rename needed there
+            self.remote.push(folder / f"{name}.parquet")
 
     def _log(self, report: IngestReport) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
+        if self.remote is not None:
+            self.remote.pull_file("traces/ingest_log.jsonl")
         entry = {"at": datetime.now(UTC).isoformat(timespec="seconds"), **report.to_dict()}
         with (self.root / "ingest_log.jsonl").open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(entry) + "\n")
+        if self.remote is not None:  # no append on object stores: the files this run grew go up whole
+            # only quarantines this run added to (read from the URI first, in `quarantine`)
+            quarantines = [
+                self.window_dir(w) / "quarantine.jsonl" for w, c in report.windows.items() if c["quarantined"]
+            ]
+            for path in [*quarantines, self.root / "ingest_log.jsonl"]:
+                if path.is_file():
+                    self.remote.push(path)
 
 
 def id_hashes(trace_ids: pl.Series) -> np.ndarray:

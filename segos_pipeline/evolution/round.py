@@ -295,8 +295,9 @@ def evolve(
 
 
 def window_source(trace_store: TraceStore, window: str) -> str:
-    """Where an engine that reads Parquet itself finds a window: its folder (a file or parts inside)."""
-    if window not in trace_store.windows():
+    """Where an engine that reads Parquet itself finds a window: its folder (a file or parts inside). For a
+    store on a URI, the folder in its local cache, brought up to date by `files`."""
+    if not trace_store.files(window):
         trace_store.load(window)  # raises the store's own "no traces ingested for window" error
     return str(trace_store.window_dir(window))
 

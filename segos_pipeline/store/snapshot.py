@@ -66,6 +66,7 @@ from ..config import WRITER_WAIT_S
 from ..text.lexicon import TOKEN_SCHEMA, Signature
 from .lock import Notify, WriterBusy, stage_lock, sweep_stale_stages, writer_lock
 from .oserrors import explain
+from .uri import is_uri
 
 FORMAT = 2
 MANIFEST = "manifest.json"
@@ -586,6 +587,11 @@ class _Stage:
 
 class SnapshotStore:
     def __init__(self, root: str | Path, lock_timeout: float = WRITER_WAIT_S):
+        if is_uri(root):  # Path() would fold `s3://b/x` into a local folder named `s3:`
+            raise SnapshotError(
+                f"{root} is a URI: open it with segos_pipeline.store.remote.open_store (a remote store "
+                "with a local cache), not SnapshotStore"
+            )
         self.root = Path(root)
         self.versions_dir = self.root / "versions"
         self.staging_dir = self.root / ".staging"

@@ -1,0 +1,430 @@
+"""Versions and trace windows on a URI (docs/storage.md): fsspec's `memory://` and a `file://` folder, each
+with local cache folders; the manifest uploaded last is the commit point."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import fsspec
+import pytest
+from click.testing import CliRunner
+from fsspec.implementations.memory import MemoryFileSystem
+
+from segos_pipeline.cli import main
+from segos_pipeline.evolution.ingest import TraceStore
+from segos_pipeline.evolution.round import evolve
+from segos_pipeline.graph.build import build_cold_start
+from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_TRACES
+from segos_pipeline.store.filesystem import RemoteStoreError
+from segos_pipeline.store.remote import RemoteStore, VersionExists, cache_folder, open_store
+from segos_pipeline.store.snapshot import (
+    MANIFEST,
+    DamagedSnapshot,
+    SnapshotError,
+    SnapshotStore,
+    StaleParent,
+    UnknownVersion,
+)
+
+from .conftest import simple_library
+
+WINDOW = "2026-11-28"
+
+
+class HookFS(MemoryFileSystem):
+    """An in-memory filesystem of its own (`hookmem://`) that calls `on_put` before every upload and
+    `on_ls` before every listing: a test makes an upload fail, another writer publish in between, or the
+    store unreachable."""
+
+    protocol = ("hookmem",)
+    store: ClassVar[dict[str, Any]] = {}
+    pseudo_dirs: ClassVar[list[str]] = [""]
+    on_put: ClassVar[Callable[[str], None] | None] = None
+    on_ls: ClassVar[Callable[[str], None] | None] = None
+
+    @classmethod
+    def _strip_protocol(cls, path: Any) -> str:
+        if isinstance(path, str) and path.startswith("hookmem://"):
+            path = "memory://" + path.removeprefix("hookmem://")
+        return super()._strip_protocol(path)
+
+    def put_file(self, lpath: Any, rpath: Any, *args: Any, **kwargs: Any) -> Any:
+        if HookFS.on_put is not None:
+            HookFS.on_put(str(rpath))
+        return super().put_file(lpath, rpath, *args, **kwargs)
+
+    def ls(self, path: Any, detail: bool = True, **kwargs: Any) -> Any:
+        if HookFS.on_ls is not None:
+            HookFS.on_ls(str(path))
+        return super().ls(path, detail=detail, **kwargs)
+
+
+fsspec.register_implementation("hookmem", HookFS, clobber=True)
+
+
+@pytest.fixture
+def hooks() -> Iterator[type[HookFS]]:
+    yield HookFS
+    HookFS.on_put = HookFS.on_ls = None
+
+
+@pytest.fixture(params=["memory", "file"])
+def uri(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh store URI: a bucket of its own in memory, or a folder behind `file://`."""
+    if request.param == "memory":
+        bucket = f"segos-test-{uuid.uuid4().hex[:8]}"
+        yield f"memory://{bucket}/store"
+        fs = fsspec.filesystem("memory")
+        if fs.exists(f"/{bucket}"):
+            fs.rm(f"/{bucket}", recursive=True)
+    else:
+        yield (tmp_path / "remote" / "store").as_uri()
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def remote_bytes(store: RemoteStore, vid: str) -> dict[str, bytes]:
+    fs, base = store.location.fs, store.location.join("versions", vid)
+    return {Path(p).name: fs.cat_file(p) for p in fs.find(base)}
+
+
+def stable(manifest: dict[str, Any]) -> dict[str, Any]:
+    """What two equal rounds share: everything but when they ran and how long they took, and the names of
+    the window files a version references (each store names its parts itself): their contents count."""
+    out = {k: v for k, v in manifest.items() if k not in ("created_at", "timings_s", "engine")}
+    if "window_files" in out:
+        out["window_files"] = sorted((r["bytes"], r["sha256"]) for r in out["window_files"])
+    return out
+
+
+# ------------------------------------------------------------------------------------------- versions
+
+
+def test_build_publish_then_load_from_a_fresh_cache_is_bit_identical(uri, tmp_path):
+    writer = open_store(uri, tmp_path / "cache-a")
+    assert isinstance(writer, RemoteStore)
+    manifest = build_cold_start(DEFAULT_LIBRARY, writer)
+    vid = manifest["version"]
+    written = files_of(writer.versions_dir / vid)
+    assert remote_bytes(writer, vid) == written  # uploaded byte for byte, manifest included
+
+    reader = RemoteStore(uri, tmp_path / "cache-b")
+    assert not reader.versions_dir.exists()  # nothing cached before the first load
+    assert [m["version"] for m in reader.list_versions()] == [vid]
+    snap = reader.load()
+    assert snap.version == vid and snap.path == reader.versions_dir / vid
+    assert files_of(snap.path) == written
+    local = writer.load(vid)
+    assert snap.nodes.equals(local.nodes) and snap.edges.equals(local.edges)
+    assert (snap.transition != local.transition).nnz == 0
+
+
+def test_a_local_store_version_published_to_a_uri_loads_identically(uri, tmp_path):
+    local = SnapshotStore(tmp_path / "local")
+    vid = build_cold_start(DEFAULT_LIBRARY, local)["version"]
+    remote = RemoteStore(uri, tmp_path / "cache")
+    remote.publish(local.versions_dir / vid)
+    fresh = RemoteStore(uri, tmp_path / "fresh")
+    assert files_of(fresh.load(vid).path) == files_of(local.versions_dir / vid)
+
+
+def test_a_child_shares_unchanged_files_with_its_cached_parent(uri, tmp_path):
+    """An evolution round leaves the library alone: the child's parts are hard links to the parent's
+    in the cache that downloads both (linked by hash, not downloaded again)."""
+    writer = RemoteStore(uri, tmp_path / "a")
+    build_cold_start(DEFAULT_LIBRARY, writer)
+    TraceStore(writer).ingest_path(DEMO_TRACES)
+    child = evolve(writer, WINDOW)
+    reader = RemoteStore(uri, tmp_path / "b")
+    parent = reader.load(child["parent"])
+    loaded = reader.load(child["version"])
+    part = "nodes-00000.parquet"
+    assert (loaded.path / part).stat().st_ino == (parent.path / part).stat().st_ino
+    assert files_of(loaded.path) == files_of(writer.versions_dir / child["version"])
+
+
+def test_published_versions_are_never_overwritten(uri, tmp_path):
+    writer = RemoteStore(uri, tmp_path / "a")
+    vid = build_cold_start(DEFAULT_LIBRARY, writer)["version"]
+    before = remote_bytes(writer, vid)
+    reader = RemoteStore(uri, tmp_path / "b")
+    with pytest.raises(VersionExists, match="never overwritten"):
+        reader.publish(reader.files(vid).path)
+    assert remote_bytes(writer, vid) == before
+
+
+def test_failing_between_uploads_leaves_no_version_and_a_retry_commits(hooks, tmp_path):
+    """The manifest goes up last: a writer that fails (or dies) after some files leaves a folder without
+    manifest, which no reader lists; the cache forgets the version too, and the next write succeeds."""
+    uri = f"hookmem://b{uuid.uuid4().hex[:8]}/store"
+    uploads: list[str] = []
+
+    def fail_on_third(path: str) -> None:
+        uploads.append(path)
+        if len(uploads) == 3:
+            raise ConnectionError("connection reset by peer")
+
+    hooks.on_put = fail_on_third
+    writer = RemoteStore(uri, tmp_path / "a")
+    with pytest.raises(RemoteStoreError, match="connection reset"):
+        build_cold_start(DEFAULT_LIBRARY, writer)
+    fs = writer.location.fs
+    [folder] = fs.ls(writer.location.join("versions"), detail=False)
+    assert fs.ls(folder, detail=False) and not fs.exists(f"{folder}/{MANIFEST}")  # half uploaded
+    assert writer.list_versions() == [] and RemoteStore(uri, tmp_path / "b").list_versions() == []
+    assert not any((writer.versions_dir).iterdir())  # the cache holds nothing the URI lacks
+    with pytest.raises(UnknownVersion, match=uri):
+        writer.load()
+
+    hooks.on_put = None
+    vid = build_cold_start(DEFAULT_LIBRARY, writer)["version"]
+    assert [m["version"] for m in RemoteStore(uri, tmp_path / "c").list_versions()] == [vid]
+    assert files_of(RemoteStore(uri, tmp_path / "d").load().path) == files_of(writer.versions_dir / vid)
+
+
+KILLED_WRITER = """
+import os, signal, sys
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+class KillFS(LocalFileSystem):  # the folder of a file:// URI, whose writer dies at its 4th upload
+    protocol = ("killfile", "file")
+    puts = 0
+
+    @classmethod
+    def _strip_protocol(cls, path):
+        if isinstance(path, str) and path.startswith("killfile://"):
+            path = path.removeprefix("killfile://")
+        return super()._strip_protocol(path)
+
+    def put_file(self, lpath, rpath, **kwargs):
+        KillFS.puts += 1
+        if KillFS.puts == 4:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().put_file(lpath, rpath, **kwargs)
+
+fsspec.register_implementation("killfile", KillFS, clobber=True)
+from segos_pipeline.graph.build import build_cold_start
+from segos_pipeline.paths import DEFAULT_LIBRARY
+from segos_pipeline.store.remote import RemoteStore
+build_cold_start(DEFAULT_LIBRARY, RemoteStore(sys.argv[1], sys.argv[2]))
+"""
+
+
+def test_a_writer_killed_between_uploads_leaves_no_version(tmp_path):
+    """SIGKILL in the middle of publishing (no handler runs): the URI holds files without a manifest,
+    which no reader lists; the next writer on the dead one's cache forgets its unpublished version and
+    publishes as sequence 1."""
+    folder = tmp_path / "remote"
+    cache = tmp_path / "cache"
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_WRITER, f"killfile://{folder}", str(cache)],
+        capture_output=True,
+        timeout=600,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
+    uri = folder.as_uri()
+    [half] = list((folder / "versions").iterdir())
+    assert any(half.iterdir()) and not (half / MANIFEST).exists()
+    assert RemoteStore(uri, tmp_path / "reader").list_versions() == []
+    # the dead writer's cache, as this process names the cache of the same folder by its file:// URI
+    cache_folder(f"killfile://{folder}", cache).rename(cache_folder(uri, cache))
+    writer = RemoteStore(uri, cache)
+    assert [p.name for p in writer.versions_dir.iterdir()] == [half.name]  # committed in the cache only
+    vid = build_cold_start(DEFAULT_LIBRARY, writer)["version"]
+    assert vid.startswith("v0001-") and [p.name for p in writer.versions_dir.iterdir()] == [vid]
+    assert files_of(RemoteStore(uri, tmp_path / "fresh").load().path) == files_of(writer.versions_dir / vid)
+
+
+@pytest.mark.parametrize("same_content", [False, True])
+def test_a_writer_overtaken_during_its_upload_publishes_nothing(hooks, tmp_path, same_content):
+    """Two machines (two caches) writing one URI: a version published while this writer uploads takes its
+    sequence number (or, with the same content, its very id); this writer notices before its manifest
+    and publishes nothing, and the other writer's manifest stays as it was."""
+    uri = f"hookmem://b{uuid.uuid4().hex[:8]}/store"
+    build_cold_start(DEFAULT_LIBRARY, RemoteStore(uri, tmp_path / "a"))
+    other = RemoteStore(uri, tmp_path / "b")
+    slow = RemoteStore(uri, tmp_path / "c")
+    racing: list[dict[str, Any]] = []
+    small = simple_library(tmp_path / "small", {"pdf-merge": "merge pdf files", "csv-load": "load csv"})
+
+    def publish_another(_path: str) -> None:
+        if not racing:
+            hooks.on_put = None
+            racing.append(build_cold_start(DEFAULT_LIBRARY if same_content else small, other))
+
+    hooks.on_put = publish_another
+    refused = VersionExists if same_content else StaleParent
+    with pytest.raises(refused, match="never overwritten" if same_content else "nothing was published"):
+        build_cold_start(DEFAULT_LIBRARY, slow)
+    fresh = RemoteStore(uri, tmp_path / "d")
+    listed = [m["version"] for m in fresh.list_versions()]
+    assert listed[-1] == racing[0]["version"] and len(listed) == 2
+    assert fresh.manifest(listed[-1])["created_at"] == racing[0]["created_at"]
+    assert list(slow.versions_dir.iterdir()) == []  # the cache holds nothing the URI lacks
+
+
+def test_a_damaged_remote_file_is_refused_on_download(uri, tmp_path):
+    writer = RemoteStore(uri, tmp_path / "a")
+    vid = build_cold_start(DEFAULT_LIBRARY, writer)["version"]
+    fs = writer.location.fs
+    fs.pipe_file(writer.location.join("versions", vid, "edges.parquet"), b"not the edges")
+    with pytest.raises(DamagedSnapshot, match=r"edges\.parquet"):
+        RemoteStore(uri, tmp_path / "b").load(vid)
+    fs.rm_file(writer.location.join("versions", vid, "edges.parquet"))
+    with pytest.raises(DamagedSnapshot, match="missing"):
+        RemoteStore(uri, tmp_path / "c").load(vid)
+    assert not (tmp_path / "c").exists() or not any((RemoteStore(uri, tmp_path / "c").versions_dir).iterdir())
+
+
+def test_a_uri_is_never_opened_as_a_local_folder(tmp_path):
+    with pytest.raises(SnapshotError, match="open_store"):
+        SnapshotStore("s3://bucket/store")
+    assert isinstance(open_store(tmp_path / "x"), SnapshotStore)
+    assert not isinstance(open_store(tmp_path / "x"), RemoteStore)
+    a, b = cache_folder("s3://a/store", tmp_path), cache_folder("s3://b/store", tmp_path)
+    assert a != b and a.parent == tmp_path  # one cache folder per URI
+
+
+# --------------------------------------------------------------------------------------- trace windows
+
+
+def test_ingest_into_a_uri_window_is_read_back_from_another_cache(uri, tmp_path):
+    writer = RemoteStore(uri, tmp_path / "a")
+    build_cold_start(DEFAULT_LIBRARY, writer)
+    report = TraceStore(writer).ingest_path(DEMO_TRACES)
+    assert report.accepted > 0 and report.quarantined == 3
+    fs = writer.location.fs
+    parts = fs.glob(writer.location.join("traces", WINDOW, "parts", "*.parquet"))
+    assert parts and not fs.glob(writer.location.join("traces", "*", "parts", "*.tmp"))
+    assert fs.exists(writer.location.join("traces", "ingest_log.jsonl"))
+
+    reader = TraceStore(RemoteStore(uri, tmp_path / "b"))
+    assert reader.windows() == TraceStore(writer).windows() == ["2026-11-27", "2026-11-28"]
+    assert reader.load(WINDOW).equals(TraceStore(writer).load(WINDOW))
+    assert len(reader.quarantine("unplaced")) == 3
+    again = reader.ingest_path(DEMO_TRACES)  # deduplicated against what the URI holds
+    assert again.accepted == 0 and again.quarantined == 0 and again.duplicates == report.accepted + 1
+    log = fs.cat_file(writer.location.join("traces", "ingest_log.jsonl")).decode().splitlines()
+    assert len(log) == 2  # both runs, though each wrote from its own cache
+    assert len(TraceStore(RemoteStore(uri, tmp_path / "c")).quarantine("unplaced")) == 3
+
+
+def test_evolving_from_a_uri_store_equals_evolving_locally(uri, tmp_path):
+    local = SnapshotStore(tmp_path / "local")
+    build_cold_start(DEFAULT_LIBRARY, local)
+    TraceStore(local).ingest_path(DEMO_TRACES)
+    expected = evolve(local, WINDOW)
+
+    writer = RemoteStore(uri, tmp_path / "a")
+    build_cold_start(DEFAULT_LIBRARY, writer)
+    TraceStore(writer).ingest_path(DEMO_TRACES)
+    evolver = RemoteStore(uri, tmp_path / "b")  # another machine: parent and window come from the URI
+    got = evolve(evolver, WINDOW)
+    assert got["version"] == expected["version"]  # same sequence number and same content hash
+    assert stable(got) == stable(expected)
+    assert files_of(evolver.versions_dir / got["version"]) | {MANIFEST: b""} == files_of(
+        local.versions_dir / expected["version"]
+    ) | {MANIFEST: b""}
+    fresh = RemoteStore(uri, tmp_path / "c")
+    reread = fresh.load(got["version"])
+    assert reread.edges.equals(local.load(expected["version"]).edges)
+    # trace files the version references by hash (rounds that do not copy their window) came with it
+    for ref in fresh.manifest(got["version"]).get("window_files", []):
+        assert (fresh.root / ref["path"]).stat().st_size == ref["bytes"]
+
+
+# ------------------------------------------------------------------------------------------------- CLI
+
+
+def run(*args: Any, code: int = 0) -> Any:
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert result.exit_code == code, result.output + str(result.exception)
+    return result
+
+
+def test_cli_commands_on_a_uri_store(uri, tmp_path):
+    cache = tmp_path / "cache"
+    common = ["--store", uri, "--cache", cache]
+    vid = run("build", *common, "--quiet").output.strip().splitlines()[-1]
+    again = run("build", *common, "--quiet").output
+    assert "segos report v0002" in again and f"--store {uri}\n" in again  # the URI, not the cache
+    listed = json.loads(run("versions", *common, "--json").stdout)
+    assert listed[0]["version"] == vid and len(listed) == 2
+    other = ["--store", uri, "--cache", tmp_path / "other-cache"]  # another machine's view
+    ingest = json.loads(run("ingest", DEMO_TRACES, *other, "--json", "--quiet").stdout)
+    assert ingest["windows"][WINDOW]["accepted"] > 0
+    evolved = run("evolve", "--window", WINDOW, "--from", vid, *common, "--json", "--quiet").stdout
+    child = json.loads(evolved)
+    assert child["parent"] == vid
+    assert run("verify", child["version"], *other).output.strip() == f"{child['version']}: ok"
+    bundle = json.loads(run("retrieve", "merge pdf files", *other, "--json").stdout)
+    assert bundle["version"] == child["version"] and bundle["skills"]
+    assert list((cache / cache_folder(uri, cache).name / "versions").iterdir())
+
+
+def test_cli_errors_on_a_uri_store_are_one_line(uri, hooks, tmp_path):
+    common = ["--store", uri, "--cache", tmp_path / "cache"]
+    empty = run("retrieve", "merge pdf files", *common, code=2)
+    assert empty.output.startswith("error: ") and "no versions yet" in empty.output and uri in empty.output
+    run("build", *common, "--quiet")
+    wrong = run("retrieve", "x", *common, "--version", "v0042", code=2)
+    assert "no such version" in wrong.output and uri in wrong.output
+    missing = run("evolve", "--window", "2030-01-01", *common, code=2)
+    assert "no traces ingested for window '2030-01-01'" in missing.output
+    unknown = run("versions", "--store", "nosuchfs://bucket/store", "--cache", tmp_path / "c", code=2)
+    assert unknown.output.startswith("error: ") and "nosuchfs" in unknown.output
+    assert "Traceback" not in unknown.output
+
+    def unreachable(_path: str) -> None:
+        raise ConnectionError("Could not connect to the endpoint URL")
+
+    hooks.on_ls = unreachable
+    down = run("versions", "--store", "hookmem://down/store", "--cache", tmp_path / "d", code=2)
+    assert "could not list the versions at hookmem://down/store" in down.output
+    assert "Could not connect" in down.output and len(down.output.strip().splitlines()) == 1
+
+
+def test_the_spark_engine_on_a_uri_store_commits_the_local_engines_version(tmp_path):
+    """`--engine spark` on a store given by URI (local mode, one machine): the window is brought into the
+    cache and read there by Spark, the parent loaded from the cache by the executors; the version equals
+    the local engine's, evolved from another cache."""
+    pytest.importorskip("pyspark", reason="the spark extra is not installed")
+    pytest.importorskip("pandas", reason="the spark extra is not installed (mapInArrow needs pandas)")
+    from segos_pipeline.config import EngineConfig
+    from segos_pipeline.evolution.engines.local import LocalEngine
+    from segos_pipeline.evolution.engines.spark import SparkEngine, spark_session
+
+    uri = (tmp_path / "remote").as_uri()
+    writer = RemoteStore(uri, tmp_path / "a")
+    parent = build_cold_start(DEFAULT_LIBRARY, writer)["version"]
+    TraceStore(writer).ingest_path(DEMO_TRACES)
+    config = EngineConfig(
+        engine="spark",
+        spark_master="local[1]",
+        partitions=2,
+        spark_conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "1"},
+    )
+    session = spark_session(config)
+    try:
+        engine = SparkEngine(config, session)
+        on_spark = evolve(RemoteStore(uri, tmp_path / "b"), WINDOW, parent, engine=engine)
+    finally:
+        session.stop()
+    locally = evolve(RemoteStore(uri, tmp_path / "c"), WINDOW, parent, engine=LocalEngine())
+    assert on_spark["engine"]["engine"] == "spark" and locally["engine"]["engine"] == "local"
+    assert on_spark["files"] == locally["files"] and on_spark["counters"] == locally["counters"]
+    assert [m["version"] for m in RemoteStore(uri, tmp_path / "d").list_versions()] == [
+        parent,
+        on_spark["version"],
+        locally["version"],
+    ]
