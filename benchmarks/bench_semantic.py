@@ -8,7 +8,7 @@ For each query the three searches run on the same skill vectors, pinned to one c
 - funnel: the leading 64 dimensions of every vector pick a shortlist, the full vectors rank it (what
   libraries of 20k-200k skills use);
 - lists: inverted lists pick the rows the first pass reads (what libraries past 200k skills use).
-`--lists-from N` builds inverted lists from N skills instead of IVF_MIN_SKILLS (to compare them on a
+`--lists-from N` builds inverted lists from N skills (`semantic_lists_min_skills`; to compare them on a
 smaller library). It reports each one's time per query (p50/p95, warm) and, against the exact pass,
 the recall of the exact evidence-bearing skills (the top `semantic_candidates`) and how many queries
 get the same evidence.
@@ -23,6 +23,7 @@ import os
 import platform
 import sys
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "POLAR
 import numpy as np  # noqa: E402
 
 from segos_pipeline import Retriever, SnapshotStore  # noqa: E402
+from segos_pipeline.config import retrieval_for  # noqa: E402
 from segos_pipeline.retrieval import semantic as semantic_mod  # noqa: E402
 from segos_pipeline.retrieval.semantic import SemanticIndex, head_scores  # noqa: E402
 
@@ -57,11 +59,12 @@ def main(argv: list[str] | None = None) -> int:
 
     lines = [json.loads(x) for x in args.queries.read_text().splitlines() if x.strip()][: args.limit]
     texts = [q.get("query") or q.get("instruction") or "" for q in lines]
-    if args.lists_from is not None:
-        semantic_mod.IVF_MIN_SKILLS = args.lists_from
     t0 = time.perf_counter()
     snap = SnapshotStore(args.store).load(args.version)
-    sem = Retriever(snap).semantic
+    config = retrieval_for(snap.manifest)
+    if args.lists_from is not None:
+        config = replace(config, semantic_lists_min_skills=args.lists_from)
+    sem = Retriever(snap, config).semantic
     if sem is None:
         sys.exit("this version's retrieval has no semantic evidence (semantic = none)")
     load_s = time.perf_counter() - t0

@@ -154,6 +154,11 @@ class RetrievalConfig(_Overridable):
     semantic_length_scale: float = 30.0
     semantic_candidates: int = 20  # skills per query that may get semantic evidence
     semantic_min_cosine: float = 0.1  # below this a skill gets none, whatever its place
+    # Past this many skills the semantic search reads only the rows of the inverted lists nearest the
+    # query (retrieval/ann.py): a cost that does not grow with the library, but approximate, and its recall
+    # on real embeddings at that size is unmeasured (benchmarks/results/semantic.md). 0 (the default):
+    # never; every query reads the coarse vectors of the whole library (74 ms a query at a million skills).
+    semantic_lists_min_skills: int = 0
     # Below this λ the query is not embedded: a long task text (λ < 0.05 past about 130 tokens) is decided
     # by its words, and its embedding would cost more than the rest of the query (about 1 ms).
     semantic_min_weight: float = 0.05

@@ -1,11 +1,11 @@
-"""Inverted lists (retrieval/ann.py) and the semantic index's use of them past IVF_MIN_SKILLS."""
+"""Inverted lists (retrieval/ann.py) and the semantic index's use of them past `semantic_lists_min_skills`."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from segos_pipeline import Retriever, SnapshotStore
+from segos_pipeline import RetrievalConfig, Retriever, SnapshotStore
 from segos_pipeline.retrieval import semantic as semantic_mod
 from segos_pipeline.retrieval.ann import build_lists, list_count
 
@@ -56,14 +56,14 @@ def test_the_rows_read_hold_the_exact_nearest_neighbours():
 
 @pytest.fixture
 def ivf_everywhere(monkeypatch):
-    """The large-library path on the 69-skill demo: lists from 20 skills, a probe reads about half of
-    them, and every row it reads is scored exactly (the shortlist is larger than the probe)."""
+    """The large-library path on the 69-skill demo (with `LISTS`: lists from 20 skills): a probe reads
+    about half of them, and every row it reads is scored exactly (the shortlist is larger than the probe)."""
     monkeypatch.setattr(semantic_mod, "FUNNEL_MIN_SKILLS", 10)
     monkeypatch.setattr(semantic_mod, "FUNNEL_MIN_SHORTLIST", 100)
-    monkeypatch.setattr(semantic_mod, "IVF_MIN_SKILLS", 20)
     monkeypatch.setattr(semantic_mod, "IVF_SCAN_ROWS", 30)
 
 
+LISTS = RetrievalConfig(semantic_lists_min_skills=20)
 QUERIES = ("convert a pdf to text", "train a model on tabular data", "deploy a container", "resize photos")
 
 
@@ -71,7 +71,7 @@ def test_semantic_evidence_through_inverted_lists_is_the_exact_pass_over_the_row
     demo_store, ivf_everywhere
 ):
     snap = SnapshotStore(demo_store).load()
-    ivf = Retriever(snap).semantic
+    ivf = Retriever(snap, LISTS).semantic
     assert ivf is not None and ivf.lists is not None
     cached = list((demo_store / "cache" / "semantic-lists").iterdir())
     assert len(cached) == 1 and (cached[0] / "complete").is_file()
@@ -87,16 +87,23 @@ def test_semantic_evidence_through_inverted_lists_is_the_exact_pass_over_the_row
         )
     # A second process-level load reads the cached lists instead of building them again.
     semantic_mod._RECENT_LISTS.clear()
-    again = Retriever(SnapshotStore(demo_store).load()).semantic
+    again = Retriever(SnapshotStore(demo_store).load(), LISTS).semantic
     assert np.array_equal(again.lists.order, ivf.lists.order)
 
 
 def test_a_patched_vector_is_scored_even_off_the_probed_lists(demo_store, ivf_everywhere):
     snap = SnapshotStore(demo_store).load()
-    sem = Retriever(snap).semantic
+    sem = Retriever(snap, LISTS).semantic
     q = QUERIES[0]
     qv = sem.query_vector(q)
     rows = sem.shortlist(qv)
     outside = int(np.setdiff1d(np.arange(sem.matrix.shape[0]), rows)[0])
     z = sem.evidence(q, {outside: qv})  # give it the query's own vector: it must come first
     assert z[outside] == pytest.approx(1.0)
+
+
+def test_lists_are_off_when_the_setting_is_zero_or_the_library_smaller(demo_store, ivf_everywhere):
+    snap = SnapshotStore(demo_store).load()
+    assert Retriever(snap, RetrievalConfig(semantic_lists_min_skills=0)).semantic.lists is None
+    assert Retriever(snap, RetrievalConfig(semantic_lists_min_skills=69)).semantic.lists is None
+    assert Retriever(snap, RetrievalConfig(semantic_lists_min_skills=68)).semantic.lists is not None

@@ -149,10 +149,9 @@ COARSE_DIMS = 64
 FUNNEL_FACTOR = 20
 FUNNEL_MIN_SHORTLIST = 2_000
 FUNNEL_SHARE = 0.05  # the bundled model is 256-d; smaller ones are its leading columns
-# Past IVF_MIN_SKILLS the coarse pass itself would read too much (256 MB per query at a million skills):
-# inverted lists over the coarse vectors (ann.py) pick the IVF_SCAN_ROWS rows it reads, and the shortlist
-# loses its FUNNEL_SHARE term, so a query's cost stops growing with the library.
-IVF_MIN_SKILLS = 200_000
+# A million skills' coarse vectors are 256 MB read per query. Past `semantic_lists_min_skills` skills
+# (when set), inverted lists over the coarse vectors (ann.py) pick the IVF_SCAN_ROWS rows the first pass
+# reads, and the shortlist loses its FUNNEL_SHARE term, so a query's cost stops growing with the library.
 IVF_SCAN_ROWS = 32_768
 _IVF_FORMAT = 1
 _FEW = 8
@@ -514,11 +513,12 @@ def coarse_vectors(matrix: np.ndarray) -> np.ndarray:
 _RECENT_LISTS: OrderedDict[str, InvertedLists] = OrderedDict()
 
 
-def lists_for(snapshot: Snapshot, vectors: SkillVectors) -> InvertedLists | None:
-    """The inverted lists of a large version's coarse vectors (None below IVF_MIN_SKILLS): from the
-    store's cache, else built (seconds at a million skills) and cached like the vectors."""
+def lists_for(snapshot: Snapshot, vectors: SkillVectors, min_skills: int) -> InvertedLists | None:
+    """The inverted lists of a version's coarse vectors when it has more than `min_skills` skills (None
+    otherwise, and always for 0): from the store's cache, else built (seconds at a million skills) and
+    cached like the vectors."""
     n, d = vectors.matrix.shape
-    if n <= IVF_MIN_SKILLS or d <= COARSE_DIMS or not vectors.key:
+    if min_skills <= 0 or n <= min_skills or d <= COARSE_DIMS or not vectors.key:
         return None
     key = f"{vectors.key}-f{_IVF_FORMAT}-k{list_count(n)}"
     with _RECENT_LOCK:
@@ -587,5 +587,5 @@ def semantic_index(snapshot: Snapshot, config: RetrievalConfig) -> SemanticIndex
     if backend is None:
         return None
     vectors = vectors_for(snapshot, backend)
-    lists = lists_for(snapshot, vectors)
+    lists = lists_for(snapshot, vectors, config.semantic_lists_min_skills)
     return SemanticIndex(vectors, backend, config.semantic_candidates, config.semantic_min_cosine, lists)
