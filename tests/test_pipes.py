@@ -224,7 +224,7 @@ def snapshot_metadata(result: Any) -> dict[str, Any]:
 @pytest.mark.filterwarnings("ignore:AssetExecutionContext.run_id is deprecated")  # Dagster's Pipes code
 @pytest.mark.filterwarnings("ignore:Function `PipesMessageReader.expected_writer_count`")
 def test_pipes_round_commits_the_local_version_with_spark_metrics(tmp_path):
-    from tests.test_spark import stable_manifest, version_files
+    from tests.test_spark import assert_same_round_in_two_stores
 
     local, _ = materialize_window(tmp_path / "local", EngineSettings())
     assert local.success
@@ -241,18 +241,7 @@ def test_pipes_round_commits_the_local_version_with_spark_metrics(tmp_path):
     records = {"local": snapshot_metadata(local), "pipes": snapshot_metadata(piped)}
     stores = {name: SnapshotStore(tmp_path / name) for name in records}
     a, b = (stores[n].manifest(records[n]["version"]) for n in ("local", "pipes"))
-    assert a["counters"] == b["counters"]
-    other_store = {"parent", "orchestrator", "window_files"}  # two stores, two Dagster runs
-    assert {k: v for k, v in stable_manifest(a).items() if k not in other_store} == {
-        k: v for k, v in stable_manifest(b).items() if k not in other_store
-    }
-    # Each store names its window's parts itself: the referenced files are the same by size and content.
-    assert [(r["bytes"], r["sha256"]) for r in a["window_files"]] == [
-        (r["bytes"], r["sha256"]) for r in b["window_files"]
-    ]
-    assert version_files(stores["local"], a["version"]) == version_files(stores["pipes"], b["version"])
-    edges = {n: stores[n].load(records[n]["version"]).edges for n in records}
-    assert edges["local"].equals(edges["pipes"])  # no edge added, removed or reweighted
+    assert_same_round_in_two_stores(stores["local"], a, stores["pipes"], b)
 
     # The Spark job's metrics, as the external process reported them over Pipes.
     meta = records["pipes"]

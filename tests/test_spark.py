@@ -78,6 +78,24 @@ def stable_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in manifest.items() if k not in VOLATILE}
 
 
+def assert_same_round_in_two_stores(
+    store_a: SnapshotStore, a: dict[str, Any], store_b: SnapshotStore, b: dict[str, Any]
+) -> None:
+    """Two stores' versions of one round (two Dagster runs): the same counters, manifest, files and edges.
+    Each store names its ingested parts itself, so the window files referenced are compared by content."""
+    assert a["counters"] == b["counters"]
+    other_store = {"parent", "orchestrator", "window_files"}
+    assert {k: v for k, v in stable_manifest(a).items() if k not in other_store} == {
+        k: v for k, v in stable_manifest(b).items() if k not in other_store
+    }
+    assert [(r["bytes"], r["sha256"]) for r in a["window_files"]] == [
+        (r["bytes"], r["sha256"]) for r in b["window_files"]
+    ]
+    assert version_files(store_a, a["version"]) == version_files(store_b, b["version"])
+    ea, eb = store_a.load(a["version"]).edges, store_b.load(b["version"]).edges
+    assert ea.equals(eb)  # no edge added, removed or reweighted between the two
+
+
 def assert_same_version(store: SnapshotStore, a: dict[str, Any], b: dict[str, Any]) -> None:
     assert a["parent"] == b["parent"]
     assert a["counters"] == b["counters"]
@@ -271,14 +289,4 @@ def test_dagster_round_on_spark_commits_the_local_version(spark, tmp_path):
     assert records["local"]["engine"]["engine"] == "local"
     stores = {name: SnapshotStore(tmp_path / name) for name in records}
     a, b = (stores[n].manifest(records[n]["version"]) for n in ("local", "spark"))
-    assert a["counters"] == b["counters"]
-    other_store = {"parent", "orchestrator", "window_files"}  # two stores, two Dagster runs
-    assert {k: v for k, v in stable_manifest(a).items() if k not in other_store} == {
-        k: v for k, v in stable_manifest(b).items() if k not in other_store
-    }
-    # each store names its ingested parts itself; the window's content referenced is the same
-    assert [(r["bytes"], r["sha256"]) for r in a["window_files"]] == [
-        (r["bytes"], r["sha256"]) for r in b["window_files"]
-    ]
-    fa, fb = (version_files(stores[n], records[n]["version"]) for n in ("local", "spark"))
-    assert fa == fb
+    assert_same_round_in_two_stores(stores["local"], a, stores["spark"], b)
