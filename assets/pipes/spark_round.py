@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,8 @@ from segos_pipeline.evolution.engines.base import EngineResult
 from segos_pipeline.evolution.evidence import WindowEvidence
 
 APP_NAME = "segos-evolve-pipes"
-EVIDENCE_TABLES = ("workflow", "ordered", "couse", "unused", "witnesses", "usage", "added")
+# Every table of the window's evidence (all its fields but the counts, which go into the JSON).
+EVIDENCE_TABLES = tuple(f.name for f in fields(WindowEvidence) if f.name != "counts")
 RESULT_JSON = "result.json"  # written last: its presence means the folder is complete
 # The job's measurements kept as numbers (Dagster plots numeric metadata across windows): time, worker
 # memory and the bytes the repartition moved; the whole record goes in the `engine` JSON entry.
