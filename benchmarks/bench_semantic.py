@@ -53,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--queries", type=Path, required=True, help="JSONL with `query` or `instruction`")
     ap.add_argument("--limit", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--lists-from", type=int, default=None, help="use inverted lists from this many skills")
+    ap.add_argument(
+        "--lists-from", type=int, default=None, help="inverted lists past this many skills (0: none)"
+    )
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = ap.parse_args(argv)
 
@@ -75,20 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     def exact(q: np.ndarray) -> np.ndarray:
         return head_scores(sem._exact(q, None), m, floor)
 
-    def through(index: SemanticIndex) -> Any:
-        def run(q: np.ndarray) -> np.ndarray:
-            rows = index.shortlist(q)
-            if rows is None:
-                return exact(q)
-            out = np.zeros(n)
-            out[rows] = head_scores(sem.matrix[rows] @ q, m, floor)
-            return out
-
-        return run
-
-    methods = {"exact": exact, "funnel": through(funnel)}
+    methods = {"exact": exact, "funnel": funnel.evidence_of}
     if sem.lists is not None:
-        methods["lists"] = through(sem)
+        methods["lists"] = sem.evidence_of
     vectors = [sem.query_vector(t) for t in texts]
     results: dict[str, Any] = {}
     reference = [exact(q) for q in vectors]

@@ -481,10 +481,13 @@ class SemanticIndex:
     def evidence(self, query: str, patch: dict[int, np.ndarray] | None = None) -> np.ndarray:
         """z ∈ [0, 1] for the `candidates` most similar skills (best = 1, the next one after them = 0),
         0 for every other skill and for any skill below `min_cosine`."""
-        n = self.matrix.shape[0]
         if self._coarse is None or not query.strip():
             return head_scores(self.similarities(query, patch), self.candidates, self.min_cosine)
-        q = self.query_vector(query)
+        return self.evidence_of(self.query_vector(query), patch)
+
+    def evidence_of(self, q: np.ndarray, patch: dict[int, np.ndarray] | None = None) -> np.ndarray:
+        """`evidence` for an already embedded (unit) query vector."""
+        n = self.matrix.shape[0]
         rows = self.shortlist(q)
         if rows is None:
             return head_scores(self._exact(q, patch), self.candidates, self.min_cosine)
