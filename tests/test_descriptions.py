@@ -247,7 +247,7 @@ def test_l3_stage_equals_a_from_scratch_round_on_the_demo_data(tmp_path):
     fresh = Retriever(draft_snapshot(parent, state.nodes, state.tokens, edges), retrieval)
     assert fresh.snapshot.path is None  # no cache: the index is built from the tokens
 
-    def from_scratch(nodes, _tokens):
+    def from_scratch(nodes, _tokens, _changed):
         return Retriever(draft_snapshot(parent, nodes, token_table(nodes), edges), retrieval)
 
     reference = description_update(fresh, state.selected, config, retrieval.top_n, None, from_scratch)

@@ -321,3 +321,43 @@ def test_bundle_texts_equal_hydrating_the_rows_under_any_budget(shared_store, to
             kept, over = hydrate_rows(r._nodes[chosen].to_dicts(), 1800, total)
             assert [s.text for s in bundle.skills] == [text for _, text in kept]
             assert bundle.over_budget == over
+
+
+def _same_index(a, b):
+    """Two lexical indexes hold exactly the same numbers (bit for bit), not merely close ones."""
+    assert a.vocab.tokens.to_list() == b.vocab.tokens.to_list()
+    for x, y in ((a.matrix, b.matrix), (a.name_matrix, b.name_matrix)):
+        np.testing.assert_array_equal(x.indptr, y.indptr)
+        np.testing.assert_array_equal(x.indices, y.indices)
+        np.testing.assert_array_equal(x.data, y.data)
+    np.testing.assert_array_equal(a.df, b.df)
+    np.testing.assert_array_equal(a.name_len, b.name_len)
+    assert a.avg == b.avg
+
+
+@pytest.mark.parametrize("library", ["demo", "real"])
+def test_index_read_a_part_at_a_time_equals_the_index_of_the_whole_table(tmp_path, monkeypatch, library):
+    """A stored version's index is built from its token parts one at a time (never the whole string
+    table): the same numbers as the index of the whole table, however many parts the skills are split
+    into, and loading the version for serving reads no token table."""
+    from segos_pipeline.paths import DEFAULT_LIBRARY
+    from segos_pipeline.retrieval.lexical import LexicalIndex, index_for, parts_index
+
+    from .conftest import SHARED_DATA
+
+    lib = DEFAULT_LIBRARY if library == "demo" else SHARED_DATA / "skills"
+    if not lib.is_dir():
+        pytest.skip(f"real skill library not found at {lib} (../shared/data is absent)")
+    monkeypatch.setattr("segos_pipeline.store.snapshot.PART_ROWS", 7)  # many parts, skills split unevenly
+    st_ = SnapshotStore(tmp_path / "store")
+    build_cold_start(lib, st_)
+    snap = st_.load()
+    assert len(snap.files.parts) > 3
+    cfg = RetrievalConfig()
+    streamed = parts_index(snap.files, snap.nodes.height, cfg)
+    assert not snap.tokens_loaded
+    retriever = Retriever(snap, cfg)  # no cached index yet: built from the parts as well
+    assert not snap.tokens_loaded
+    _same_index(retriever.lexical, streamed)
+    _same_index(streamed, LexicalIndex(snap.tokens, snap.nodes.height, cfg))
+    _same_index(index_for(st_.load(), cfg), streamed)  # and as the cache holds it

@@ -127,12 +127,12 @@ def description_update(
     config: EvolutionConfig,
     top_n: int,
     editor: Editor | None = None,
-    rebuild: Callable[[pl.DataFrame, pl.DataFrame], Retriever] | None = None,
+    rebuild: Callable[[pl.DataFrame, pl.DataFrame, np.ndarray], Retriever] | None = None,
 ) -> L3Result:
-    """Run L3 on the round's graph (`retriever`); `rebuild(nodes, tokens)` gives a retriever over revised
-    nodes for the exact verification pass. `traces` is the round's selected traces, or the window's
-    evidence whose `witnesses` and `usage` the engine summed from them (the same candidates, without
-    holding the traces).
+    """Run L3 on the round's graph (`retriever`); `rebuild(nodes, tokens, revised rows)` gives a retriever
+    over revised nodes for the exact verification pass. `traces` is the round's selected traces, or the
+    window's evidence whose `witnesses` and `usage` the engine summed from them (the same candidates,
+    without holding the traces).
 
     The cost follows the candidates, not the library: revisions are tried on patched rows of
     `retriever`'s index, only the revised skills are re-tokenised (`patch_tokens`), and `rebuild` is
@@ -275,7 +275,8 @@ def description_update(
         new_tokens = patch_tokens(tokens, new_nodes, revised_rows)
         if rebuild is None:
             break
-        exact = RankPositions(rebuild(new_nodes, new_tokens))
+        changed = np.array(sorted(revised_rows), dtype=np.int64)
+        exact = RankPositions(rebuild(new_nodes, new_tokens, changed))
         failed = []
         for skill, a in accepted.items():
             i = index[skill]

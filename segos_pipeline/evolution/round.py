@@ -14,13 +14,16 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from ..config import EngineConfig, EvolutionConfig, RetrievalConfig, TransitionConfig, retrieval_for
 from ..graph.build import commit_derived
 from ..graph.transition import transition_matrix
 from ..progress import Progress
+from ..retrieval.lexical import LexicalIndex
 from ..retrieval.ranker import Retriever
+from ..retrieval.token_rows import EncodedTokens
 from ..store.snapshot import (
     REVISIONS,
     ROUND_ADDED,
@@ -50,7 +53,7 @@ def draft_snapshot(
         path=None,
         manifest={"config": parent.manifest.get("config", {})},
         nodes=nodes,
-        tokens=tokens,
+        token_table=tokens,
         edges=edges,
         transition=transition_matrix(edges, nodes["id"], tconf),
     )
@@ -169,19 +172,26 @@ def l3_stage(
             draft = replace(draft, path=parent.path, manifest=parent.manifest, _cache={})
         retriever = Retriever(draft, retrieval)
 
-        def rebuild(new_nodes: pl.DataFrame, new_tokens: pl.DataFrame) -> Retriever:
-            # Only the text changed: the draft with the revised text keeps its edges and operator; as an
-            # in-memory version (no path, no caches) it derives the revised text's index afresh.
+        encoded: list[EncodedTokens] = []  # the round's token rows, coded once, on the first rebuild
+
+        def rebuild(new_nodes: pl.DataFrame, new_tokens: pl.DataFrame, changed: np.ndarray) -> Retriever:
+            # Only the text changed: the draft with the revised text keeps its edges and operator. Its
+            # lexical index is built from the round's integer token rows with the revised skills' rows
+            # spliced in: the index the revised table gives, without coding the library's strings again.
+            if not encoded:
+                encoded.append(EncodedTokens.of_table(state.tokens, state.nodes.height))
+            fresh = new_tokens.filter(pl.col("node").is_in(pl.Series(changed, dtype=pl.UInt32)))
+            lexical = LexicalIndex.of(encoded[0].revised(fresh), retrieval)
             revised = replace(
                 draft,
                 version=f"{parent.version}+revised",
                 path=None,
                 manifest={"config": parent.manifest.get("config", {})},
                 nodes=new_nodes,
-                tokens=new_tokens,
+                token_table=new_tokens,
                 _cache={},
             )
-            return Retriever(revised, retrieval)
+            return Retriever(revised, retrieval, lexical=lexical)
 
         traces = state.evidence if state.evidence is not None else state.selected
         assert traces is not None

@@ -239,7 +239,7 @@ def knn_variant(snapshot: Snapshot, knn_k: int) -> Snapshot:
         path=None,
         manifest={"config": {**config, "graph": asdict(graph)}},
         nodes=snapshot.nodes,
-        tokens=snapshot.tokens,
+        token_table=snapshot.tokens,
         edges=edges,
         transition=transition_matrix(edges, snapshot.nodes["id"], tconf),
     )

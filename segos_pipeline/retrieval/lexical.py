@@ -29,11 +29,14 @@ from ..store.cache import cache_root, write_entry
 from ..text.lexicon import Vocabulary
 from ..text.tokens import tokenize
 from .sets import union_positions, unique
+from .token_rows import CODED_FIELDS, FIELD_CODE, NAME, OTHER, EncodedTokens, TokenRows
 
 if TYPE_CHECKING:
-    from ..store.snapshot import Snapshot
+    from ..store.snapshot import Snapshot, VersionFiles
 
-_CACHE_FORMAT = 3  # 3: per-field saturation (SPEC §6.7) replaces BM25F; averages over skills with the field
+# 3: per-field saturation (SPEC §6.7) replaces BM25F; averages over skills with the field. 4: fields summed in
+# field order per (skill, token), whatever the chunking.
+_CACHE_FORMAT = 4
 
 
 @dataclass(frozen=True)
@@ -137,69 +140,74 @@ def _idf(n: int, df: np.ndarray) -> np.ndarray:
     return np.log(1 + (n - df + 0.5) / (df + 0.5))
 
 
-def _field_codes(fields: pl.Series) -> tuple[np.ndarray, list[str]]:
-    """Small integer codes of a field column, and the field of each code."""
-    names = fields.unique().sort()
-    return fields.cast(pl.Enum(names)).to_physical().to_numpy().astype(np.int64), names.to_list()
+def parts_index(files: VersionFiles, n_nodes: int, config: RetrievalConfig) -> LexicalIndex:
+    """The index of a stored version, read a token part at a time (the string table is never held whole)."""
+    return LexicalIndex.of(EncodedTokens.of_parts(files, n_nodes), config)
 
 
 class LexicalIndex:
     def __init__(self, tokens: pl.DataFrame, n_nodes: int, config: RetrievalConfig | None = None):
-        config = config or RetrievalConfig()
-        self.n = n = n_nodes
-        self.config = config
-        self.vocab = Vocabulary(tokens["token"])
-        # Whole-table arithmetic on integer arrays: one join maps each token to its column in the sorted
-        # vocabulary, fields become small codes, and every per-(skill, field) or per-(skill, token) sum is
-        # a bincount or a sparse matrix (which sums duplicate entries), not a group-by.
-        rows = tokens.join(self.vocab.lookup, on="token").select("node", "field", "tf", "col")
-        node = rows["node"].to_numpy().astype(np.int64)
-        col = rows["col"].to_numpy()
-        tf = rows["tf"].to_numpy().astype(np.float64)
-        code, fields = _field_codes(rows["field"])
-        lengths = np.bincount(node * len(fields) + code, weights=tf, minlength=n * len(fields))
-        lengths = lengths.reshape(n, len(fields))
+        """The index of a whole string token table held in memory (a draft's, or a small version's)."""
+        self._build(EncodedTokens.of_table(tokens, n_nodes), config)
+
+    @classmethod
+    def of(cls, encoded: EncodedTokens, config: RetrievalConfig | None = None) -> LexicalIndex:
+        """The index of a token table given as integer rows a node range at a time."""
+        index = cls.__new__(cls)
+        index._build(encoded, config)
+        return index
+
+    def _build(self, encoded: EncodedTokens, config: RetrievalConfig | None) -> None:
+        # Integer arithmetic a chunk at a time: field lengths and df are bincounts, each chunk's matrix is
+        # assembled from its sorted rows (token_rows.py), then the chunks are stacked; no group-by, no join,
+        # no global sort.
+        self.config = config = config or RetrievalConfig()
+        self.n = n = encoded.n_nodes
+        self.vocab = vocab = encoded.vocab
+        chunks = encoded.chunks
+        n_cols, n_fields = len(vocab), len(CODED_FIELDS)
+        lengths = np.zeros((n, n_fields))
+        self.df = np.zeros(n_cols, dtype=np.int64)
+        for c in chunks:
+            k = c.stop - c.start
+            keys = (c.node - c.start) * n_fields + c.field
+            lengths[c.start : c.stop] += np.bincount(keys, weights=c.tf, minlength=k * n_fields).reshape(
+                k, n_fields
+            )
+            self.df += np.bincount(c.col[c.first], minlength=n_cols)
+        held = (lengths > 0).sum(axis=0)
         # Mean over the skills that have the field: a field most skills lack (inputs, examples) would
         # otherwise get a tiny average, and every skill that has it a harsh length penalty.
-        avg = lengths.sum(axis=0) / np.maximum((lengths > 0).sum(axis=0), 1)
-        self.avg: dict[str, float] = dict(zip(fields, avg.tolist(), strict=True))
-        # df: skills holding the token in any field (each (skill, token) pair counted once)
-        self.df = np.diff(self._matrix(node, col, np.ones(len(node))).indptr).astype(np.int64)
-        self.matrix = self._per_field_bm25(node, col, tf, code, fields, lengths[node, code])
-        is_name = code == (fields.index("name") if "name" in fields else -1)
-        name_matrix = self._matrix(node[is_name], col[is_name], np.ones(int(is_name.sum())))
-        name_matrix.data[:] = 1.0
-        self.name_matrix = name_matrix
-        self.name_len = np.bincount(node[is_name], minlength=n)
+        avg = lengths.sum(axis=0) / np.maximum(held, 1)
+        self.avg: dict[str, float] = {
+            f: float(a) for f, a, h in zip(CODED_FIELDS, avg, held, strict=True) if h and f
+        }
+        matrices, names = [], []
+        for c in chunks:
+            matrices.append(self._matrix_of(c, lengths[c.node, c.field]))
+            names.append(c.csr(None, n_cols, np.flatnonzero(c.field == NAME)))
+        matrix = sp.vstack(matrices, format="csr") if matrices else sp.csr_matrix((n, n_cols))
+        matrix.data *= _idf(n, self.df)[matrix.indices]
+        self.matrix = matrix.tocsc()
+        name_rows = sp.vstack(names, format="csr") if names else sp.csr_matrix((n, n_cols))
+        self.name_len = np.diff(name_rows.indptr).astype(np.int64)
+        self.name_matrix = name_rows.tocsc()
 
-    def _per_field_bm25(
-        self,
-        node: np.ndarray,
-        col: np.ndarray,
-        tf: np.ndarray,
-        code: np.ndarray,
-        fields: list[str],
-        flen: np.ndarray,
-    ) -> sp.csc_matrix:
-        """The per-field BM25 matrix of token rows (SPEC §6.7), with this index's df and average field
-        lengths; rows of a field without a weight (or without an average in this index) are left out."""
+    def _matrix_of(self, rows: TokenRows, flen: np.ndarray) -> sp.csr_matrix:
+        """Per-field BM25 (SPEC §6.7, before idf) of token rows with this index's average field lengths,
+        the fields of a skill's token summed; rows of a field without a weight (or without an average in
+        this index) are left out."""
         k1, b = self.config.bm25_k1, self.config.bm25_b
         weights = self.config.field_weights
-        scored = [f in weights and f in self.avg for f in fields]
-        fw = np.array([weights[f] if ok else 0.0 for f, ok in zip(fields, scored, strict=True)])
-        avg = np.array([self.avg[f] if ok else 1.0 for f, ok in zip(fields, scored, strict=True)])
-        keep = np.asarray(scored, dtype=bool)[code]
-        c, t = code[keep], tf[keep]
-        norm = 1 - b + b * flen[keep] / np.maximum(avg[c], 1e-12)
-        m = self._matrix(node[keep], col[keep], fw[c] * t * (k1 + 1) / (t + k1 * norm))  # fields summed
-        m.data *= _idf(self.n, np.repeat(self.df, np.diff(m.indptr)))
-        return m
-
-    def _matrix(self, rows: np.ndarray, cols: np.ndarray, values: np.ndarray) -> sp.csc_matrix:
-        """(skill, column) entries as a CSC matrix, duplicate entries summed."""
-        m = sp.csc_matrix((values, (rows, cols)), shape=(self.n, len(self.vocab)))
-        m.sum_duplicates()
-        return m
+        scored = np.array([f in weights and f in self.avg for f in CODED_FIELDS])
+        fw = np.array([weights[f] if ok else 0.0 for f, ok in zip(CODED_FIELDS, scored, strict=True)])
+        mean = np.array([self.avg[f] if ok else 1.0 for f, ok in zip(CODED_FIELDS, scored, strict=True)])
+        if not scored[rows.field].all():
+            keep = scored[rows.field]
+            rows, flen = rows.where(keep), flen[keep]
+        norm = 1 - b + b * flen / np.maximum(mean[rows.field], 1e-12)
+        values = fw[rows.field] * rows.tf * (k1 + 1) / (rows.tf + k1 * norm)
+        return rows.csr(values, len(self.vocab))
 
     def idf(self, token: str) -> float:
         """The BM25 idf of a token in this version (a token no skill has gets the highest idf)."""
@@ -218,13 +226,16 @@ class LexicalIndex:
         index = self.vocab.index
         tokens = node_tokens["token"].to_list()
         known = node_tokens.filter(pl.Series([t in index for t in tokens], dtype=pl.Boolean))
-        code, fields = _field_codes(known["field"])
-        tf = known["tf"].to_numpy().astype(np.float64)
-        flen = np.bincount(code, weights=tf, minlength=len(fields))[code]
         col = np.fromiter((index[t] for t in known["token"].to_list()), dtype=np.int64, count=known.height)
-        m = self._per_field_bm25(np.zeros(len(col), dtype=np.int64), col, tf, code, fields, flen)
-        cols = np.flatnonzero(np.diff(m.indptr))
-        return dict(zip(cols.tolist(), m.data.tolist(), strict=True))
+        field = known["field"].replace_strict(FIELD_CODE, default=OTHER, return_dtype=pl.Int64).to_numpy()
+        tf = known["tf"].to_numpy().astype(np.float64)
+        order = np.lexsort((field, col))
+        col, field, tf = col[order], field[order], tf[order]
+        rows = TokenRows(0, 1, np.zeros(len(col), dtype=np.int64), field, col, tf)
+        flen = np.bincount(field, weights=tf, minlength=len(CODED_FIELDS))[field]
+        m = self._matrix_of(rows, flen)
+        m.data *= _idf(self.n, self.df)[m.indices]
+        return dict(zip(m.indices.tolist(), m.data.tolist(), strict=True))
 
     def query_columns(self, query: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         """(columns, weights, known, n_tokens) of a query: its distinct known tokens that may carry
@@ -343,7 +354,7 @@ def index_for(snapshot: Snapshot, config: RetrievalConfig) -> LexicalIndex:
     tokens_key = snapshot.content_key("tokens")
     root = cache_root(snapshot.path, "lexical")
     if root is None or tokens_key is None:
-        return LexicalIndex(snapshot.tokens, n, config)
+        return _fresh_index(snapshot, config)
     key_data = {
         "format": _CACHE_FORMAT,
         "tokens": tokens_key,
@@ -358,7 +369,7 @@ def index_for(snapshot: Snapshot, config: RetrievalConfig) -> LexicalIndex:
             return LexicalIndex.load(folder, n, config)
         except (OSError, ValueError, KeyError):
             pass  # damaged or foreign: rebuild below and replace it
-    index = LexicalIndex(snapshot.tokens, n, config)
+    index = _fresh_index(snapshot, config)
 
     def fill(stage: Path) -> None:
         index.save(stage)
@@ -366,3 +377,12 @@ def index_for(snapshot: Snapshot, config: RetrievalConfig) -> LexicalIndex:
 
     write_entry(root, key, fill)  # a read-only or racing store: the index in memory is all this needs
     return index
+
+
+def _fresh_index(snapshot: Snapshot, config: RetrievalConfig) -> LexicalIndex:
+    """The index built from the token table in memory when the snapshot holds it (a draft, or a version
+    whose tokens were read), else from its stored parts one at a time."""
+    files = snapshot.files
+    if snapshot.tokens_loaded or files is None:
+        return LexicalIndex(snapshot.tokens, snapshot.nodes.height, config)
+    return parts_index(files, snapshot.nodes.height, config)

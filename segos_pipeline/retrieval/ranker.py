@@ -35,7 +35,7 @@ from ..config import AVOID, RetrievalConfig, TransitionConfig, retrieval_for
 from ..graph.transition import edge_indices, transition_matrix
 from ..store.snapshot import Snapshot
 from ..text.names import SkillNames
-from .lexical import Evidence, index_for
+from .lexical import Evidence, LexicalIndex, index_for
 from .push import PushOperator
 from .semantic import SemanticIndex, semantic_index
 from .sets import union_positions
@@ -184,7 +184,10 @@ _CARDS = 4_096  # hydrated skills kept per Retriever (each at most per_skill_cha
 class Retriever:
     """Answers many queries against one snapshot; construction does all query-independent work."""
 
-    def __init__(self, snapshot: Snapshot, config: RetrievalConfig | None = None):
+    def __init__(
+        self, snapshot: Snapshot, config: RetrievalConfig | None = None, lexical: LexicalIndex | None = None
+    ):
+        """`lexical`: the version's lexical index when the caller already has it (built for `config`)."""
         self.snapshot = snapshot
         self.config = config or retrieval_for(snapshot.manifest)
         nodes = snapshot.nodes
@@ -192,7 +195,7 @@ class Retriever:
         self.ids = nodes["id"].to_numpy()
         self._nodes = nodes
         self.names = SkillNames(nodes)
-        self.lexical = index_for(snapshot, self.config)
+        self.lexical = lexical if lexical is not None else index_for(snapshot, self.config)
         self.semantic: SemanticIndex | None = semantic_index(snapshot, self.config)
         if self.config.reverse:
             operator = snapshot.transition

@@ -314,14 +314,22 @@ class VersionFiles:
         return pl.concat(frames, how="vertical", rechunk=True) if frames else pl.DataFrame()
 
     def read_tokens(self) -> pl.DataFrame:
-        frames, offset = [], 0
-        for p in self.parts:
-            frame = self._parquet(p["tokens"])
-            frames.append(frame.with_columns((pl.col("node") + offset).cast(pl.UInt32)) if offset else frame)
-            offset += int(p["rows"])
+        frames = [
+            frame.with_columns((pl.col("node") + start).cast(pl.UInt32)) if start else frame
+            for start, _stop, frame in self.token_parts()
+        ]
         return (
             pl.concat(frames, how="vertical", rechunk=True) if frames else pl.DataFrame(schema=TOKEN_SCHEMA)
         )
+
+    def token_parts(self) -> Iterator[tuple[int, int, pl.DataFrame]]:
+        """(first node, end node, token rows with `node` local to the part) of each part in turn: the
+        token table a part at a time, for readers that must not hold it whole (100M rows at 1M skills)."""
+        offset = 0
+        for p in self.parts:
+            rows = int(p["rows"])
+            yield offset, offset + rows, self._parquet(p["tokens"])
+            offset += rows
 
     def read_part(self, i: int) -> tuple[pl.DataFrame, pl.DataFrame]:
         """Node rows and token rows (`node` local) of part i, checked against the manifest first (what is
@@ -441,10 +449,25 @@ class Snapshot:
     path: Path | None  # None for an in-memory draft (e.g. the graph inside an evolution round)
     manifest: dict[str, Any]
     nodes: pl.DataFrame
-    tokens: pl.DataFrame
     edges: pl.DataFrame
     transition: sp.csr_matrix
+    # The string token table; None until first asked for on a stored version. Serving never needs it (the
+    # lexical index is cached or built a part at a time) and at 1M skills it holds 100M rows.
+    token_table: pl.DataFrame | None = field(default=None, repr=False)
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def tokens(self) -> pl.DataFrame:
+        if self.token_table is None:
+            files = self.files
+            if files is None:
+                raise SnapshotError(f"draft version {self.version} was made without a token table")
+            self.token_table = files.read_tokens()
+        return self.token_table
+
+    @property
+    def tokens_loaded(self) -> bool:
+        return self.token_table is not None
 
     @property
     def parent(self) -> str | None:
@@ -729,7 +752,6 @@ class SnapshotStore:
             path=files.path,
             manifest=files.manifest,
             nodes=files.read_nodes(),
-            tokens=files.read_tokens(),
             edges=files.read_edges(),
             transition=files.read_transition(),
         )
