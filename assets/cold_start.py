@@ -31,9 +31,12 @@ from segos_pipeline.pipeline.stages import (
     stats_from_frame,
     transition_health,
 )
+from segos_pipeline.store.remote import RemoteStore
+from segos_pipeline.store.snapshot import SnapshotStore
 from segos_pipeline.text.lexicon import token_table
 
 from . import checks
+from .locations import store_name
 from .metadata import (
     MATRIX_KINDS,
     OWNERS,
@@ -55,6 +58,13 @@ def problems_table(report: pl.DataFrame, limit: int = 50) -> MetadataValue:
     if report.is_empty():
         return table([], {c: REPORT_SCHEMA[c] for c in PROBLEM_COLUMNS})
     return frame_table(report, PROBLEM_COLUMNS, limit)
+
+
+def version_uri(store: SnapshotStore, version: str) -> dict[str, Any]:
+    """The version's folder at the store's URI, for a store at one (`path` names its local cache copy)."""
+    if not isinstance(store, RemoteStore):
+        return {}
+    return {"uri": MetadataValue.url(store.url(f"versions/{version}"))}
 
 
 def version_record(manifest: dict[str, Any], store_root: str) -> dict[str, Any]:
@@ -215,9 +225,9 @@ def cold_start_snapshot(
             "orchestrator": {"name": "dagster", "run_id": context.run.run_id, "asset": "cold_start_snapshot"}
         },
     )
-    record = version_record(manifest, str(store.root))
+    record = version_record(manifest, store_name(store))
     counts = manifest["counts"]
-    context.log.info(f"committed {manifest['version']} to {store.root}")
+    context.log.info(f"committed {manifest['version']} to {store_name(store)}")
     yield Output(
         record,
         # the files' hashes, not the version id: rebuilding identical content is not a data change
@@ -225,6 +235,7 @@ def cold_start_snapshot(
         metadata={
             "version": manifest["version"],
             "path": MetadataValue.path(str(store.versions_dir / manifest["version"])),
+            **version_uri(store, manifest["version"]),
             **{f"edges.{rel}": n for rel, n in counts["edges_by_relation"].items()},
             "counts": MetadataValue.json(
                 {

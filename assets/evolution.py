@@ -60,7 +60,8 @@ from segos_pipeline.store.diff import counts_by_relation as diff_counts_by_relat
 from segos_pipeline.store.diff import diff_versions, largest_changes
 
 from . import checks
-from .cold_start import version_record
+from .cold_start import version_record, version_uri
+from .locations import store_name
 from .metadata import OWNERS, RECORD_KINDS, TABLE_KINDS, column_schema, frame_table, rounded, table, tags
 from .resources import EngineSettings, EvolutionSettings, RetrievalSettings, SegosPaths
 from .spark_pipes import PipesSparkEngine
@@ -297,8 +298,8 @@ def evolution_round(
         extra={"orchestrator": {"name": "dagster", "run_id": context.run.run_id, "partition": window}},
     )
     vid = manifest["version"]
-    context.log.info(f"committed {vid} (parent {parent_id}) to {store.root}")
-    record = {**version_record(manifest, str(store.root)), "window": window}
+    context.log.info(f"committed {vid} (parent {parent_id}) to {store_name(store)}")
+    record = {**version_record(manifest, store_name(store)), "window": window}
     counts = manifest["counts"]
     yield Output(
         record,
@@ -309,6 +310,7 @@ def evolution_round(
             "parent": parent_id,
             "round": MetadataValue.text(str(manifest["round"])),
             "path": MetadataValue.path(str(store.versions_dir / vid)),
+            **version_uri(store, vid),
             "traces": traces.height,  # traces per window, plotted next to the edges by relation
             **{f"edges.{rel}": n for rel, n in counts["edges_by_relation"].items()},
             "counts": MetadataValue.json({k: counts.get(k) for k in ("skills", "edges", "transition_nnz")}),
@@ -353,7 +355,7 @@ def _unchanged(parent_id: str, parent: Any, store: Any, window: str) -> Iterator
     )
     yield checks.check_unique_ids("descriptions", parent.nodes)
     record = {
-        **version_record(parent.manifest, str(store.root)),
+        **version_record(parent.manifest, store_name(store)),
         "parent": parent_id,  # diffing parent -> version then shows no change
         "window": window,
         "committed": False,

@@ -5,7 +5,11 @@
     STORE/dagster/<asset>/<partition or __all__>.json      JSON-able dict/list (version records, diffs)
     STORE/dagster/<asset>/<partition or __all__>/          a dict of DataFrames, one <name>.parquet each
 
-Keeping these next to `versions/` and `traces/` puts every file of the pipeline in one folder. Graph
+Keeping these next to `versions/` and `traces/` puts every file of the pipeline in one folder. For a store
+at a URI, STORE is its local cache folder (the one `segos --store URI` uses): versions go to the URI, the
+intermediate files stay on this machine, so every step of a run must see that folder (Dagster's default
+multiprocess executor on one machine does; executors that start each step on another machine need the
+cache folder shared, or another IO manager). Graph
 versions themselves are committed by the library (atomic, immutable); assets pass version ids.
 Own code rather than dagster-polars, whose 0.27 line breaks on polars 2.x (SPEC §13). Writes are
 atomic (write aside, then rename) so a crashed run never leaves a half-written file that a later run
@@ -25,7 +29,7 @@ import polars as pl
 import scipy.sparse as sp
 from dagster import ConfigurableIOManager, InputContext, MetadataValue, OutputContext
 
-from .locations import resolve_store
+from .locations import local_root, store_location
 
 ALL = "__all__"  # file stem of an unpartitioned asset
 _EXTS = (".parquet", ".npz", ".json")
@@ -55,10 +59,11 @@ def _replace_file(write: Any, target: Path) -> None:
 class SegosIOManager(ConfigurableIOManager):
     """Parquet / CSR .npz / JSON under `STORE/dagster/` (STORE: as the `segos` resource resolves it)."""
 
-    store_root: str | None = None  # None: $SEGOS_STORE, else data/store
+    store_root: str | None = None  # a folder or a URI; None: $SEGOS_STORE, else data/store
+    cache_dir: str | None = None  # local cache of a URI store; None: $SEGOS_CACHE, else ~/.cache/segos
 
     def base(self) -> Path:
-        return resolve_store(self.store_root) / "dagster"
+        return local_root(self.store_root, self.cache_dir) / "dagster"
 
     def _stem(self, asset_key_path: list[str], partition: str | None) -> Path:
         return self.base().joinpath(*asset_key_path) / (partition or ALL)
@@ -134,7 +139,14 @@ class SegosIOManager(ConfigurableIOManager):
         if _with(stem, ".json").is_file():
             return json.loads(_with(stem, ".json").read_text())
         what = "/".join(key_path) + (f" [{partition}]" if partition else "")
+        where = store_location(self.store_root)
+        remote = (
+            f"; the store {where} is a URI, whose intermediate outputs stay in this machine's cache: run "
+            "the steps of a run on one machine, or share the cache folder (cache_dir) between them"
+            if isinstance(where, str)
+            else ""
+        )
         raise FileNotFoundError(
             f"{what} has not been materialized into {self.base().parent} (no file under {stem.parent}); "
-            "materialize it first (the cold start with `cold_start_job`, earlier windows in order)"
+            f"materialize it first (the cold start with `cold_start_job`, earlier windows in order){remote}"
         )

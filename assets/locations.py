@@ -3,13 +3,21 @@
 Shared by the resources and the IO manager (which resolves the store the same way as the `segos` resource),
 so neither imports the other for it. The code location runs from a checkout (`workspace.yaml`), so relative
 paths are taken from the checkout's root, whatever the process's working directory.
+
+A store may be a URI (`file:///...`, `s3://...`; configured, or in `$SEGOS_STORE`), kept as text: its
+versions live there, and the folders Dagster needs on this machine (the IO manager's intermediate files,
+the trace landing folder) are in its local cache, the same folder `segos --store URI` uses.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 from segos_pipeline.paths import default_landing, default_store
+from segos_pipeline.store.remote import cache_folder
+from segos_pipeline.store.uri import is_uri
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent  # the checkout that holds `assets/`
 
@@ -20,11 +28,37 @@ def resolve(path: str | Path) -> Path:
     return p if p.is_absolute() else (PROJECT_ROOT / p).resolve()
 
 
-def resolve_store(store_root: str | None) -> Path:
-    """The configured store, else `$SEGOS_STORE` (read at run time, not import time), else data/store."""
-    return resolve(store_root) if store_root else resolve(default_store())
+def store_location(store_root: str | None) -> str | Path:
+    """The configured store, else `$SEGOS_STORE` (read at run time, not import time), else data/store: a
+    URI as given, a folder made absolute."""
+    given = store_root or os.environ.get("SEGOS_STORE") or ""
+    if is_uri(given):
+        return given
+    return resolve(given) if given else resolve(default_store())
 
 
-def resolve_landing(landing_dir: str | None, store_root: str | None = None) -> Path:
-    """The configured landing folder, else `$SEGOS_LANDING` (as `segos mcp`), else STORE/landing."""
-    return resolve(landing_dir) if landing_dir else resolve(default_landing(resolve_store(store_root)))
+def cache_base(cache_dir: str | None) -> Path | None:
+    """The configured cache of URI stores made absolute; None: `$SEGOS_CACHE`, else ~/.cache/segos (read
+    when the store is opened, as the CLI does)."""
+    return resolve(cache_dir) if cache_dir else None
+
+
+def local_root(store_root: str | None, cache_dir: str | None = None) -> Path:
+    """The store's folder on this machine: the store itself, or the local cache of a store at a URI."""
+    where = store_location(store_root)
+    return cache_folder(where, cache_base(cache_dir)) if isinstance(where, str) else where
+
+
+def resolve_landing(
+    landing_dir: str | None, store_root: str | None = None, cache_dir: str | None = None
+) -> Path:
+    """The configured landing folder, else `$SEGOS_LANDING` (as `segos mcp`), else STORE/landing (a URI
+    store's in its local cache, where `segos mcp --store URI` lands traces too)."""
+    if landing_dir:
+        return resolve(landing_dir)
+    return resolve(default_landing(local_root(store_root, cache_dir)))
+
+
+def store_name(store: Any) -> str:
+    """What a store is reached by (`--store`, `store_root`): its URI, or its folder."""
+    return str(getattr(store, "uri", None) or store.root)

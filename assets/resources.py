@@ -6,6 +6,11 @@ process CWD: the webserver, the daemon and run workers may start elsewhere). The
 `$SEGOS_STORE`, else `data/store`, exactly as the `segos` CLI run from the project root does, so every
 version Dagster commits is one `segos versions` lists; the trace landing folder to `$SEGOS_LANDING`, else
 `STORE/landing`, as `segos mcp` does, so what agents record is what windows read.
+
+The store may be a URI (`store_root: "s3://bucket/store"`, or `$SEGOS_STORE` holding one): versions are
+then read and published through `open_store` exactly as `segos --store URI` does, with a local cache
+(`cache_dir`, else `$SEGOS_CACHE`, else ~/.cache/segos) that also holds the landing folder and the IO
+manager's intermediate files (docs/storage.md).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from dagster import ConfigurableResource, PipesSubprocessClient
+from dagster import ConfigurableResource, InitResourceContext, PipesSubprocessClient
 
 from segos_pipeline.config import (
     BuildConfig,
@@ -26,10 +31,12 @@ from segos_pipeline.config import (
     retrieval_for,
 )
 from segos_pipeline.paths import DEFAULT_LIBRARY, DEFAULT_QUERIES
+from segos_pipeline.store.filesystem import open_location
+from segos_pipeline.store.remote import open_store
 from segos_pipeline.store.snapshot import SnapshotStore
 
 from .io_managers import SegosIOManager
-from .locations import PROJECT_ROOT, resolve, resolve_landing, resolve_store
+from .locations import PROJECT_ROOT, cache_base, local_root, resolve, resolve_landing, store_location
 from .spark_pipes import LAUNCHES
 
 
@@ -37,26 +44,40 @@ class SegosPaths(ConfigurableResource):
     """Locations of the skill library, the snapshot store, the trace landing folder and the query set."""
 
     library_root: str = str(DEFAULT_LIBRARY)  # the demo library shipped with segos
-    store_root: str | None = None  # None: $SEGOS_STORE, else data/store (as the CLI)
+    store_root: str | None = None  # a folder or a URI; None: $SEGOS_STORE, else data/store (as the CLI)
+    cache_dir: str | None = None  # local cache of a URI store; None: $SEGOS_CACHE, else ~/.cache/segos
     # None: $SEGOS_LANDING, else STORE/landing (as `segos mcp`); one native <YYYY-MM-DD>.jsonl per window
     landing_dir: str | None = None
     queries: str = str(DEFAULT_QUERIES)  # query set with gold bundles for the replay report (the demo's)
     replay_k: int = 5
 
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        """A store URI whose scheme is unknown, or whose fsspec package is missing, stops the run before
+        any step computes (the message names the package to install)."""
+        where = self.store_location()
+        if isinstance(where, str):
+            open_location(where)
+
     def library(self) -> Path:
         return resolve(self.library_root)
 
     def store_path(self) -> Path:
-        return resolve_store(self.store_root)
+        """The store's folder on this machine (for a store at a URI: its local cache)."""
+        return local_root(self.store_root, self.cache_dir)
+
+    def store_location(self) -> str | Path:
+        """The store as `--store` names it: a folder, or a URI."""
+        return store_location(self.store_root)
 
     def store(self) -> SnapshotStore:
-        return SnapshotStore(self.store_path())
+        """A local `SnapshotStore`, or a `RemoteStore` for a URI (read and published through its cache)."""
+        return open_store(self.store_location(), cache_base(self.cache_dir))
 
     def landing_file(self, window: str) -> Path:
         return self.landing_path() / f"{window}.jsonl"
 
     def landing_path(self) -> Path:
-        return resolve_landing(self.landing_dir, self.store_root)
+        return resolve_landing(self.landing_dir, self.store_root, self.cache_dir)
 
     def queries_path(self) -> Path:
         return resolve(self.queries)
@@ -162,6 +183,7 @@ class RetrievalSettings(ConfigurableResource):
 def build_resources(
     store_root: str | Path | None = None,
     *,
+    cache_dir: str | Path | None = None,
     library_root: str | Path | None = None,
     landing_dir: str | Path | None = None,
     queries: str | Path | None = None,
@@ -170,11 +192,14 @@ def build_resources(
     build: BuildSettings | None = None,
     engine: EngineSettings | None = None,
 ) -> dict[str, Any]:
-    """The resource dict of the code location; tests pass a tmp `store_root` and keep the rest."""
+    """The resource dict of the code location; tests pass a tmp `store_root` (a folder or a URI) and keep
+    the rest."""
     store = str(store_root) if store_root is not None else None
+    cache = str(cache_dir) if cache_dir is not None else None
     paths = SegosPaths(
         **_set(
             store_root=store,
+            cache_dir=cache,
             library_root=str(library_root) if library_root is not None else None,
             landing_dir=str(landing_dir) if landing_dir is not None else None,
             queries=str(queries) if queries is not None else None,
@@ -182,7 +207,7 @@ def build_resources(
     )
     return {
         "segos": paths,
-        "io_manager": SegosIOManager(store_root=store),
+        "io_manager": SegosIOManager(**_set(store_root=store, cache_dir=cache)),
         "build_settings": build or BuildSettings(),
         "evolution_settings": evolution or EvolutionSettings(),
         "retrieval_settings": retrieval or RetrievalSettings(),

@@ -239,6 +239,10 @@ class BuildConfig:
 # (`segos build|update|add|remove|evolve|ingest --wait SECONDS`). A minute covers an update or an evolution
 # round of the demo and dev libraries; a cold start of a 100k library takes longer, so pass --wait for that.
 WRITER_WAIT_S = 60.0
+# segos' own choice: how often `segos mcp` (`SegosService`) following the newest version of a store at a URI
+# lists the URI for new versions (`--poll SECONDS`); between two listings no request asks the URI anything.
+# A local store needs no polling (a `stat` of its versions/ folder per request).
+REMOTE_POLL_S = 5.0
 
 
 # ------------------------------------------------------------------------------------------- presets

@@ -160,12 +160,22 @@ def store_root(given: str | Path | None) -> str | Path:
     return env if is_uri(env) else default_store()
 
 
-def _store(path: str | Path | None) -> SnapshotStore:
+def given_cache() -> Path | None:
+    """The command's `--cache` (or `$SEGOS_CACHE`); None outside a command, or on another thread (click's
+    context is per thread: read it before handing work to one)."""
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get(_CACHE_KEY) if ctx is not None else None
+
+
+def open_cli_store(root: str | Path, cache: Path | None) -> SnapshotStore:
+    """The store at `root` (a folder, or a URI cached under `cache`)."""
     from ..store.remote import open_store
 
-    ctx = click.get_current_context(silent=True)
-    cache = ctx.meta.get(_CACHE_KEY) if ctx is not None else None
-    return open_store(store_root(path), cache)
+    return open_store(root, cache)
+
+
+def _store(path: str | Path | None) -> SnapshotStore:
+    return open_cli_store(store_root(path), given_cache())
 
 
 def store_name(store: SnapshotStore) -> str:

@@ -14,11 +14,21 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..config import WRITER_WAIT_S
-from ..paths import default_landing, default_store
+from ..config import REMOTE_POLL_S, WRITER_WAIT_S
+from ..paths import default_landing
+from ..store.uri import is_uri  # standard library only: the server answers its client before polars loads
 
 # the helpers main.py uses too, from common (importing `.main` would be an import cycle once registered)
-from .common import _emit_json, _store, _writing, friendly_errors, store_option, wait_option
+from .common import (
+    _emit_json,
+    _writing,
+    friendly_errors,
+    given_cache,
+    open_cli_store,
+    store_option,
+    store_root,
+    wait_option,
+)
 
 if TYPE_CHECKING:
     from ..service.api import SegosService
@@ -30,6 +40,14 @@ if TYPE_CHECKING:
     "--version", "version", default=None, help="Serve this version only (default: follow the newest)."
 )
 @click.option("--http", is_flag=True, help="Serve streamable HTTP on 127.0.0.1 instead of stdio.")
+@click.option(
+    "--poll",
+    "poll",
+    type=click.FloatRange(min=0),
+    default=None,
+    help=f"Seconds between two listings of a store given as a URI, when following the newest version "
+    f"(default {REMOTE_POLL_S:g}); requests in between ask the URI nothing. Unused for a store folder.",
+)
 @click.option(
     "--port",
     type=click.IntRange(1, 65535),
@@ -57,16 +75,19 @@ if TYPE_CHECKING:
 )
 @friendly_errors
 def mcp_command(
-    store: Path | None,
+    store: str | Path | None,
     version: str | None,
     http: bool,
+    poll: float | None,
     port: int,
     landing: Path | None,
     print_config: str | None,
 ) -> None:
     """Serve the skill graph to agents over MCP (stdio by default)."""
+    # here, not on the loading thread: the --cache option lives in this thread's click context
+    root, cache = store_root(store), given_cache()
     if print_config is not None:
-        entry = client_entry(store, version, landing, port if http else None)
+        entry = client_entry(root, version, landing, port if http else None, cache=cache, poll=poll)
         _emit_json({"mcpServers": {"segos": entry}} if print_config == "mcpServers" else entry)
         return
     from ..service.mcp_server import ServiceSlot, check_listen, serve
@@ -85,7 +106,7 @@ def mcp_command(
     def load() -> SegosService:
         from ..service.api import SegosService
 
-        return SegosService(_store(store), version, landing=landing)
+        return SegosService(open_cli_store(root, cache), version, landing=landing, poll_s=poll)
 
     def ready(service: SegosService) -> None:
         mode = "pinned" if service.pinned else "following the newest version"
@@ -121,18 +142,36 @@ def segos_command() -> list[str]:
 
 
 def client_entry(
-    store: Path | None, version: str | None, landing: Path | None, http_port: int | None
+    store: str | Path,
+    version: str | None,
+    landing: Path | None,
+    http_port: int | None,
+    *,
+    cache: Path | None = None,
+    poll: float | None = None,
 ) -> dict[str, Any]:
     """The `mcpServers` entry that starts `segos mcp` with these options: absolute command, store and
-    landing folder (a client starts servers in its own working directory, with a minimal PATH)."""
+    landing folder (a client starts servers in its own working directory, with a minimal PATH). A store
+    URI is kept as given, with its cache folder (when one was given) and its polling interval."""
     if http_port is not None:  # a server the user runs: clients only need its URL
         return {"type": "http", "url": f"http://127.0.0.1:{http_port}/mcp"}
-    root = Path(store or default_store()).expanduser().resolve()
-    where = Path(landing).expanduser().resolve() if landing is not None else default_landing(root).resolve()
-    if not (root / "versions").is_dir():
-        click.echo(f"note: {root} holds no version yet; build one: segos build --store {root}", err=True)
+    remote: list[str] = []
+    if is_uri(str(store)):
+        from ..store.remote import cache_folder
+
+        name = str(store)
+        base = Path(cache).expanduser().resolve() if cache is not None else None
+        default_where = default_landing(cache_folder(name, base))  # the landing folder inside its cache
+        remote = ["--cache", str(base)] if base is not None else []
+        remote += ["--poll", f"{poll:g}"] if poll is not None else []
+    else:
+        root = Path(store).expanduser().resolve()
+        name, default_where = str(root), default_landing(root)
+        if not (root / "versions").is_dir():
+            click.echo(f"note: {root} holds no version yet; build one: segos build --store {root}", err=True)
+    where = Path(landing if landing is not None else default_where).expanduser().resolve()
     command, *prefix = segos_command()
-    args = [*prefix, "mcp", "--store", str(root), "--landing", str(where)]
+    args = [*prefix, "mcp", "--store", name, *remote, "--landing", str(where)]
     if version:
         args += ["--version", version]
     return {"type": "stdio", "command": command, "args": args}

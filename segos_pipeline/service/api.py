@@ -7,6 +7,9 @@ half-written version is never visible; a new version whose files fail their hash
 (the service keeps serving the old one and reports why in `status()`), and at start one is passed over for
 the newest version that loads. The check between requests is a
 `stat` of the store's `versions/` folder, so serving the newest version costs nothing until one lands.
+A store at a URI (`RemoteStore`) is instead listed at most every `poll_s` seconds (`config.REMOTE_POLL_S`
+by default): requests in between ask the URI nothing, and a new version is downloaded into the cache
+(hash-checked) by the same background load before it is swapped in.
 
 Loading a version (verify, read, build the retriever) takes seconds on a large library (on 100k skills
 about 2 s, 5-6 s when its lexical index is not cached yet, as after every `segos update`). With
@@ -35,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import AVOID, DEPENDENCY, MAX_TOP, RELATIONS, SEMANTIC, WORKFLOW, RetrievalConfig
+from ..config import AVOID, DEPENDENCY, MAX_TOP, RELATIONS, REMOTE_POLL_S, SEMANTIC, WORKFLOW, RetrievalConfig
 from ..evolution.traces import (
     TraceError,
     native_line,
@@ -48,7 +51,8 @@ from ..paths import default_landing
 from ..retrieval.incidence import Edge, Incidence
 from ..retrieval.ordering import ExecutionOrder, Precedence, execution_order, lineage_precedence
 from ..retrieval.ranker import Retriever, hydrate_rows
-from ..store.snapshot import Snapshot, SnapshotError, SnapshotStore
+from ..store.remote import RemoteStore, open_store
+from ..store.snapshot import Snapshot, SnapshotError, SnapshotStore, VersionFiles
 from ..text.names import SkillNames
 
 log = logging.getLogger(__name__)  # version switches; `segos mcp` shows them on stderr
@@ -119,6 +123,8 @@ class SegosService:
     newest that loads). `landing`: the folder `record_trace` appends to (default `$SEGOS_LANDING`, else
     `landing/` inside the store). `config`: retrieval settings. `cache_size`: how many loaded versions to
     keep (requests may name older ones). `reload`: "background" or "sync", see the module docstring.
+    `store` may be a folder, a URI (cached under `$SEGOS_CACHE`) or a store; `poll_s`: how often a store at
+    a URI is listed for new versions (default `config.REMOTE_POLL_S`; unused for a local store).
     """
 
     def __init__(
@@ -131,8 +137,13 @@ class SegosService:
         verify: bool = True,
         cache_size: int = 4,
         reload: str = "background",
+        poll_s: float | None = None,
     ):
-        self.store = store if isinstance(store, SnapshotStore) else SnapshotStore(store)
+        store = store if isinstance(store, SnapshotStore) else open_store(store)
+        self.poll_s = REMOTE_POLL_S if poll_s is None else float(poll_s)
+        # a reader of its own that lists the URI at most every poll_s: requests in between never ask it
+        self.store = store.polling(self.poll_s) if isinstance(store, RemoteStore) else store
+        self.remote = isinstance(self.store, RemoteStore)
         self.config = config  # None: each version's own preset (see config.retrieval_for)
         self.landing = Path(landing) if landing is not None else default_landing(self.store.root)
         self.verify = verify
@@ -167,6 +178,8 @@ class SegosService:
         # Outside the lock, so requests go on while a version loads; two threads loading the same version
         # at once waste work but keep one result.
         snap = self.store.load(vid, verify=self.verify)
+        if isinstance(self.store, RemoteStore):
+            _cache_lineage(self.store, snap)
         precedence = lineage_precedence(self.store, snap)
         if precedence.skipped:
             log.warning(
@@ -204,7 +217,7 @@ class SegosService:
                 self._failed[vid] = f"{type(exc).__name__}: {exc}"
                 log.warning("version %s cannot be served, trying the one before: %s", vid, exc)
         raise SnapshotError(
-            f"no version of {self.store.root} can be served (newest {versions[-1]}); run `segos verify` on "
+            f"no version of {self.store_name} can be served (newest {versions[-1]}); run `segos verify` on "
             "them, or `segos build` a new one"
         )
 
@@ -212,7 +225,8 @@ class SegosService:
         """Switch to the newest committed version if it differs from the one served; True if switched.
 
         Cheap when nothing changed: one `stat` of `versions/` (a commit renames a folder into it, which
-        updates its mtime). The store is listed only when the mtime moved or is too recent to trust.
+        updates its mtime). The store is listed only when the mtime moved or is too recent to trust. A
+        store at a URI is listed at most every `poll_s` seconds (its listing is reused in between).
         `wait`: load a new version here and switch before returning (default: `reload == "sync"`);
         otherwise it is loaded on a background thread and swapped in by a later call once ready.
         """
@@ -231,19 +245,18 @@ class SegosService:
 
     def _start_load(self) -> threading.Thread | None:
         """Start loading the newest version on a thread if it is new; None when there is nothing to load."""
-        try:
-            mtime = os.stat(self.store.versions_dir).st_mtime_ns
-        except OSError:
-            return None
-        if mtime == self._seen_mtime and time.time_ns() - mtime > _STABLE_AFTER_NS:
+        mtime = None if self.remote else self._versions_mtime()
+        if not self.remote and (
+            mtime is None or (mtime == self._seen_mtime and time.time_ns() - mtime > _STABLE_AFTER_NS)
+        ):
             return None
         with self._lock:
             if self._loader is not None and self._loader.is_alive():
                 return self._loader  # another caller started one meanwhile
             try:
-                latest = self.store.latest()
-            except SnapshotError:
-                return None
+                latest = self.store.latest()  # at a URI: listed at most every poll_s, else the last listing
+            except (SnapshotError, OSError):
+                return None  # an unreachable URI: keep serving, the next poll tries again
             if latest == self._served.version or latest in self._failed:
                 self._seen_mtime = mtime
                 return None
@@ -255,7 +268,13 @@ class SegosService:
             self._loader.start()
             return self._loader
 
-    def _fetch(self, vid: str, mtime: int) -> None:
+    def _versions_mtime(self) -> int | None:
+        try:
+            return os.stat(self.store.versions_dir).st_mtime_ns
+        except OSError:
+            return None
+
+    def _fetch(self, vid: str, mtime: int | None) -> None:
         """Load `vid` to be swapped in (`_ready`), or record why it cannot be (a damaged or unreadable
         version: the old one stays served and the failed one is not retried)."""
         started = time.perf_counter()
@@ -317,15 +336,23 @@ class SegosService:
             )
         return {"served": self.version, "latest": out[-1]["version"] if out else None, "versions": out}
 
+    @property
+    def store_name(self) -> str:
+        """What `--store` reaches this store by: its URI, or its folder."""
+        return self.store.uri if isinstance(self.store, RemoteStore) else str(self.store.root)
+
     def status(self) -> dict[str, Any]:
         lo = self._request()
         m = lo.snapshot.manifest
         try:
             latest = self.store.latest()
-        except SnapshotError:
+        except (SnapshotError, OSError):
             latest = None
         return {
-            "store": str(self.store.root),
+            "store": self.store_name,
+            # a store at a URI: its local cache and how often the URI is listed for new versions
+            "cache": str(self.store.root) if self.remote else None,
+            "poll_s": self.poll_s if self.remote else None,
             "version": lo.version,
             "mode": "pinned" if self.pinned else "latest",
             "latest": latest,
@@ -655,12 +682,35 @@ class SegosService:
             "unknown_skills_count": len(check.unknown_skills),
             "bytes": len(line) + 1,
             "version": lo.version,
-            "next": f"segos ingest {self.landing} --store {self.store.root} ; "
-            f"segos evolve --window {window} --store {self.store.root}",
+            "next": f"segos ingest {self.landing} --store {self.store_name} ; "
+            f"segos evolve --window {window} --store {self.store_name}",
         }
 
 
 # ------------------------------------------------------------------------------------------- helpers
+
+
+def _cache_lineage(store: RemoteStore, snapshot: Snapshot) -> None:
+    """Download into the cache the ancestors of `snapshot` whose round traces execution order reads
+    (`lineage_precedence` reads them from the cache folder). Files shared with cached versions are linked,
+    not downloaded; an ancestor that cannot be fetched is left out, and precedence then reports it skipped
+    as it does for a damaged local one."""
+    parent = snapshot.manifest.get("parent")
+    seen = {snapshot.version}
+    while parent and parent not in seen:
+        seen.add(parent)
+        try:
+            manifest = store.manifest(parent)
+        except (SnapshotError, OSError, ValueError):
+            return  # the walk of lineage_traces ends there too
+        try:
+            if VersionFiles(store.versions_dir / parent, manifest).has_round_traces():
+                store.files(parent)
+        except (SnapshotError, OSError) as exc:
+            log.warning(
+                "version %s: its ancestor %s could not be downloaded: %s", snapshot.version, parent, exc
+            )
+        parent = manifest.get("parent")
 
 
 def _query(query: Any) -> str:

@@ -19,8 +19,9 @@ Tools are `async` on purpose: the SDK runs sync tools in a worker thread, which 
 requests here are sub-millisecond CPU work, so running them on the event loop is faster and also means
 requests never run concurrently (a version switch can only happen between requests).
 
-Run: `segos mcp --store STORE [--version V] [--http --port 8765] [--landing DIR]`, or
-`python -m segos_pipeline.cli mcp ...` (same options); `segos mcp --print-config` prints a client
+Run: `segos mcp --store STORE [--version V] [--http --port 8765] [--landing DIR] [--poll S]` (STORE a
+folder or a URI: docs/storage.md), or `python -m segos_pipeline.cli mcp ...` (same options);
+`segos mcp --print-config` prints a client
 configuration. The command lives in the CLI layer (`cli/service.py`), which depends on this module, never
 the reverse.
 """

@@ -29,12 +29,14 @@ conditional writes (S3 `If-None-Match`) would close that window and are not used
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 import os
 import posixpath
 import re
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -453,3 +455,28 @@ class RemoteStore(SnapshotStore):
 
     def url(self, rel: str) -> str:
         return self.location.url(rel)
+
+    # ----------------------------------------------------------------- readers that poll (segos mcp)
+
+    listing_max_age: float = 0.0  # seconds `list_versions` reuses its last listing; 0: always list
+    _listed: tuple[float, list[dict[str, Any]]] | None = None  # (monotonic time listed, manifests)
+
+    def list_versions(self) -> list[dict[str, Any]]:
+        """As `SnapshotStore.list_versions`; a reader made by `polling` reuses its last listing for
+        `listing_max_age` seconds, so that `latest`, `resolve` and `load` ask the URI at most that often."""
+        listed = self._listed
+        if listed is not None and 0 <= time.monotonic() - listed[0] < self.listing_max_age:
+            return list(listed[1])
+        started = time.monotonic()
+        versions = super().list_versions()
+        self._listed = (started, versions)
+        return list(versions)
+
+    def polling(self, every: float) -> RemoteStore:
+        """A reader of this store (same URI and cache) that lists the URI at most every `every` seconds.
+        A copy, so that a writer holding this store keeps listing on every check."""
+        if every < 0:
+            raise ValueError(f"a polling interval is a number of seconds >= 0, not {every!r}")
+        reader = copy.copy(self)
+        reader.listing_max_age, reader._listed = float(every), None
+        return reader
