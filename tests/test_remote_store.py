@@ -428,3 +428,23 @@ def test_the_spark_engine_on_a_uri_store_commits_the_local_engines_version(tmp_p
         on_spark["version"],
         locally["version"],
     ]
+
+
+def test_one_version_fetched_by_id_without_its_window(uri, tmp_path):
+    """What an executor does: read one manifest (no listing), download that version hash-checked, and
+    leave the window files it references at the URI; a wrong id is refused."""
+    writer = RemoteStore(uri, tmp_path / "a")
+    cold = build_cold_start(DEFAULT_LIBRARY, writer)["version"]
+    TraceStore(writer).ingest_path(DEMO_TRACES)
+    evolved = evolve(writer, WINDOW, cold)
+    assert evolved["window_files"]
+    executor = RemoteStore(uri, tmp_path / "b", with_windows=False)
+    folder = executor.fetch_published(evolved["version"])
+    assert files_of(folder) == files_of(writer.versions_dir / evolved["version"])
+    assert not list(executor.root.glob("traces/**/*.parquet"))
+    assert [p.name for p in executor.versions_dir.iterdir()] == [evolved["version"]]
+    assert executor.load(evolved["version"]).store_uri == executor.uri
+    with pytest.raises(UnknownVersion, match="no version"):
+        executor.published_manifest(cold.replace(cold[:5], "v0099"))
+    with pytest.raises(UnknownVersion, match="not a full version id"):
+        executor.published_manifest("v1")

@@ -24,8 +24,9 @@ from segos_pipeline.evolution.engines.local import LocalEngine
 from segos_pipeline.evolution.evidence import combine, partition_evidence, split_by_task
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.round import evolve
-from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR
-from segos_pipeline.store.snapshot import MANIFEST
+from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR, DEMO_TRACES
+from segos_pipeline.store.remote import RemoteStore, cache_folder
+from segos_pipeline.store.snapshot import MANIFEST, sha256_file
 
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
 pytest.importorskip("pandas", reason="the spark extra is not installed (mapInArrow needs pandas)")
@@ -50,10 +51,10 @@ def spark():
     session.stop()
 
 
-def spark_engine(session: Any, partitions: int | None = 3):
+def spark_engine(session: Any, partitions: int | None = 3, **settings: Any):
     from segos_pipeline.evolution.engines.spark import SparkEngine
 
-    return SparkEngine(EngineConfig(engine="spark", partitions=partitions), session=session)
+    return SparkEngine(EngineConfig(engine="spark", partitions=partitions, **settings), session=session)
 
 
 @pytest.fixture(scope="module")
@@ -290,3 +291,41 @@ def test_dagster_round_on_spark_commits_the_local_version(spark, tmp_path):
     stores = {name: SnapshotStore(tmp_path / name) for name in records}
     a, b = (stores[n].manifest(records[n]["version"]) for n in ("local", "spark"))
     assert_same_round_in_two_stores(stores["local"], a, stores["spark"], b)
+
+
+# ------------------------------------------------------------------- a store on a URI, as on a cluster
+
+
+@pytest.fixture
+def uri_store(tmp_path) -> tuple[str, str, dict[str, Any]]:
+    """A store behind `file://` written from one cache: a cold start, the demo windows, and a round on
+    window 2026-11-27 (so the next round's parent references window files, which executors must not
+    download). Returns (uri, cold-start id, that round's manifest)."""
+    uri = (tmp_path / "remote").as_uri()
+    writer = RemoteStore(uri, tmp_path / "writer")
+    cold = build_cold_start(DEFAULT_LIBRARY, writer)["version"]
+    TraceStore(writer).ingest_path(DEMO_TRACES)
+    first = evolve(writer, "2026-11-27", cold)
+    assert first["window_files"]
+    return uri, cold, first
+
+
+def test_executors_open_a_uri_store_by_its_uri(spark, uri_store, tmp_path):
+    """The executors download the parent into their own cache folder (not the driver's), without the
+    parent's window files, and the round equals the local engine's round from a third cache."""
+    uri, _, first = uri_store
+    executors = tmp_path / "executors"
+    driver = RemoteStore(uri, tmp_path / "driver")
+    engine = spark_engine(spark, executor_cache=str(executors))
+    on_spark = evolve(driver, "2026-11-28", first["version"], engine=engine)
+    local = RemoteStore(uri, tmp_path / "local")
+    locally = evolve(local, "2026-11-28", first["version"], engine=LocalEngine())
+    assert_same_round_in_two_stores(driver, on_spark, local, locally)
+
+    cache = cache_folder(uri, executors)
+    assert cache != driver.root
+    parent_copy = cache / "versions" / first["version"]
+    for name, meta in json.loads((parent_copy / MANIFEST).read_text())["files"].items():
+        assert sha256_file(parent_copy / name) == meta["sha256"]
+    assert sorted(p.name for p in cache.glob("versions/*")) == [first["version"]]  # the parent only
+    assert not list(cache.glob("traces/**/*.parquet"))  # the parent's window stayed at the URI

@@ -445,6 +445,9 @@ class Snapshot:
     edges: pl.DataFrame
     transition: sp.csr_matrix
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+    # The URI of the store it was loaded from (`RemoteStore.load`); None for a local store or a draft.
+    # Work that runs on other machines (Spark executors) opens the store by it rather than by `path`.
+    store_uri: str | None = None
 
     @property
     def parent(self) -> str | None:

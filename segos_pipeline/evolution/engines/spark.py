@@ -6,9 +6,11 @@ files is referenced by the version, with the `added` table the partitions shippe
 partial tables with the same functions as the local engine (`sum_partials`, `finish`). No rule is
 written here.
 
-The parent version is loaded once per Python worker from the store (a module-level cache keyed by version
-path and retrieval settings), not shipped with every batch. Executors therefore need the store path (a
-shared or object-store path on a cluster) and segos installed.
+The parent version is loaded once per Python worker (a module-level cache keyed by store, version and
+retrieval settings), not shipped with every batch. For a store on a URI (`RemoteStore`) the executors open
+it by its URI and download the parent into a cache folder of their own (`executor_snapshot`), so they share
+no filesystem with the driver; for a local store they read the store's folder (one machine, or a shared
+filesystem). Executors need segos installed (and the URI's fsspec provider package).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import resource
 import shutil
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -32,7 +35,9 @@ import pyarrow as pa
 
 from ...config import EngineConfig, EvolutionConfig, RetrievalConfig
 from ...retrieval.ranker import Retriever
+from ...store.remote import RemoteStore
 from ...store.snapshot import Snapshot, SnapshotStore
+from ...store.uri import is_uri
 from ..evidence import Partial, finish, partition_evidence, sum_partials
 from .base import EngineResult, TraceInput, parquet_files
 from .replay import Replay
@@ -45,7 +50,8 @@ OUT_SCHEMA = "part INT, name STRING, payload BINARY"
 SUM_EVERY = 64  # partial tables summed on the driver in groups of this many (summing is associative)
 KEEP_VERSIONS = 2  # parent versions a Python worker keeps loaded
 
-_REPLAYS: dict[tuple[str, str, str], Replay] = {}  # per Python worker: (store, version, retrieval) → replay
+# per Python worker: (store, executor cache, version, retrieval) → replay
+_REPLAYS: dict[tuple[str, str, str, str], Replay] = {}
 
 
 def require_pyspark() -> Any:
@@ -57,14 +63,46 @@ def require_pyspark() -> Any:
     return SparkSession
 
 
-def executor_replay(store_root: str, version: str, retrieval: dict[str, Any]) -> Replay:
+def parent_store(parent: Snapshot) -> str:
+    """Where executors open the parent's store: its URI when it was loaded from one (each executor then
+    downloads the version itself), else the local store folder (one machine, or a shared filesystem)."""
+    if parent.store_uri is not None:
+        return parent.store_uri
+    assert parent.path is not None
+    return str(parent.path.parent.parent)  # STORE/versions/<id> → STORE
+
+
+def executor_cache_base(configured: str | None) -> Path:
+    """The cache base of this executor's Python workers for a store on a URI: the configured folder, else
+    $SEGOS_CACHE, else a folder in the temp dir, per user. The workers of one machine share it: versions
+    never change once published, and concurrent downloads of one version are safe (`RemoteStore.fetch`)."""
+    if configured:
+        return Path(configured)
+    env = os.environ.get("SEGOS_CACHE")
+    if env:
+        return Path(env)
+    return Path(tempfile.gettempdir()) / f"segos-executor-cache-{os.getuid()}"
+
+
+def executor_snapshot(store: str, version: str, cache: str | None) -> Snapshot:
+    """The parent version on an executor. From a URI: the one version (not a listing of the store, not the
+    trace files it references) downloaded into this executor's cache, hash-checked file by file, unless
+    already there; then loaded by the local code. From a local folder: loaded there (the driver verified
+    it)."""
+    if is_uri(store):
+        remote = RemoteStore(store, executor_cache_base(cache), with_windows=False)
+        remote.fetch_published(version)
+        return SnapshotStore(remote.root).load(version, verify=False)  # the download checked every hash
+    return SnapshotStore(store).load(version, verify=False)
+
+
+def executor_replay(store: str, version: str, retrieval: dict[str, Any], cache: str | None = None) -> Replay:
     """The parent version's replay in this worker process, loaded on first use and kept for later tasks."""
-    key = (store_root, version, json.dumps(retrieval, sort_keys=True))
+    key = (store, cache or "", version, json.dumps(retrieval, sort_keys=True))
     if key not in _REPLAYS:
 
         def load() -> Retriever:
-            snap = SnapshotStore(store_root).load(version, verify=False)  # the driver verified it
-            return Retriever(snap, RetrievalConfig(**retrieval))
+            return Retriever(executor_snapshot(store, version, cache), RetrievalConfig(**retrieval))
 
         while len(_REPLAYS) >= KEEP_VERSIONS:  # a long-lived worker serves round after round
             _REPLAYS.pop(next(iter(_REPLAYS)))
@@ -83,7 +121,13 @@ def _from_ipc(payload: bytes) -> pl.DataFrame:
 
 
 def partition_kernel(
-    store_root: str, version: str, retrieval: dict[str, Any], pool: bool, threshold: float, scratch: str
+    store: str,
+    cache: str | None,
+    version: str,
+    retrieval: dict[str, Any],
+    pool: bool,
+    threshold: float,
+    scratch: str,
 ):
     """The function `mapInArrow` runs once per partition: all its batches → one polars frame → kernels.
 
@@ -105,7 +149,7 @@ def partition_kernel(
         traces = pl.from_arrow(arrow)
         assert isinstance(traces, pl.DataFrame)
         del batches, arrow
-        replay = executor_replay(store_root, version, retrieval)
+        replay = executor_replay(store, version, retrieval, cache)
         partial = partition_evidence(traces, replay, pool, threshold, RetrievalConfig(**retrieval).top_n)
         part = TaskContext.get().partitionId()
         selected_bytes = 0
@@ -202,7 +246,8 @@ class SparkEngine:
         scratch.mkdir(parents=True)
         try:
             kernel = partition_kernel(
-                str(store_root),
+                parent_store(parent),
+                self.config.executor_cache,
                 parent.version,
                 asdict(retrieval),
                 config.pool_attempts,
