@@ -329,3 +329,21 @@ def test_executors_open_a_uri_store_by_its_uri(spark, uri_store, tmp_path):
         assert sha256_file(parent_copy / name) == meta["sha256"]
     assert sorted(p.name for p in cache.glob("versions/*")) == [first["version"]]  # the parent only
     assert not list(cache.glob("traces/**/*.parquet"))  # the parent's window stayed at the URI
+
+    # The window was read by the executors at the URI: the driver's cache never held it, yet the version
+    # references its files by the hashes the executors computed, as the local engine's version does.
+    assert not list(driver.root.glob("traces/2026-11-28/**/*.parquet"))
+    assert list(local.root.glob("traces/2026-11-28/**/*.parquet"))  # the local engine downloaded it
+    assert on_spark["window_files"] == locally["window_files"]
+    assert on_spark["engine"]["traces"] == locally["counters"]["traces"]["in_window"]
+
+    # What the round adds per selected trace was written by the partitions to a scratch folder at the URI
+    # (read from there by the driver, then removed), not collected: collect() brought the pair tables and
+    # metrics only.
+    engine_record = on_spark["engine"]
+    assert engine_record["added_rows"] == locally["counters"]["traces"]["selected"] > 0
+    assert engine_record["added_parquet_bytes"] > 0
+    shipped = set(engine_record["shipped_tables"])
+    assert shipped and not {"added", "selected"} & shipped
+    assert engine_record["collected_bytes"] >= engine_record["payload_bytes"]
+    assert not list((tmp_path / "remote" / ".spark").glob("*/*"))

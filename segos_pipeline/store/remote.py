@@ -467,14 +467,14 @@ class RemoteStore(SnapshotStore):
         """Download the files under `rel` ending with `suffix` that the cache lacks (or holds at another
         size). Meant for files written once under a unique name, which a cached copy can never go stale
         for; returns the local paths downloaded."""
-        return self.download(self.remote_files(rel, suffix))[1]
+        return self.download(dict(sorted(self.remote_files(rel, suffix).items())))[1]
 
     def download(self, sizes: Mapping[str, int]) -> tuple[list[Path], list[Path]]:
         """Files of the store (path relative to it → bytes, each written once under a unique name) in the
-        cache: (the local path of each, in `sorted` order; those downloaded now). A cached copy of the
+        cache: (the local path of each, in the order given; those downloaded now). A cached copy of the
         listed size is the file."""
         paths, got = [], []
-        for rel_path, size in sorted(sizes.items()):
+        for rel_path, size in sizes.items():
             local = self.root / rel_path
             paths.append(local)
             if local.is_file() and local.stat().st_size == size:

@@ -24,7 +24,6 @@ import shutil
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -39,14 +38,19 @@ from ...store.remote import RemoteStore
 from ...store.snapshot import Snapshot, SnapshotStore
 from ...store.uri import is_uri
 from ..evidence import Partial, finish, partition_evidence, sum_partials
-from .base import EngineResult, TraceInput, parquet_files
+from .base import EngineResult, TraceInput
 from .replay import Replay
+from .scratch import Scratch
+from .spark_window import read_window, spark_window
+
+__all__ = ["SparkEngine", "read_window", "spark_session"]
 
 INSTALL_HINT = (
     "the Spark engine needs PySpark and Java 17: pip install 'segos[spark]' (and a JDK 17 on PATH or "
     "JAVA_HOME)"
 )
 OUT_SCHEMA = "part INT, name STRING, payload BINARY"
+PER_TRACE = ("selected", "added")  # a partition's tables that grow with its traces: written, not shipped
 SUM_EVERY = 64  # partial tables summed on the driver in groups of this many (summing is associative)
 KEEP_VERSIONS = 2  # parent versions a Python worker keeps loaded
 
@@ -110,6 +114,14 @@ def executor_replay(store: str, version: str, retrieval: dict[str, Any], cache: 
     return _REPLAYS[key]
 
 
+def selected_name(part: int) -> str:
+    return f"selected-{part:05d}.parquet"
+
+
+def added_name(part: int) -> str:
+    return f"added-{part:05d}.parquet"
+
+
 def _ipc(df: pl.DataFrame) -> bytes:
     buf = io.BytesIO()
     df.write_ipc(buf)
@@ -128,12 +140,15 @@ def partition_kernel(
     pool: bool,
     threshold: float,
     scratch: str,
+    keep_selected: bool,
 ):
     """The function `mapInArrow` runs once per partition: all its batches → one polars frame → kernels.
 
-    The partial evidence tables go back to the driver (small); the partition's selected traces (as large
-    as the window) are written to `scratch` (when given) as one Parquet file per partition, not sent
-    through the driver.
+    The partial evidence tables go back to the driver (small: they grow with the skill pairs a partition
+    witnesses). The per-trace tables do not: what the round adds to each selected trace (`added`), and the
+    selected traces themselves when the version must store them (`keep_selected`), are written to the
+    job's `scratch` folder on the store (`Scratch`) as one Parquet file per partition; only their names
+    and sizes come back.
     """
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -152,12 +167,12 @@ def partition_kernel(
         replay = executor_replay(store, version, retrieval, cache)
         partial = partition_evidence(traces, replay, pool, threshold, RetrievalConfig(**retrieval).top_n)
         part = TaskContext.get().partitionId()
+        folder = Scratch(scratch)
         selected_bytes = 0
-        if scratch:  # the driver needs the traces back only when the version cannot reference them
-            selected_file = Path(scratch) / f"selected-{part:05d}.parquet"
-            partial.selected.write_parquet(selected_file)
-            selected_bytes = selected_file.stat().st_size
-        names = [n for n in Partial.table_names() if n != "selected"]
+        if keep_selected:  # the driver needs the traces back only when the version cannot reference them
+            selected_bytes = folder.write(selected_name(part), partial.selected)
+        added_bytes = folder.write(added_name(part), partial.added)
+        names = [n for n in Partial.table_names() if n not in PER_TRACE]
         payloads = [_ipc(getattr(partial, name)) for name in names]
         metrics = {
             "rows": rows,
@@ -166,8 +181,11 @@ def partition_kernel(
             **partial.seconds,
             "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "payload_bytes": sum(len(p) for p in payloads),
+            "shipped": names,
             "input_arrow_bytes": input_bytes,
             "selected_parquet_bytes": selected_bytes,
+            "added_rows": partial.added.height,
+            "added_parquet_bytes": added_bytes,
         }
         yield pa.RecordBatch.from_pydict(
             {
@@ -201,23 +219,6 @@ def spark_session(config: EngineConfig) -> Any:
     return builder.getOrCreate()
 
 
-def read_window(spark: Any, traces: TraceInput) -> Any:
-    """A Spark DataFrame of the window: a Parquet file, a folder of Parquet parts, a list of Parquet files,
-    or a table in memory."""
-    if isinstance(traces, pl.DataFrame):
-        return spark.createDataFrame(traces.to_arrow())
-    if not isinstance(traces, str | Path):
-        return spark.read.parquet(*[str(f) for f in parquet_files(traces)])
-    path = str(traces)
-    if "://" not in path and not Path(path).exists():
-        raise FileNotFoundError(f"no trace table at {path}")
-    return (
-        spark.read.option("pathGlobFilter", "*.parquet")  # a window folder also holds its quarantine file
-        .option("recursiveFileLookup", "true")
-        .parquet(path)
-    )
-
-
 @dataclass
 class SparkEngine:
     config: EngineConfig = field(default_factory=EngineConfig)
@@ -235,15 +236,13 @@ class SparkEngine:
         t0 = time.perf_counter()
         spark = self.session or spark_session(self.config)
         session_s = time.perf_counter() - t0
-        frame = read_window(spark, traces)
-        # A window of local files is referenced by the version; one in memory or at a URI is stored whole.
-        in_files = not isinstance(traces, pl.DataFrame) and "://" not in str(traces)
-        local_files = parquet_files(traces) if in_files else None
+        window = spark_window(spark, traces, self.config.partitions)
+        frame, local_files = window.frame, window.files
         # Counting the window is a job of its own: only done when the partition count depends on it.
-        n = self.config.partitions or self.partitions(frame.count())
-        store_root = parent.path.parent.parent  # STORE/versions/<id> → STORE
-        scratch = store_root / ".spark" / uuid.uuid4().hex  # on the store: executors must reach it
-        scratch.mkdir(parents=True)
+        n = self.config.partitions or self.partitions(
+            window.rows if window.rows is not None else frame.count()
+        )
+        scratch = Scratch.new(parent_store(parent))  # on the store: executors reach it as the driver does
         try:
             kernel = partition_kernel(
                 parent_store(parent),
@@ -252,43 +251,48 @@ class SparkEngine:
                 asdict(retrieval),
                 config.pool_attempts,
                 config.success_threshold,
-                str(scratch) if local_files is None else "",
+                scratch.uri,
+                not window.referenced,
             )
             mapped = frame.repartition(n, "task_id").mapInArrow(kernel, OUT_SCHEMA)
             t_job = time.perf_counter()
             by_part: dict[int, dict[str, bytes]] = {}
+            collected = 0
             for row in mapped.collect():  # one job; what comes back is the partial tables and metrics
-                by_part.setdefault(row["part"], {})[row["name"]] = bytes(row["payload"])
+                payload = bytes(row["payload"])
+                collected += len(payload)
+                by_part.setdefault(row["part"], {})[row["name"]] = payload
             job_s = time.perf_counter() - t_job
 
             t = time.perf_counter()
             metrics = []
             running: list[Partial] = []
             for part in sorted(by_part):
-                tables = by_part.pop(part)
-                metrics.append({"part": part, **json.loads(tables.pop("metrics"))})
-                selected = pl.DataFrame()  # read below, all partitions at once
-                running.append(Partial(selected=selected, **{k: _from_ipc(v) for k, v in tables.items()}))
+                shipped = by_part.pop(part)
+                metrics.append({"part": part, **json.loads(shipped.pop("metrics"))})
+                tables = {k: _from_ipc(v) for k, v in shipped.items()}
+                added = scratch.read(added_name(part))  # written by the partition, not shipped
+                running.append(Partial(selected=pl.DataFrame(), added=added, **tables))
                 if len(running) >= SUM_EVERY:
                     running = [sum_partials(running)]
-            files = sorted(scratch.glob("selected-*.parquet"))
             if not running:  # an empty window: the kernels on an empty table give the empty tables
-                empty = pl.from_arrow(read_window(spark, traces).limit(0).toArrow())
+                empty = pl.from_arrow(frame.limit(0).toArrow())
                 assert isinstance(empty, pl.DataFrame)
                 running.append(partition_evidence(empty, lambda _t: [], False, 1.0, retrieval.top_n))
-                table = running[0].selected if local_files is None else None
-            elif local_files is None:  # no local files the version could reference: keep the traces
-                table = pl.concat([pl.read_parquet(f) for f in files], how="vertical")
-                table = table.sort("trace_id", maintain_order=True)
+                table = None if window.referenced else running[0].selected
+            elif not window.referenced:  # no files the version could reference: keep the traces
+                parts = [scratch.read(selected_name(m["part"])) for m in metrics]
+                table = pl.concat(parts, how="vertical").sort("trace_id", maintain_order=True)
             else:
                 table = None
             evidence = finish(sum_partials(running), config.surfaced_min)
             combine_s = time.perf_counter() - t
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            scratch.remove()
         total = time.perf_counter() - t0
         summary = summarize(metrics, sum(m["rows"] for m in metrics), n, job_s, combine_s, spark)
         summary["session_s"] = round(session_s, 3)
+        summary["collected_bytes"] = collected  # everything collect() brought to the driver
         return EngineResult(
             selected=table,
             evidence=evidence,
@@ -299,6 +303,7 @@ class SparkEngine:
             },
             metrics=summary,
             files=local_files,
+            window_refs=window.window_refs,
         )
 
 
@@ -327,5 +332,8 @@ def summarize(
         "worker_peak_rss_mb_max": round(max(rss), 1),
         "payload_bytes": sum(m["payload_bytes"] for m in metrics),
         "selected_parquet_bytes": sum(m["selected_parquet_bytes"] for m in metrics),
+        "shipped_tables": sorted({name for m in metrics for name in m["shipped"]}),
+        "added_rows": sum(m["added_rows"] for m in metrics),
+        "added_parquet_bytes": sum(m["added_parquet_bytes"] for m in metrics),
         "input_arrow_bytes": sum(m["input_arrow_bytes"] for m in metrics),
     }
