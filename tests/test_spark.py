@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from segos_pipeline import SnapshotStore, build_cold_start
 from segos_pipeline.cli import main as cli
-from segos_pipeline.config import EngineConfig, EvolutionConfig
+from segos_pipeline.config import EngineConfig, EvolutionConfig, RetrievalConfig
 from segos_pipeline.evolution.adapters import iter_records, write_library
 from segos_pipeline.evolution.engines import make_engine
 from segos_pipeline.evolution.engines.local import LocalEngine
@@ -347,3 +347,14 @@ def test_executors_open_a_uri_store_by_its_uri(spark, uri_store, tmp_path):
     assert shipped and not {"added", "selected"} & shipped
     assert engine_record["collected_bytes"] >= engine_record["payload_bytes"]
     assert not list((tmp_path / "remote" / ".spark").glob("*/*"))
+
+
+def test_a_store_in_this_process_only_is_refused_before_spark_starts(tmp_path):
+    """`memory://` lives in the driver's process: the Spark engine says so instead of failing on the
+    executors (no session is needed to refuse)."""
+    store = RemoteStore("memory://segos-spark-refusal/store", tmp_path / "cache")
+    build_cold_start(DEFAULT_LIBRARY, store)
+    engine = spark_engine(None)
+    with pytest.raises(ValueError, match="lives in this process only"):
+        engine.window_evidence(store.load(), pl.DataFrame(), EvolutionConfig(), RetrievalConfig())
+    store.location.fs.rm("/segos-spark-refusal", recursive=True)

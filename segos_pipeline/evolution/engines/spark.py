@@ -36,7 +36,7 @@ from ...config import EngineConfig, EvolutionConfig, RetrievalConfig
 from ...retrieval.ranker import Retriever
 from ...store.remote import RemoteStore
 from ...store.snapshot import Snapshot, SnapshotStore
-from ...store.uri import is_uri
+from ...store.uri import is_uri, scheme
 from ..evidence import Partial, finish, partition_evidence, sum_partials
 from .base import EngineResult, TraceInput
 from .replay import Replay
@@ -67,10 +67,18 @@ def require_pyspark() -> Any:
     return SparkSession
 
 
+IN_PROCESS_SCHEMES = ("memory",)  # fsspec filesystems that live in one process: no executor reaches them
+
+
 def parent_store(parent: Snapshot) -> str:
     """Where executors open the parent's store: its URI when it was loaded from one (each executor then
     downloads the version itself), else the local store folder (one machine, or a shared filesystem)."""
     if parent.store_uri is not None:
+        if scheme(parent.store_uri) in IN_PROCESS_SCHEMES:
+            raise ValueError(
+                f"store {parent.store_uri} lives in this process only: Spark's executors cannot open it "
+                "(use a file:// folder or an object store, or the local engine)"
+            )
         return parent.store_uri
     assert parent.path is not None
     return str(parent.path.parent.parent)  # STORE/versions/<id> → STORE
@@ -233,6 +241,7 @@ class SparkEngine:
     ) -> EngineResult:
         if parent.path is None:
             raise ValueError("the Spark engine reads the parent version from its store: commit it first")
+        store = parent_store(parent)  # refused before a session starts if no executor could open it
         t0 = time.perf_counter()
         spark = self.session or spark_session(self.config)
         session_s = time.perf_counter() - t0
@@ -242,10 +251,10 @@ class SparkEngine:
         n = self.config.partitions or self.partitions(
             window.rows if window.rows is not None else frame.count()
         )
-        scratch = Scratch.new(parent_store(parent))  # on the store: executors reach it as the driver does
+        scratch = Scratch.new(store)  # on the store: executors reach it as the driver does
         try:
             kernel = partition_kernel(
-                parent_store(parent),
+                store,
                 self.config.executor_cache,
                 parent.version,
                 asdict(retrieval),
