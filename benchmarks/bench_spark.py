@@ -215,7 +215,9 @@ def per_partition(result: dict[str, Any]) -> dict[str, float]:
         "shipped_bytes_per_trace": round(m["payload_bytes"] / result["traces"], 1),
         # everything collect() brought to the driver, and what the partitions wrote to the scratch instead
         "collected_bytes_per_trace": round(m.get("collected_bytes", 0) / result["traces"], 2),
-        "added_parquet_bytes_per_trace": round(m.get("added_parquet_bytes", 0) / result["traces"], 1),
+        "written_parquet_bytes_per_trace": {
+            k: round(v / result["traces"], 2) for k, v in m.get("written_parquet_bytes", {}).items()
+        },
         "selected_parquet_bytes_per_trace": round(m["selected_parquet_bytes"] / result["traces"], 1),
         "shuffled_arrow_bytes_per_trace": round(m.get("input_arrow_bytes", 0) / result["traces"], 1),
         "parquet_bytes_per_trace": round(result["parquet_mb"] * 2**20 / result["traces"], 1),

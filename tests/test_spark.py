@@ -242,6 +242,25 @@ def test_spark_equals_local_on_real_skillsbench_trials(shared_data, spark, tmp_p
     assert_same_version(store, local, on_spark)
 
 
+@pytest.mark.shared
+def test_spark_equals_local_on_real_apibank_traces_in_a_uri_store(shared_data, spark, tmp_path):
+    """The cluster path (parent and window opened by the executors at a `file://` URI) on real traces."""
+    source = shared_data / "traces" / "apibank" / "level-3.json"
+    write_library(source, "apibank", tmp_path / "lib")
+    uri = (tmp_path / "remote").as_uri()
+    writer = RemoteStore(uri, tmp_path / "writer")
+    parent = build_cold_start(tmp_path / "lib", writer)["version"]
+    TraceStore(writer).ingest(iter_records(source, "apibank"), window="api-l3")
+    driver, local = RemoteStore(uri, tmp_path / "driver"), RemoteStore(uri, tmp_path / "local")
+    engine = spark_engine(spark, executor_cache=str(tmp_path / "executors"))
+    on_spark = evolve(driver, "api-l3", parent, engine=engine)
+    locally = evolve(local, "api-l3", parent, engine=make_engine())
+    assert locally["counters"]["traces"]["real"] > 0
+    assert_same_round_in_two_stores(driver, on_spark, local, locally)
+    assert on_spark["window_files"] == locally["window_files"]
+    assert not list(driver.root.glob("traces/**/*.parquet"))
+
+
 def test_engine_input_errors(tmp_path):
     from segos_pipeline.evolution.engines.spark import read_window
 
@@ -342,9 +361,10 @@ def test_executors_open_a_uri_store_by_its_uri(spark, uri_store, tmp_path):
     # metrics only.
     engine_record = on_spark["engine"]
     assert engine_record["added_rows"] == locally["counters"]["traces"]["selected"] > 0
-    assert engine_record["added_parquet_bytes"] > 0
+    assert engine_record["written_parquet_bytes"]["added"] > 0
+    assert engine_record["written_parquet_bytes"]["selected"] == 0  # the version references the window
     shipped = set(engine_record["shipped_tables"])
-    assert shipped and not {"added", "selected"} & shipped
+    assert shipped == {"workflow", "ordered", "couse", "surfacing", "counts"}
     assert engine_record["collected_bytes"] >= engine_record["payload_bytes"]
     assert not list((tmp_path / "remote" / ".spark").glob("*/*"))
 

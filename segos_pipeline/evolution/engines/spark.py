@@ -50,7 +50,12 @@ INSTALL_HINT = (
     "JAVA_HOME)"
 )
 OUT_SCHEMA = "part INT, name STRING, payload BINARY"
-PER_TRACE = ("selected", "added")  # a partition's tables that grow with its traces: written, not shipped
+# A partition's tables that grow with its traces, written to the job's scratch folder instead of shipped:
+# what the round adds per selected trace, L3's witnesses (one row per successful trace that used a skill
+# outside its query's top-N) and usage (per distinct skill and query text), and the selected traces when
+# the version stores them. The rest grows with the skill pairs a partition witnesses, and is shipped.
+WRITTEN = ("added", "witnesses", "usage")
+PER_TRACE = ("selected", *WRITTEN)
 SUM_EVERY = 64  # partial tables summed on the driver in groups of this many (summing is associative)
 KEEP_VERSIONS = 2  # parent versions a Python worker keeps loaded
 
@@ -122,12 +127,8 @@ def executor_replay(store: str, version: str, retrieval: dict[str, Any], cache: 
     return _REPLAYS[key]
 
 
-def selected_name(part: int) -> str:
-    return f"selected-{part:05d}.parquet"
-
-
-def added_name(part: int) -> str:
-    return f"added-{part:05d}.parquet"
+def written_name(table: str, part: int) -> str:
+    return f"{table}-{part:05d}.parquet"
 
 
 def _ipc(df: pl.DataFrame) -> bytes:
@@ -152,11 +153,10 @@ def partition_kernel(
 ):
     """The function `mapInArrow` runs once per partition: all its batches → one polars frame → kernels.
 
-    The partial evidence tables go back to the driver (small: they grow with the skill pairs a partition
-    witnesses). The per-trace tables do not: what the round adds to each selected trace (`added`), and the
-    selected traces themselves when the version must store them (`keep_selected`), are written to the
-    job's `scratch` folder on the store (`Scratch`) as one Parquet file per partition; only their names
-    and sizes come back.
+    The partial pair tables go back to the driver (small: they grow with the skill pairs a partition
+    witnesses). The tables that grow with its traces (`PER_TRACE`; the selected traces only when the
+    version must store them, `keep_selected`) are written to the job's `scratch` folder on the store
+    (`Scratch`) as one Parquet file each, and only their sizes come back.
     """
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -176,10 +176,9 @@ def partition_kernel(
         partial = partition_evidence(traces, replay, pool, threshold, RetrievalConfig(**retrieval).top_n)
         part = TaskContext.get().partitionId()
         folder = Scratch(scratch)
-        selected_bytes = 0
-        if keep_selected:  # the driver needs the traces back only when the version cannot reference them
-            selected_bytes = folder.write(selected_name(part), partial.selected)
-        added_bytes = folder.write(added_name(part), partial.added)
+        # the driver needs the traces back only when the version cannot reference them
+        kept = ("selected", *WRITTEN) if keep_selected else WRITTEN
+        written = {name: folder.write(written_name(name, part), getattr(partial, name)) for name in kept}
         names = [n for n in Partial.table_names() if n not in PER_TRACE]
         payloads = [_ipc(getattr(partial, name)) for name in names]
         metrics = {
@@ -191,9 +190,9 @@ def partition_kernel(
             "payload_bytes": sum(len(p) for p in payloads),
             "shipped": names,
             "input_arrow_bytes": input_bytes,
-            "selected_parquet_bytes": selected_bytes,
+            "selected_parquet_bytes": written.get("selected", 0),
             "added_rows": partial.added.height,
-            "added_parquet_bytes": added_bytes,
+            "written_parquet_bytes": written,
         }
         yield pa.RecordBatch.from_pydict(
             {
@@ -280,8 +279,8 @@ class SparkEngine:
                 shipped = by_part.pop(part)
                 metrics.append({"part": part, **json.loads(shipped.pop("metrics"))})
                 tables = {k: _from_ipc(v) for k, v in shipped.items()}
-                added = scratch.read(added_name(part))  # written by the partition, not shipped
-                running.append(Partial(selected=pl.DataFrame(), added=added, **tables))
+                tables |= {name: scratch.read(written_name(name, part)) for name in WRITTEN}
+                running.append(Partial(selected=pl.DataFrame(), **tables))
                 if len(running) >= SUM_EVERY:
                     running = [sum_partials(running)]
             if not running:  # an empty window: the kernels on an empty table give the empty tables
@@ -290,7 +289,7 @@ class SparkEngine:
                 running.append(partition_evidence(empty, lambda _t: [], False, 1.0, retrieval.top_n))
                 table = None if window.referenced else running[0].selected
             elif not window.referenced:  # no files the version could reference: keep the traces
-                parts = [scratch.read(selected_name(m["part"])) for m in metrics]
+                parts = [scratch.read(written_name("selected", m["part"])) for m in metrics]
                 table = pl.concat(parts, how="vertical").sort("trace_id", maintain_order=True)
             else:
                 table = None
@@ -343,6 +342,9 @@ def summarize(
         "selected_parquet_bytes": sum(m["selected_parquet_bytes"] for m in metrics),
         "shipped_tables": sorted({name for m in metrics for name in m["shipped"]}),
         "added_rows": sum(m["added_rows"] for m in metrics),
-        "added_parquet_bytes": sum(m["added_parquet_bytes"] for m in metrics),
+        # what the partitions wrote to the scratch folder instead of shipping it, per table
+        "written_parquet_bytes": {
+            name: sum(m["written_parquet_bytes"].get(name, 0) for m in metrics) for name in PER_TRACE
+        },
         "input_arrow_bytes": sum(m["input_arrow_bytes"] for m in metrics),
     }
