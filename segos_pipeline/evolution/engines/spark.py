@@ -1,10 +1,10 @@
-"""The Spark engine: the window read from Parquet by Spark, repartitioned by a hash of `task_id`, and the
-kernels of `evolution/evidence.py` run on each partition (`mapInArrow`: Arrow batches straight into
-polars). Executors ship back each partition's partial tables (Arrow IPC) and write its selected traces as
-Parquet beside the store (read back only for a window given as a table in memory: a window read from
-files is referenced by the version, with the `added` table the partitions shipped); the driver sums the
-partial tables with the same functions as the local engine (`sum_partials`, `finish`). No rule is
-written here.
+"""The Spark engine: the window read from Parquet (`spark_window.py`: by Spark, or at a store's URI by the
+executors), repartitioned by a hash of `task_id`, and the kernels of `evolution/evidence.py` run on each
+partition (`mapInArrow`: Arrow batches straight into polars). Executors ship back each partition's
+partial pair tables (Arrow IPC) and write its tables that grow with the traces (what the round adds per
+selected trace, L3's witnesses and usage, and the selected traces when the version stores them) as
+Parquet to a scratch folder on the store (`scratch.py`); the driver reads those back and sums everything
+with the same functions as the local engine (`sum_partials`, `finish`). No rule is written here.
 
 The parent version is loaded once per Python worker (a module-level cache keyed by store, version and
 retrieval settings), not shipped with every batch. For a store on a URI (`RemoteStore`) the executors open
