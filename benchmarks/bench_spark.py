@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_spark.py --traces 1000000 [--traces ...] [--master local[2]]
                                                [--partition-rows 250000] [--out benchmarks/results]
+                                               [--uri]
 
 Traces: the simulator (`segos_pipeline.evaluation.simulate`) writes a base of 5,000 labelled traces over the
 demo library and its queries; copies of that base with fresh trace and task ids (vectorised, so every copy
@@ -9,8 +10,14 @@ is new tasks, not retries) make the window, written as Parquet parts of `--parti
 engine runs the round's partitioned work (attempt selection, retrieval reconstruction, evidence) and L1/L2
 on it; L3 is off (its cost is per candidate skill, not per trace, and is measured in bench_evolution).
 Measured: wall time per engine, the per-partition kernel time and peak Python-worker RSS Spark reports,
-the JVM's peak RSS, the driver's peak RSS, and the bytes the executors ship back. Under shared load the
-times are noisy: both engines run in the same invocation, one after the other.
+the JVM's peak RSS, the driver's peak RSS, and the bytes the executors ship back (`collect()`) and write
+to the scratch folder instead. Under shared load the times are noisy: both engines run in the same
+invocation, one after the other.
+
+`--uri`: the store is a `RemoteStore` on a `file://` folder and the window lies in it as a window's parts
+(`traces/bench/parts/`), handed to the engines as `segos evolve` does for a URI store (a `StoreWindow`):
+Spark's executors hash and read the parts at the URI (fsspec + pyarrow), the local engine downloads them
+into the cache first.
 
 Writes spark.json and spark.md (the numbers the 100M–1B plan in docs/spark.md is derived from).
 """
@@ -37,9 +44,11 @@ from segos_pipeline.evaluation.replay import load_queries
 from segos_pipeline.evaluation.simulate import SimulationConfig, simulate
 from segos_pipeline.evolution.engines import make_engine
 from segos_pipeline.evolution.engines.spark import SparkEngine, spark_session
+from segos_pipeline.evolution.engines.store_window import store_window
 from segos_pipeline.evolution.round import l1_stage, l2_stage, prepare_round
 from segos_pipeline.evolution.traces import trace_frame
 from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR
+from segos_pipeline.store.remote import RemoteStore
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = 5_000
@@ -108,6 +117,7 @@ def write_window(base: pl.DataFrame, n: int, folder: Path, part_rows: int) -> in
 
 
 def run_engine(store: SnapshotStore, folder: Path, engine_config: EngineConfig) -> dict[str, Any]:
+    """One engine's round on the window in `folder` (for a `RemoteStore`: the window `bench` in it)."""
     parent = store.load()
     config = EvolutionConfig(l3_descriptions=False)
     engine = make_engine(engine_config)
@@ -120,7 +130,7 @@ def run_engine(store: SnapshotStore, folder: Path, engine_config: EngineConfig) 
         session_s = time.perf_counter() - t
     with PeakRss() as rss:
         t = time.perf_counter()
-        traces = str(folder)
+        traces = store_window(store, "bench") if isinstance(store, RemoteStore) else str(folder)
         state = prepare_round(parent, traces, config, parent_retrieval(parent), engine)
         prepared = time.perf_counter() - t
         l1_stage(state, config)
@@ -150,17 +160,23 @@ def parent_retrieval(parent: Any) -> Any:
     return retrieval_for(parent.manifest)
 
 
-def bench(n: int, master: str, part_rows: int, engines: list[str]) -> dict[str, Any]:
+def bench(n: int, master: str, part_rows: int, engines: list[str], uri: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        store = SnapshotStore(Path(tmp) / "store")
+        if uri:  # the window's parts written straight into the URI's folder, as an ingest leaves them
+            remote = Path(tmp) / "remote"
+            store: SnapshotStore = RemoteStore(remote.as_uri(), Path(tmp) / "cache")
+            window = remote / "traces" / "bench" / "parts"
+        else:
+            store, window = SnapshotStore(Path(tmp) / "store"), Path(tmp) / "window"
         build_cold_start(DEFAULT_LIBRARY, store)
         t = time.perf_counter()
-        written = write_window(base_traces(store), n, Path(tmp) / "window", part_rows)
+        written = write_window(base_traces(store), n, window, part_rows)
         gen_s = time.perf_counter() - t
-        parquet_mb = sum(p.stat().st_size for p in (Path(tmp) / "window").iterdir()) / 2**20
+        parquet_mb = sum(p.stat().st_size for p in window.iterdir()) / 2**20
         out: dict[str, Any] = {
             "label": "SIMULATED",
             "traces": written,
+            "store": "file:// RemoteStore, window at the URI" if uri else "local store, window folder",
             "parquet_mb": round(parquet_mb, 1),
             "generate_s": round(gen_s, 1),
         }
@@ -173,7 +189,7 @@ def bench(n: int, master: str, part_rows: int, engines: list[str]) -> dict[str, 
                 local_partition_rows=part_rows,
                 spark_conf={"spark.driver.memory": os.environ.get("SEGOS_SPARK_DRIVER_MEMORY", "4g")},
             )
-            runs[name] = run_engine(store, Path(tmp) / "window", cfg)
+            runs[name] = run_engine(store, window, cfg)
             print(f"{n} traces, {name}: {runs[name]['round_s']} s", file=sys.stderr, flush=True)
         if {"local", "spark"} <= set(runs):
             out["same_edges_and_counters"] = bool(
@@ -197,6 +213,11 @@ def per_partition(result: dict[str, Any]) -> dict[str, float]:
         "worker_peak_rss_mb": m["worker_peak_rss_mb_max"],
         "rows_per_partition": rows,
         "shipped_bytes_per_trace": round(m["payload_bytes"] / result["traces"], 1),
+        # everything collect() brought to the driver, and what the partitions wrote to the scratch instead
+        "collected_bytes_per_trace": round(m.get("collected_bytes", 0) / result["traces"], 2),
+        "written_parquet_bytes_per_trace": {
+            k: round(v / result["traces"], 2) for k, v in m.get("written_parquet_bytes", {}).items()
+        },
         "selected_parquet_bytes_per_trace": round(m["selected_parquet_bytes"] / result["traces"], 1),
         "shuffled_arrow_bytes_per_trace": round(m.get("input_arrow_bytes", 0) / result["traces"], 1),
         "parquet_bytes_per_trace": round(result["parquet_mb"] * 2**20 / result["traces"], 1),
@@ -246,8 +267,10 @@ def main() -> None:
     ap.add_argument("--engines", default="local,spark")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--append", action="store_true", help="Keep the runs already in OUT/spark.json.")
+    ap.add_argument("--uri", action="store_true", help="A file:// RemoteStore with the window at the URI.")
     args = ap.parse_args()
-    results = [bench(n, args.master, args.partition_rows, args.engines.split(",")) for n in args.traces]
+    engines = args.engines.split(",")
+    results = [bench(n, args.master, args.partition_rows, engines, args.uri) for n in args.traces]
     for r in results:
         if "spark" in r["engines"]:
             r["per_partition"] = per_partition(r)

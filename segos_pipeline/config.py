@@ -218,6 +218,9 @@ class EngineConfig(_Overridable):
     spark_partition_rows: int = 250_000  # traces per Spark partition when `partitions` is None
     spark_min_partitions: int = 2
     spark_conf: dict[str, str] = field(default_factory=dict)  # extra Spark settings (spark.* keys)
+    # Spark on a store given by URI: the cache base folder on each executor, where its Python workers
+    # download the parent version (None: $SEGOS_CACHE on the executor, else a folder in its temp dir).
+    executor_cache: str | None = None
 
 
 @dataclass(frozen=True)

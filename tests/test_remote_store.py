@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import fsspec
+import polars as pl
 import pytest
 from click.testing import CliRunner
 from fsspec.implementations.memory import MemoryFileSystem
@@ -194,6 +195,7 @@ def test_failing_between_uploads_leaves_no_version_and_a_retry_commits(hooks, tm
 KILLED_WRITER = """
 import os, signal, sys
 import fsspec
+import polars as pl
 from fsspec.implementations.local import LocalFileSystem
 
 class KillFS(LocalFileSystem):  # the folder of a file:// URI, whose writer dies at its 4th upload
@@ -428,3 +430,62 @@ def test_the_spark_engine_on_a_uri_store_commits_the_local_engines_version(tmp_p
         on_spark["version"],
         locally["version"],
     ]
+
+
+def test_one_version_fetched_by_id_without_its_window(uri, tmp_path):
+    """What an executor does: read one manifest (no listing), download that version hash-checked, and
+    leave the window files it references at the URI; a wrong id is refused."""
+    writer = RemoteStore(uri, tmp_path / "a")
+    cold = build_cold_start(DEFAULT_LIBRARY, writer)["version"]
+    TraceStore(writer).ingest_path(DEMO_TRACES)
+    evolved = evolve(writer, WINDOW, cold)
+    assert evolved["window_files"]
+    executor = RemoteStore(uri, tmp_path / "b", with_windows=False)
+    folder = executor.fetch_published(evolved["version"])
+    assert files_of(folder) == files_of(writer.versions_dir / evolved["version"])
+    assert not list(executor.root.glob("traces/**/*.parquet"))
+    assert [p.name for p in executor.versions_dir.iterdir()] == [evolved["version"]]
+    assert executor.load(evolved["version"]).store_uri == executor.uri
+    with pytest.raises(UnknownVersion, match="no version"):
+        executor.published_manifest(cold.replace(cold[:5], "v0099"))
+    with pytest.raises(UnknownVersion, match="not a full version id"):
+        executor.published_manifest("v1")
+
+
+def test_a_uri_window_is_listed_not_downloaded_and_checked_when_read(uri, tmp_path):
+    """`store_window` lists a window's files at the URI in the order a local round reads them; the
+    executors' reader refuses a file whose size or sha256 is not the one the round started from."""
+    import pyarrow as pa
+
+    from segos_pipeline.evolution.engines.spark_window import hash_files, read_files
+    from segos_pipeline.evolution.engines.store_window import store_window
+    from segos_pipeline.evolution.traces import TRACE_SCHEMA
+
+    writer = RemoteStore(uri, tmp_path / "a")
+    build_cold_start(DEFAULT_LIBRARY, writer)
+    TraceStore(writer).ingest_path(DEMO_TRACES)
+    reader = RemoteStore(uri, tmp_path / "b")
+    window = store_window(reader, WINDOW)
+    assert not list(reader.root.glob("traces/**/*.parquet"))  # listed only
+    local = TraceStore(writer).files(WINDOW)
+    assert [p for p, _ in window.files] == [str(f.relative_to(writer.root)) for f in local]
+    assert [b for _, b in window.files] == [f.stat().st_size for f in local]
+    with pytest.raises(SnapshotError, match="no traces ingested for window '2030-01-01'"):
+        store_window(reader, "2030-01-01")
+
+    batch = pa.RecordBatch.from_pydict(
+        {"path": [p for p, _ in window.files], "bytes": [b for _, b in window.files]}
+    )
+    [hashed] = list(hash_files(uri)(iter([batch])))
+    hashes = dict(zip(hashed.column("path").to_pylist(), hashed.column("sha256").to_pylist(), strict=True))
+    assert sum(hashed.column("rows").to_pylist()) == TraceStore(writer).load(WINDOW).height
+    arrow = pl.DataFrame(schema=TRACE_SCHEMA).to_arrow().schema
+    read = pa.Table.from_batches(list(read_files(uri, hashes, arrow)(iter([batch]))))
+    assert pl.from_arrow(read).sort("trace_id").equals(TraceStore(writer).load(WINDOW))
+
+    rel, size = window.files[0]
+    wrong_size = pa.RecordBatch.from_pydict({"path": [rel], "bytes": [size + 1]})
+    with pytest.raises(RemoteStoreError, match="listed at"):
+        list(hash_files(uri)(iter([wrong_size])))
+    with pytest.raises(RemoteStoreError, match="changed between two reads"):
+        list(read_files(uri, {**hashes, rel: "0" * 64}, arrow)(iter([batch])))

@@ -17,15 +17,16 @@ from click.testing import CliRunner
 
 from segos_pipeline import SnapshotStore, build_cold_start
 from segos_pipeline.cli import main as cli
-from segos_pipeline.config import EngineConfig, EvolutionConfig
+from segos_pipeline.config import EngineConfig, EvolutionConfig, RetrievalConfig
 from segos_pipeline.evolution.adapters import iter_records, write_library
 from segos_pipeline.evolution.engines import make_engine
 from segos_pipeline.evolution.engines.local import LocalEngine
 from segos_pipeline.evolution.evidence import combine, partition_evidence, split_by_task
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.round import evolve
-from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR
-from segos_pipeline.store.snapshot import MANIFEST
+from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR, DEMO_TRACES
+from segos_pipeline.store.remote import RemoteStore, cache_folder
+from segos_pipeline.store.snapshot import MANIFEST, sha256_file
 
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
 pytest.importorskip("pandas", reason="the spark extra is not installed (mapInArrow needs pandas)")
@@ -50,10 +51,10 @@ def spark():
     session.stop()
 
 
-def spark_engine(session: Any, partitions: int | None = 3):
+def spark_engine(session: Any, partitions: int | None = 3, **settings: Any):
     from segos_pipeline.evolution.engines.spark import SparkEngine
 
-    return SparkEngine(EngineConfig(engine="spark", partitions=partitions), session=session)
+    return SparkEngine(EngineConfig(engine="spark", partitions=partitions, **settings), session=session)
 
 
 @pytest.fixture(scope="module")
@@ -241,6 +242,25 @@ def test_spark_equals_local_on_real_skillsbench_trials(shared_data, spark, tmp_p
     assert_same_version(store, local, on_spark)
 
 
+@pytest.mark.shared
+def test_spark_equals_local_on_real_apibank_traces_in_a_uri_store(shared_data, spark, tmp_path):
+    """The cluster path (parent and window opened by the executors at a `file://` URI) on real traces."""
+    source = shared_data / "traces" / "apibank" / "level-3.json"
+    write_library(source, "apibank", tmp_path / "lib")
+    uri = (tmp_path / "remote").as_uri()
+    writer = RemoteStore(uri, tmp_path / "writer")
+    parent = build_cold_start(tmp_path / "lib", writer)["version"]
+    TraceStore(writer).ingest(iter_records(source, "apibank"), window="api-l3")
+    driver, local = RemoteStore(uri, tmp_path / "driver"), RemoteStore(uri, tmp_path / "local")
+    engine = spark_engine(spark, executor_cache=str(tmp_path / "executors"))
+    on_spark = evolve(driver, "api-l3", parent, engine=engine)
+    locally = evolve(local, "api-l3", parent, engine=make_engine())
+    assert locally["counters"]["traces"]["real"] > 0
+    assert_same_round_in_two_stores(driver, on_spark, local, locally)
+    assert on_spark["window_files"] == locally["window_files"]
+    assert not list(driver.root.glob("traces/**/*.parquet"))
+
+
 def test_engine_input_errors(tmp_path):
     from segos_pipeline.evolution.engines.spark import read_window
 
@@ -290,3 +310,71 @@ def test_dagster_round_on_spark_commits_the_local_version(spark, tmp_path):
     stores = {name: SnapshotStore(tmp_path / name) for name in records}
     a, b = (stores[n].manifest(records[n]["version"]) for n in ("local", "spark"))
     assert_same_round_in_two_stores(stores["local"], a, stores["spark"], b)
+
+
+# ------------------------------------------------------------------- a store on a URI, as on a cluster
+
+
+@pytest.fixture
+def uri_store(tmp_path) -> tuple[str, str, dict[str, Any]]:
+    """A store behind `file://` written from one cache: a cold start, the demo windows, and a round on
+    window 2026-11-27 (so the next round's parent references window files, which executors must not
+    download). Returns (uri, cold-start id, that round's manifest)."""
+    uri = (tmp_path / "remote").as_uri()
+    writer = RemoteStore(uri, tmp_path / "writer")
+    cold = build_cold_start(DEFAULT_LIBRARY, writer)["version"]
+    TraceStore(writer).ingest_path(DEMO_TRACES)
+    first = evolve(writer, "2026-11-27", cold)
+    assert first["window_files"]
+    return uri, cold, first
+
+
+def test_executors_open_a_uri_store_by_its_uri(spark, uri_store, tmp_path):
+    """The executors download the parent into their own cache folder (not the driver's), without the
+    parent's window files, and the round equals the local engine's round from a third cache."""
+    uri, _, first = uri_store
+    executors = tmp_path / "executors"
+    driver = RemoteStore(uri, tmp_path / "driver")
+    engine = spark_engine(spark, executor_cache=str(executors))
+    on_spark = evolve(driver, "2026-11-28", first["version"], engine=engine)
+    local = RemoteStore(uri, tmp_path / "local")
+    locally = evolve(local, "2026-11-28", first["version"], engine=LocalEngine())
+    assert_same_round_in_two_stores(driver, on_spark, local, locally)
+
+    cache = cache_folder(uri, executors)
+    assert cache != driver.root
+    parent_copy = cache / "versions" / first["version"]
+    for name, meta in json.loads((parent_copy / MANIFEST).read_text())["files"].items():
+        assert sha256_file(parent_copy / name) == meta["sha256"]
+    assert sorted(p.name for p in cache.glob("versions/*")) == [first["version"]]  # the parent only
+    assert not list(cache.glob("traces/**/*.parquet"))  # the parent's window stayed at the URI
+
+    # The window was read by the executors at the URI: the driver's cache never held it, yet the version
+    # references its files by the hashes the executors computed, as the local engine's version does.
+    assert not list(driver.root.glob("traces/2026-11-28/**/*.parquet"))
+    assert list(local.root.glob("traces/2026-11-28/**/*.parquet"))  # the local engine downloaded it
+    assert on_spark["window_files"] == locally["window_files"]
+    assert on_spark["engine"]["traces"] == locally["counters"]["traces"]["in_window"]
+
+    # What the round adds per selected trace was written by the partitions to a scratch folder at the URI
+    # (read from there by the driver, then removed), not collected: collect() brought the pair tables and
+    # metrics only.
+    engine_record = on_spark["engine"]
+    assert engine_record["added_rows"] == locally["counters"]["traces"]["selected"] > 0
+    assert engine_record["written_parquet_bytes"]["added"] > 0
+    assert engine_record["written_parquet_bytes"]["selected"] == 0  # the version references the window
+    shipped = set(engine_record["shipped_tables"])
+    assert shipped == {"workflow", "ordered", "couse", "surfacing", "counts"}
+    assert engine_record["collected_bytes"] >= engine_record["payload_bytes"]
+    assert not list((tmp_path / "remote" / ".spark").glob("*/*"))
+
+
+def test_a_store_in_this_process_only_is_refused_before_spark_starts(tmp_path):
+    """`memory://` lives in the driver's process: the Spark engine says so instead of failing on the
+    executors (no session is needed to refuse)."""
+    store = RemoteStore("memory://segos-spark-refusal/store", tmp_path / "cache")
+    build_cold_start(DEFAULT_LIBRARY, store)
+    engine = spark_engine(None)
+    with pytest.raises(ValueError, match="lives in this process only"):
+        engine.window_evidence(store.load(), pl.DataFrame(), EvolutionConfig(), RetrievalConfig())
+    store.location.fs.rm("/segos-spark-refusal", recursive=True)

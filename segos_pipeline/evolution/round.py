@@ -24,6 +24,7 @@ from ..progress import Progress
 from ..retrieval.lexical import LexicalIndex
 from ..retrieval.ranker import Retriever
 from ..retrieval.token_rows import EncodedTokens
+from ..store.remote import RemoteStore
 from ..store.snapshot import (
     REVISIONS,
     ROUND_ADDED,
@@ -35,6 +36,7 @@ from ..store.snapshot import (
 )
 from .descriptions import REVISION_SCHEMA, Editor, description_update
 from .engines import Engine, TraceInput, make_engine
+from .engines.store_window import store_window
 from .evidence import WindowEvidence, fill_retrieval, select_attempts
 from .ingest import TraceStore
 from .topology import topology_update
@@ -81,6 +83,7 @@ class RoundState:
     engine: dict[str, Any] = field(default_factory=dict)  # which engine computed the evidence, its metrics
     evidence: WindowEvidence | None = None  # the window's summed evidence (L3 reads its witnesses, usage)
     files: list[Path] | None = None  # the window's Parquet files, when it was read from files
+    window_refs: list[dict[str, Any]] | None = None  # those files as hashed by an engine that read a URI
 
     @property
     def added(self) -> pl.DataFrame:
@@ -121,6 +124,7 @@ def prepare_round(
         engine=result.metrics,
         evidence=ev,
         files=result.files,
+        window_refs=result.window_refs,
     )
     state.counters["traces"] = dict(ev.counts)
     return state
@@ -217,9 +221,12 @@ def commit_round(
         traces: dict[str, pl.DataFrame] = {ROUND_TRACES: state.selected}
         refs: dict[str, Any] = {}
     else:
-        assert state.files is not None, "a round without its traces in memory was read from files"
         traces = {ROUND_ADDED: state.added}
-        refs = {WINDOW_FILES: window_refs(store.root, state.files)}
+        if state.window_refs is not None:
+            refs = {WINDOW_FILES: state.window_refs}
+        else:
+            assert state.files is not None, "a round without its traces in memory was read from files"
+            refs = {WINDOW_FILES: window_refs(store.root, state.files)}
     return commit_derived(
         store,
         state.parent,
@@ -298,7 +305,9 @@ def evolve(
     engine = make_engine(engine) if isinstance(engine, EngineConfig | None) else engine
     parent = store.load(from_version)
     retrieval = retrieval or retrieval_for(parent.manifest)
-    if traces is None:
+    if traces is None and isinstance(store, RemoteStore):
+        traces = store_window(store, window)  # listed only: an engine that reads URIs reads it there
+    elif traces is None:
         traces = window_files(TraceStore(store), window)
     state = evolve_round(parent, traces, config, retrieval, editor, progress, engine)
     return commit_round(store, state, window, config, retrieval)

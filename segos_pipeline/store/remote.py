@@ -38,7 +38,8 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,7 @@ from .snapshot import (
     _VERSION_RE,
     MANIFEST,
     DamagedSnapshot,
+    Snapshot,
     SnapshotError,
     SnapshotStore,
     StaleParent,
@@ -118,11 +120,22 @@ def _write_atomically(path: Path, data: bytes) -> None:
 
 
 class RemoteStore(SnapshotStore):
-    """A `SnapshotStore` whose versions live at a URI; `root` is the local cache folder."""
+    """A `SnapshotStore` whose versions live at a URI; `root` is the local cache folder.
 
-    def __init__(self, uri: str, cache: str | Path | None = None, lock_timeout: float = WRITER_WAIT_S):
+    `with_windows=False` downloads versions without the window trace files they reference: for a reader
+    that needs only the graph (a Spark executor replaying queries against a parent version), which would
+    otherwise download the parent's whole window."""
+
+    def __init__(
+        self,
+        uri: str,
+        cache: str | Path | None = None,
+        lock_timeout: float = WRITER_WAIT_S,
+        with_windows: bool = True,
+    ):
         self.location: Location = open_location(uri)
         self.uri = self.location.uri
+        self.with_windows = with_windows
         self._manifests: dict[str, bytes] = {}  # also on disk; kept here too for a read-only cache
         super().__init__(cache_folder(self.uri, cache), lock_timeout)
 
@@ -211,6 +224,40 @@ class RemoteStore(SnapshotStore):
     def manifest(self, version: str | None = None) -> dict[str, Any]:
         return json.loads(self._manifest_bytes(self.resolve(version)))
 
+    def published_manifest(self, vid: str) -> bytes:
+        """The manifest of version `vid` (a full id), read alone: one read instead of listing the store and
+        reading every manifest not yet cached, for a reader told which version to load (an executor)."""
+        data = self._cached_manifest(vid)
+        if data is not None:
+            return data
+        if not _VERSION_RE.match(vid):
+            raise UnknownVersion(f"{vid!r} is not a full version id (store {self.uri})")
+        path = self.location.join("versions", vid, MANIFEST)
+        try:
+            with remote_io("read", self.location.url("versions", vid, MANIFEST)):
+                data = self.location.fs.cat_file(path)
+        except RemoteStoreError as exc:
+            if isinstance(exc.__cause__, FileNotFoundError):
+                raise UnknownVersion(f"no version {vid} at {self.uri}") from None
+            raise
+        try:
+            named = json.loads(data).get("version")
+        except (ValueError, AttributeError):
+            named = None
+        if named != vid:
+            raise DamagedSnapshot(f"version {vid} at {self.uri}: its {MANIFEST} does not name it")
+        self._remember_manifest(vid, data)
+        return data
+
+    def fetch_published(self, vid: str) -> Path:
+        """The cache folder of version `vid` (a full id), downloaded hash-checked if the cache lacks it,
+        without listing the store."""
+        return self.fetch(vid, self.published_manifest(vid))
+
+    def load(self, version: str | None = None, verify: bool = True) -> Snapshot:
+        """A version loaded from the cache (downloaded first if needed), knowing the URI it came from."""
+        return replace(super().load(version, verify), store_uri=self.uri)
+
     # ------------------------------------------------------------------------------------------ reading
 
     def files(self, version: str | None = None) -> VersionFiles:
@@ -233,7 +280,8 @@ class RemoteStore(SnapshotStore):
                 cached = self._cached_files()
                 for name, meta in sorted(manifest.get("files", {}).items()):
                     self._fetch_file(vid, name, meta, tmp / name, cached.get(meta["sha256"]))
-                self._fetch_window_files(vid, manifest)
+                if self.with_windows:
+                    self._fetch_window_files(vid, manifest)
                 (tmp / MANIFEST).write_bytes(manifest_bytes)  # last, as in a commit
                 for f in tmp.iterdir():
                     f.chmod(0o444)
@@ -421,16 +469,29 @@ class RemoteStore(SnapshotStore):
         """Download the files under `rel` ending with `suffix` that the cache lacks (or holds at another
         size). Meant for files written once under a unique name, which a cached copy can never go stale
         for; returns the local paths downloaded."""
-        got = []
-        for rel_path, size in sorted(self.remote_files(rel, suffix).items()):
+        return self.download(dict(sorted(self.remote_files(rel, suffix).items())))[1]
+
+    def download(self, sizes: Mapping[str, int]) -> tuple[list[Path], list[Path]]:
+        """Files of the store (path relative to it → bytes, each written once under a unique name) in the
+        cache: (the local path of each, in the order given; those downloaded now). A cached copy of the
+        listed size is the file."""
+        paths, got = [], []
+        for rel_path, size in sizes.items():
             local = self.root / rel_path
+            paths.append(local)
             if local.is_file() and local.stat().st_size == size:
                 continue
             local.parent.mkdir(parents=True, exist_ok=True)
             with remote_io("download", self.location.url(rel_path)):
                 get_whole(self.location, self.location.join(rel_path), local)
+            if local.stat().st_size != size:
+                local.unlink(missing_ok=True)
+                raise RemoteStoreError(
+                    f"{self.location.url(rel_path)} changed while it was read (listed at {size} bytes); "
+                    "files under traces/ are written once: rerun, and check what else writes there"
+                )
             got.append(local)
-        return got
+        return paths, got
 
     def pull_file(self, rel: str) -> bool:
         """Replace the cache's copy of `rel` with the URI's (a file rewritten whole, e.g. a quarantine);

@@ -455,6 +455,9 @@ class Snapshot:
     # lexical index is cached or built a part at a time) and at 1M skills it holds 100M rows.
     token_table: pl.DataFrame | None = field(default=None, repr=False)
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+    # The URI of the store it was loaded from (`RemoteStore.load`); None for a local store or a draft.
+    # Work that runs on other machines (Spark executors) opens the store by it rather than by `path`.
+    store_uri: str | None = None
 
     @property
     def tokens(self) -> pl.DataFrame:

@@ -12,10 +12,12 @@ import polars as pl
 from ...config import EvolutionConfig, RetrievalConfig
 from ...store.snapshot import Snapshot
 from ..evidence import WindowEvidence
+from .store_window import StoreWindow
 
-# A window's traces: a table in memory, a Parquet file or folder of Parquet parts (path or URI), or the
-# list of Parquet files that make up the window (what `evolve` passes: the files it records by hash).
-TraceInput = pl.DataFrame | str | Path | Sequence[Path]
+# A window's traces: a table in memory, a Parquet file or folder of Parquet parts (path or URI), the list
+# of Parquet files that make up the window (what `evolve` passes: the files it records by hash), or the
+# files of a window in a store on a URI (`StoreWindow`, what `evolve` passes for a `RemoteStore`).
+TraceInput = pl.DataFrame | str | Path | Sequence[Path] | StoreWindow
 
 
 @dataclass
@@ -28,6 +30,9 @@ class EngineResult:
     timings: dict[str, float] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)  # what the engine measured (recorded in manifests)
     files: list[Path] | None = None  # the Parquet files the window was read from (None: a table in memory)
+    # The window's files as the version references them (path relative to the store, bytes, sha256), when
+    # the engine read them at a URI and hashed them itself; None: the round hashes `files`.
+    window_refs: list[dict[str, Any]] | None = None
 
 
 class Engine(Protocol):
@@ -38,9 +43,12 @@ class Engine(Protocol):
     ) -> EngineResult: ...
 
 
-def parquet_files(traces: str | Path | Sequence[Path]) -> list[Path]:
+def parquet_files(traces: str | Path | Sequence[Path] | StoreWindow) -> list[Path]:
     """The Parquet files of a window given as a file, a folder (its `*.parquet` files at any depth, in name
-    order: other files such as the quarantine are not traces) or a list of files."""
+    order: other files such as the quarantine are not traces), a list of files, or a window at a URI
+    (downloaded into its store's cache)."""
+    if isinstance(traces, StoreWindow):
+        return traces.local_files()
     if isinstance(traces, str | Path):
         path = Path(traces)
         if path.is_dir():

@@ -1,14 +1,16 @@
-"""The Spark engine: the window read from Parquet by Spark, repartitioned by a hash of `task_id`, and the
-kernels of `evolution/evidence.py` run on each partition (`mapInArrow`: Arrow batches straight into
-polars). Executors ship back each partition's partial tables (Arrow IPC) and write its selected traces as
-Parquet beside the store (read back only for a window given as a table in memory: a window read from
-files is referenced by the version, with the `added` table the partitions shipped); the driver sums the
-partial tables with the same functions as the local engine (`sum_partials`, `finish`). No rule is
-written here.
+"""The Spark engine: the window read from Parquet (`spark_window.py`: by Spark, or at a store's URI by the
+executors), repartitioned by a hash of `task_id`, and the kernels of `evolution/evidence.py` run on each
+partition (`mapInArrow`: Arrow batches straight into polars). Executors ship back each partition's
+partial pair tables (Arrow IPC) and write its tables that grow with the traces (what the round adds per
+selected trace, L3's witnesses and usage, and the selected traces when the version stores them) as
+Parquet to a scratch folder on the store (`scratch.py`); the driver reads those back and sums everything
+with the same functions as the local engine (`sum_partials`, `finish`). No rule is written here.
 
-The parent version is loaded once per Python worker from the store (a module-level cache keyed by version
-path and retrieval settings), not shipped with every batch. Executors therefore need the store path (a
-shared or object-store path on a cluster) and segos installed.
+The parent version is loaded once per Python worker (a module-level cache keyed by store, version and
+retrieval settings), not shipped with every batch. For a store on a URI (`RemoteStore`) the executors open
+it by its URI and download the parent into a cache folder of their own (`executor_snapshot`), so they share
+no filesystem with the driver; for a local store they read the store's folder (one machine, or a shared
+filesystem). Executors need segos installed (and the URI's fsspec provider package).
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ import os
 import resource
 import shutil
 import sys
+import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,20 +34,33 @@ import pyarrow as pa
 
 from ...config import EngineConfig, EvolutionConfig, RetrievalConfig
 from ...retrieval.ranker import Retriever
+from ...store.remote import RemoteStore
 from ...store.snapshot import Snapshot, SnapshotStore
+from ...store.uri import is_uri, scheme
 from ..evidence import Partial, finish, partition_evidence, sum_partials
-from .base import EngineResult, TraceInput, parquet_files
+from .base import EngineResult, TraceInput
 from .replay import Replay
+from .scratch import Scratch
+from .spark_window import read_window, spark_window
+
+__all__ = ["SparkEngine", "read_window", "spark_session"]
 
 INSTALL_HINT = (
     "the Spark engine needs PySpark and Java 17: pip install 'segos[spark]' (and a JDK 17 on PATH or "
     "JAVA_HOME)"
 )
 OUT_SCHEMA = "part INT, name STRING, payload BINARY"
+# A partition's tables that grow with its traces, written to the job's scratch folder instead of shipped:
+# what the round adds per selected trace, L3's witnesses (one row per successful trace that used a skill
+# outside its query's top-N) and usage (per distinct skill and query text), and the selected traces when
+# the version stores them. The rest grows with the skill pairs a partition witnesses, and is shipped.
+WRITTEN = ("added", "witnesses", "usage")
+PER_TRACE = ("selected", *WRITTEN)
 SUM_EVERY = 64  # partial tables summed on the driver in groups of this many (summing is associative)
 KEEP_VERSIONS = 2  # parent versions a Python worker keeps loaded
 
-_REPLAYS: dict[tuple[str, str, str], Replay] = {}  # per Python worker: (store, version, retrieval) → replay
+# per Python worker: (store, executor cache, version, retrieval) → replay
+_REPLAYS: dict[tuple[str, str, str, str], Replay] = {}
 
 
 def require_pyspark() -> Any:
@@ -57,19 +72,63 @@ def require_pyspark() -> Any:
     return SparkSession
 
 
-def executor_replay(store_root: str, version: str, retrieval: dict[str, Any]) -> Replay:
+IN_PROCESS_SCHEMES = ("memory",)  # fsspec filesystems that live in one process: no executor reaches them
+
+
+def parent_store(parent: Snapshot) -> str:
+    """Where executors open the parent's store: its URI when it was loaded from one (each executor then
+    downloads the version itself), else the local store folder (one machine, or a shared filesystem)."""
+    if parent.store_uri is not None:
+        if scheme(parent.store_uri) in IN_PROCESS_SCHEMES:
+            raise ValueError(
+                f"store {parent.store_uri} lives in this process only: Spark's executors cannot open it "
+                "(use a file:// folder or an object store, or the local engine)"
+            )
+        return parent.store_uri
+    assert parent.path is not None
+    return str(parent.path.parent.parent)  # STORE/versions/<id> → STORE
+
+
+def executor_cache_base(configured: str | None) -> Path:
+    """The cache base of this executor's Python workers for a store on a URI: the configured folder, else
+    $SEGOS_CACHE, else a folder in the temp dir, per user. The workers of one machine share it: versions
+    never change once published, and concurrent downloads of one version are safe (`RemoteStore.fetch`)."""
+    if configured:
+        return Path(configured)
+    env = os.environ.get("SEGOS_CACHE")
+    if env:
+        return Path(env)
+    return Path(tempfile.gettempdir()) / f"segos-executor-cache-{os.getuid()}"
+
+
+def executor_snapshot(store: str, version: str, cache: str | None) -> Snapshot:
+    """The parent version on an executor. From a URI: the one version (not a listing of the store, not the
+    trace files it references) downloaded into this executor's cache, hash-checked file by file, unless
+    already there; then loaded by the local code. From a local folder: loaded there (the driver verified
+    it)."""
+    if is_uri(store):
+        remote = RemoteStore(store, executor_cache_base(cache), with_windows=False)
+        remote.fetch_published(version)
+        return SnapshotStore(remote.root).load(version, verify=False)  # the download checked every hash
+    return SnapshotStore(store).load(version, verify=False)
+
+
+def executor_replay(store: str, version: str, retrieval: dict[str, Any], cache: str | None = None) -> Replay:
     """The parent version's replay in this worker process, loaded on first use and kept for later tasks."""
-    key = (store_root, version, json.dumps(retrieval, sort_keys=True))
+    key = (store, cache or "", version, json.dumps(retrieval, sort_keys=True))
     if key not in _REPLAYS:
 
         def load() -> Retriever:
-            snap = SnapshotStore(store_root).load(version, verify=False)  # the driver verified it
-            return Retriever(snap, RetrievalConfig(**retrieval))
+            return Retriever(executor_snapshot(store, version, cache), RetrievalConfig(**retrieval))
 
         while len(_REPLAYS) >= KEEP_VERSIONS:  # a long-lived worker serves round after round
             _REPLAYS.pop(next(iter(_REPLAYS)))
         _REPLAYS[key] = Replay(load)
     return _REPLAYS[key]
+
+
+def written_name(table: str, part: int) -> str:
+    return f"{table}-{part:05d}.parquet"
 
 
 def _ipc(df: pl.DataFrame) -> bytes:
@@ -83,13 +142,21 @@ def _from_ipc(payload: bytes) -> pl.DataFrame:
 
 
 def partition_kernel(
-    store_root: str, version: str, retrieval: dict[str, Any], pool: bool, threshold: float, scratch: str
+    store: str,
+    cache: str | None,
+    version: str,
+    retrieval: dict[str, Any],
+    pool: bool,
+    threshold: float,
+    scratch: str,
+    keep_selected: bool,
 ):
     """The function `mapInArrow` runs once per partition: all its batches → one polars frame → kernels.
 
-    The partial evidence tables go back to the driver (small); the partition's selected traces (as large
-    as the window) are written to `scratch` (when given) as one Parquet file per partition, not sent
-    through the driver.
+    The partial pair tables go back to the driver (small: they grow with the skill pairs a partition
+    witnesses). The tables that grow with its traces (`PER_TRACE`; the selected traces only when the
+    version must store them, `keep_selected`) are written to the job's `scratch` folder on the store
+    (`Scratch`) as one Parquet file each, and only their sizes come back.
     """
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -105,15 +172,14 @@ def partition_kernel(
         traces = pl.from_arrow(arrow)
         assert isinstance(traces, pl.DataFrame)
         del batches, arrow
-        replay = executor_replay(store_root, version, retrieval)
+        replay = executor_replay(store, version, retrieval, cache)
         partial = partition_evidence(traces, replay, pool, threshold, RetrievalConfig(**retrieval).top_n)
         part = TaskContext.get().partitionId()
-        selected_bytes = 0
-        if scratch:  # the driver needs the traces back only when the version cannot reference them
-            selected_file = Path(scratch) / f"selected-{part:05d}.parquet"
-            partial.selected.write_parquet(selected_file)
-            selected_bytes = selected_file.stat().st_size
-        names = [n for n in Partial.table_names() if n != "selected"]
+        folder = Scratch(scratch)
+        # the driver needs the traces back only when the version cannot reference them
+        kept = ("selected", *WRITTEN) if keep_selected else WRITTEN
+        written = {name: folder.write(written_name(name, part), getattr(partial, name)) for name in kept}
+        names = [n for n in Partial.table_names() if n not in PER_TRACE]
         payloads = [_ipc(getattr(partial, name)) for name in names]
         metrics = {
             "rows": rows,
@@ -122,8 +188,11 @@ def partition_kernel(
             **partial.seconds,
             "worker_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "payload_bytes": sum(len(p) for p in payloads),
+            "shipped": names,
             "input_arrow_bytes": input_bytes,
-            "selected_parquet_bytes": selected_bytes,
+            "selected_parquet_bytes": written.get("selected", 0),
+            "added_rows": partial.added.height,
+            "written_parquet_bytes": written,
         }
         yield pa.RecordBatch.from_pydict(
             {
@@ -157,23 +226,6 @@ def spark_session(config: EngineConfig) -> Any:
     return builder.getOrCreate()
 
 
-def read_window(spark: Any, traces: TraceInput) -> Any:
-    """A Spark DataFrame of the window: a Parquet file, a folder of Parquet parts, a list of Parquet files,
-    or a table in memory."""
-    if isinstance(traces, pl.DataFrame):
-        return spark.createDataFrame(traces.to_arrow())
-    if not isinstance(traces, str | Path):
-        return spark.read.parquet(*[str(f) for f in parquet_files(traces)])
-    path = str(traces)
-    if "://" not in path and not Path(path).exists():
-        raise FileNotFoundError(f"no trace table at {path}")
-    return (
-        spark.read.option("pathGlobFilter", "*.parquet")  # a window folder also holds its quarantine file
-        .option("recursiveFileLookup", "true")
-        .parquet(path)
-    )
-
-
 @dataclass
 class SparkEngine:
     config: EngineConfig = field(default_factory=EngineConfig)
@@ -188,62 +240,67 @@ class SparkEngine:
     ) -> EngineResult:
         if parent.path is None:
             raise ValueError("the Spark engine reads the parent version from its store: commit it first")
+        store = parent_store(parent)  # refused before a session starts if no executor could open it
         t0 = time.perf_counter()
         spark = self.session or spark_session(self.config)
         session_s = time.perf_counter() - t0
-        frame = read_window(spark, traces)
-        # A window of local files is referenced by the version; one in memory or at a URI is stored whole.
-        in_files = not isinstance(traces, pl.DataFrame) and "://" not in str(traces)
-        local_files = parquet_files(traces) if in_files else None
+        window = spark_window(spark, traces, self.config.partitions)
+        frame, local_files = window.frame, window.files
         # Counting the window is a job of its own: only done when the partition count depends on it.
-        n = self.config.partitions or self.partitions(frame.count())
-        store_root = parent.path.parent.parent  # STORE/versions/<id> → STORE
-        scratch = store_root / ".spark" / uuid.uuid4().hex  # on the store: executors must reach it
-        scratch.mkdir(parents=True)
+        n = self.config.partitions or self.partitions(
+            window.rows if window.rows is not None else frame.count()
+        )
+        scratch = Scratch.new(store)  # on the store: executors reach it as the driver does
         try:
             kernel = partition_kernel(
-                str(store_root),
+                store,
+                self.config.executor_cache,
                 parent.version,
                 asdict(retrieval),
                 config.pool_attempts,
                 config.success_threshold,
-                str(scratch) if local_files is None else "",
+                scratch.uri,
+                not window.referenced,
             )
             mapped = frame.repartition(n, "task_id").mapInArrow(kernel, OUT_SCHEMA)
             t_job = time.perf_counter()
             by_part: dict[int, dict[str, bytes]] = {}
+            collected = 0
             for row in mapped.collect():  # one job; what comes back is the partial tables and metrics
-                by_part.setdefault(row["part"], {})[row["name"]] = bytes(row["payload"])
+                payload = bytes(row["payload"])
+                collected += len(payload)
+                by_part.setdefault(row["part"], {})[row["name"]] = payload
             job_s = time.perf_counter() - t_job
 
             t = time.perf_counter()
             metrics = []
             running: list[Partial] = []
             for part in sorted(by_part):
-                tables = by_part.pop(part)
-                metrics.append({"part": part, **json.loads(tables.pop("metrics"))})
-                selected = pl.DataFrame()  # read below, all partitions at once
-                running.append(Partial(selected=selected, **{k: _from_ipc(v) for k, v in tables.items()}))
+                shipped = by_part.pop(part)
+                metrics.append({"part": part, **json.loads(shipped.pop("metrics"))})
+                tables = {k: _from_ipc(v) for k, v in shipped.items()}
+                tables |= {name: scratch.read(written_name(name, part)) for name in WRITTEN}
+                running.append(Partial(selected=pl.DataFrame(), **tables))
                 if len(running) >= SUM_EVERY:
                     running = [sum_partials(running)]
-            files = sorted(scratch.glob("selected-*.parquet"))
             if not running:  # an empty window: the kernels on an empty table give the empty tables
-                empty = pl.from_arrow(read_window(spark, traces).limit(0).toArrow())
+                empty = pl.from_arrow(frame.limit(0).toArrow())
                 assert isinstance(empty, pl.DataFrame)
                 running.append(partition_evidence(empty, lambda _t: [], False, 1.0, retrieval.top_n))
-                table = running[0].selected if local_files is None else None
-            elif local_files is None:  # no local files the version could reference: keep the traces
-                table = pl.concat([pl.read_parquet(f) for f in files], how="vertical")
-                table = table.sort("trace_id", maintain_order=True)
+                table = None if window.referenced else running[0].selected
+            elif not window.referenced:  # no files the version could reference: keep the traces
+                parts = [scratch.read(written_name("selected", m["part"])) for m in metrics]
+                table = pl.concat(parts, how="vertical").sort("trace_id", maintain_order=True)
             else:
                 table = None
             evidence = finish(sum_partials(running), config.surfaced_min)
             combine_s = time.perf_counter() - t
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            scratch.remove()
         total = time.perf_counter() - t0
         summary = summarize(metrics, sum(m["rows"] for m in metrics), n, job_s, combine_s, spark)
         summary["session_s"] = round(session_s, 3)
+        summary["collected_bytes"] = collected  # everything collect() brought to the driver
         return EngineResult(
             selected=table,
             evidence=evidence,
@@ -254,6 +311,7 @@ class SparkEngine:
             },
             metrics=summary,
             files=local_files,
+            window_refs=window.window_refs,
         )
 
 
@@ -282,5 +340,11 @@ def summarize(
         "worker_peak_rss_mb_max": round(max(rss), 1),
         "payload_bytes": sum(m["payload_bytes"] for m in metrics),
         "selected_parquet_bytes": sum(m["selected_parquet_bytes"] for m in metrics),
+        "shipped_tables": sorted({name for m in metrics for name in m["shipped"]}),
+        "added_rows": sum(m["added_rows"] for m in metrics),
+        # what the partitions wrote to the scratch folder instead of shipping it, per table
+        "written_parquet_bytes": {
+            name: sum(m["written_parquet_bytes"].get(name, 0) for m in metrics) for name in PER_TRACE
+        },
         "input_arrow_bytes": sum(m["input_arrow_bytes"] for m in metrics),
     }
