@@ -6,6 +6,8 @@ import json
 import re
 import subprocess
 import textwrap
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -134,3 +136,19 @@ def commit_copy(store: SnapshotStore, extra_tables: dict[str, pl.DataFrame] | No
         manifest={"kind": "copy", "parent": parent},
         extra_tables=extra_tables,
     )["version"]
+
+
+@pytest.fixture(params=["memory", "file"])
+def uri(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh store URI: a bucket of its own in fsspec's in-process memory filesystem, or a folder
+    behind `file://`."""
+    import fsspec
+
+    if request.param == "memory":
+        bucket = f"segos-test-{uuid.uuid4().hex[:8]}"
+        yield f"memory://{bucket}/store"
+        fs = fsspec.filesystem("memory")
+        if fs.exists(f"/{bucket}"):
+            fs.rm(f"/{bucket}", recursive=True)
+    else:
+        yield (tmp_path / "remote" / "store").as_uri()

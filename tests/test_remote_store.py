@@ -76,19 +76,6 @@ def hooks() -> Iterator[type[HookFS]]:
     HookFS.on_put = HookFS.on_ls = None
 
 
-@pytest.fixture(params=["memory", "file"])
-def uri(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh store URI: a bucket of its own in memory, or a folder behind `file://`."""
-    if request.param == "memory":
-        bucket = f"segos-test-{uuid.uuid4().hex[:8]}"
-        yield f"memory://{bucket}/store"
-        fs = fsspec.filesystem("memory")
-        if fs.exists(f"/{bucket}"):
-            fs.rm(f"/{bucket}", recursive=True)
-    else:
-        yield (tmp_path / "remote" / "store").as_uri()
-
-
 def files_of(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
 

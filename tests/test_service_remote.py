@@ -9,13 +9,10 @@ import os
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
-import fsspec
 import polars as pl
 import pytest
 from mcp import Client
@@ -32,19 +29,6 @@ from segos_pipeline.store.remote import RemoteStore
 from .conftest import commit_copy
 
 QUERY = "load the sales csv, clean missing values and chart revenue by month"
-
-
-@pytest.fixture(params=["memory", "file"])
-def uri(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh store URI: a bucket of its own in memory, or a folder behind `file://`."""
-    if request.param == "memory":
-        bucket = f"segos-serve-{uuid.uuid4().hex[:8]}"
-        yield f"memory://{bucket}/store"
-        fs = fsspec.filesystem("memory")
-        if fs.exists(f"/{bucket}"):
-            fs.rm(f"/{bucket}", recursive=True)
-    else:
-        yield (tmp_path / "remote" / "store").as_uri()
 
 
 @pytest.fixture
