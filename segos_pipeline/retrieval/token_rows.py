@@ -78,15 +78,21 @@ class TokenRows:
 
 
 def _sorted_rows(frame: pl.DataFrame, start: int, stop: int) -> TokenRows:
-    """`TokenRows` of integer columns (node, col, field, tf)."""
-    rows = frame.sort("node", "col", "field")
+    """`TokenRows` of integer columns (node, col, field, tf) whose nodes lie in [start, stop)."""
+    node = frame["node"].to_numpy().astype(np.int64)
+    col = frame["col"].to_numpy().astype(np.int64)
+    field = frame["field"].to_numpy().astype(np.int64)
+    # One stable sort of an integer key (node, col, field): about 4x less CPU than a three-column sort,
+    # and fast on the stored order, which is already sorted by node.
+    width = int(col.max()) + 1 if len(col) else 1
+    order = np.argsort(((node - start) * width + col) * len(CODED_FIELDS) + field, kind="stable")
     return TokenRows(
         start,
         stop,
-        rows["node"].cast(pl.Int32).to_numpy(),
-        rows["field"].cast(pl.UInt8).to_numpy(),
-        rows["col"].cast(pl.Int32).to_numpy(),
-        rows["tf"].cast(pl.Float32).to_numpy(),
+        node[order].astype(np.int32),
+        field[order].astype(np.uint8),
+        col[order].astype(np.int32),
+        frame["tf"].to_numpy()[order].astype(np.float32),
     )
 
 
@@ -95,9 +101,13 @@ def _coded(tokens: pl.DataFrame, lookup: pl.DataFrame, offset: int = 0) -> pl.Da
     return tokens.join(lookup, on="token", how="inner").select(
         pl.col("node").cast(pl.Int64) + offset,
         "col",
-        field=pl.col("field").replace_strict(FIELD_CODE, default=OTHER, return_dtype=pl.UInt8),
+        field=_field_codes(),
         tf="tf",
     )
+
+
+def _field_codes() -> pl.Expr:
+    return pl.col("field").replace_strict(FIELD_CODE, default=OTHER, return_dtype=pl.UInt8)
 
 
 def _split(frame: pl.DataFrame, n_nodes: int, step: int) -> list[TokenRows]:
@@ -123,7 +133,15 @@ class EncodedTokens:
     def of_table(cls, tokens: pl.DataFrame, n_nodes: int, step: int = CHUNK_NODES) -> EncodedTokens:
         """The rows of a string token table held in memory (a draft's, a round's)."""
         vocab = Vocabulary(tokens["token"])
-        return cls(_split(_coded(tokens, vocab.lookup), n_nodes, step), vocab, n_nodes)
+        # Every token is in the vocabulary: its column is its code as an Enum of the sorted vocabulary
+        # (half the CPU of a join; this runs in a round, not on a thread beside requests).
+        coded = tokens.select(
+            pl.col("node").cast(pl.Int64),
+            col=pl.col("token").cast(pl.Enum(vocab.tokens)).to_physical(),
+            field=_field_codes(),
+            tf="tf",
+        )
+        return cls(_split(coded, n_nodes, step), vocab, n_nodes)
 
     @classmethod
     def of_parts(cls, files: VersionFiles, n_nodes: int) -> EncodedTokens:
