@@ -70,6 +70,7 @@ OUT_SCHEMA = "part INT, name STRING, payload BINARY"
 # the version stores them. The rest grows with the skill pairs a partition witnesses, and is shipped.
 WRITTEN = ("added", "witnesses", "usage")
 PER_TRACE = ("selected", *WRITTEN)
+DRIVER_READS = ("witnesses", "usage")  # what L3 reads on the driver; `added` goes into bucket files there
 SUM_EVERY = 64  # partial tables summed on the driver in groups of this many (summing is associative)
 KEEP_VERSIONS = 2  # parent versions a Python worker keeps loaded
 
@@ -298,11 +299,13 @@ class SparkEngine:
             metrics = []
             running: list[Partial] = []
             no_added = pl.DataFrame(schema=ADDED_SCHEMA)  # stays on the executors (the bucket job below)
+            driver_read = 0  # Parquet the driver reads back from the scratch folder
             for part in sorted(by_part):
                 shipped = by_part.pop(part)
                 metrics.append({"part": part, **json.loads(shipped.pop("metrics"))})
+                driver_read += sum(metrics[-1]["written_parquet_bytes"].get(k, 0) for k in DRIVER_READS)
                 tables = {k: _from_ipc(v) for k, v in shipped.items()}
-                tables |= {name: scratch.read(written_name(name, part)) for name in ("witnesses", "usage")}
+                tables |= {name: scratch.read(written_name(name, part)) for name in DRIVER_READS}
                 running.append(Partial(selected=pl.DataFrame(), added=no_added, **tables))
                 if len(running) >= SUM_EVERY:
                     running = [sum_partials(running)]
@@ -313,6 +316,7 @@ class SparkEngine:
                 table = None if window.referenced else running[0].selected
             elif not window.referenced:  # no files the version could reference: keep the traces
                 parts = [scratch.read(written_name("selected", m["part"])) for m in metrics]
+                driver_read += sum(m["selected_parquet_bytes"] for m in metrics)
                 table = pl.concat(parts, how="vertical").sort("trace_id", maintain_order=True)
             else:
                 table = None
@@ -331,6 +335,7 @@ class SparkEngine:
         summary = summarize(metrics, sum(m["rows"] for m in metrics), n, job_s, combine_s, spark)
         summary["session_s"] = round(session_s, 3)
         summary["collected_bytes"] = collected  # everything collect() brought to the driver
+        summary["driver_read_bytes"] = driver_read
         summary["round_buckets"] = buckets if round_parts is not None else 0
         summary["round_buckets_s"] = round(buckets_s, 3)  # the bucket job, the driver waiting
         return EngineResult(
