@@ -52,7 +52,6 @@ from .round_parts import (
     bucket_count,
     bucket_ids,
     empty_buckets,
-    round_scratch,
 )
 from .scratch import Scratch
 from .spark_window import read_window, spark_window
@@ -325,8 +324,9 @@ class SparkEngine:
             t = time.perf_counter()
             if window.referenced:
                 added_files = [written_name("added", m["part"]) for m in metrics]
+                # at the store's URI for a URI store: executors write there, not in the driver's cache
                 round_parts = write_round_parts(
-                    spark, scratch, added_files, buckets, round_scratch(parent), max(1, n)
+                    spark, scratch, added_files, buckets, Scratch.new(store), max(1, n)
                 )
             buckets_s = time.perf_counter() - t
         finally:
