@@ -30,11 +30,13 @@ an incremental update never re-derives it from the token table. Format-1 version
 one `tokens.parquet`, no signature) still load; the signature is then derived from the tokens.
 
 Round traces. An evolved version read from a window of stored traces does not copy them: it stores what
-the round adds per selected trace (`round.parquet`: trace id, success, retrieval reconstructed, and the
-queries where their retrieval was reconstructed) and lists the window's Parquet files under
-`window_files` in its manifest (path relative to the store when inside it, size, sha256), checked on
-every read (`VersionFiles.round_traces`). A version evolved from a table in memory, and every version
-written before this layout, stores the selected traces whole (`traces.parquet`), still read.
+the round adds per selected trace (trace id, success, retrieval reconstructed, and the queries where their
+retrieval was reconstructed) in bucket files `round-NNNNN.parquet` by a hash of trace id (written by the
+engines, `evolution/engines/round_parts.py`; one `round.parquet` in versions written before the buckets)
+and lists the window's Parquet files under `window_files` in its manifest (path relative to the store when
+inside it, size, sha256), checked on every read (`VersionFiles.round_traces`, which scans the buckets). A
+version evolved from a table in memory, and every version written before this layout, stores the selected
+traces whole (`traces.parquet`), still read.
 """
 
 from __future__ import annotations
