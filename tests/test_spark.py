@@ -380,6 +380,14 @@ def test_executors_open_a_uri_store_by_its_uri(spark, uri_store, tmp_path):
     shipped = set(engine_record["shipped_tables"])
     assert shipped == {"workflow", "ordered", "couse", "surfacing", "counts"}
     assert engine_record["collected_bytes"] >= engine_record["payload_bytes"]
+    # The round's bucket files were written by the executors at the URI (nothing in the driver's cache
+    # but the version), and the driver read back L3's tables only, never `added`.
+    assert engine_record["round_buckets"] == 1 and round_part_names(on_spark["files"]) == [
+        "round-00000.parquet"
+    ]
+    written = engine_record["written_parquet_bytes"]
+    assert engine_record["driver_read_bytes"] == written["witnesses"] + written["usage"]
+    assert not list((driver.root / ".spark").glob("*/*"))
     assert not list((tmp_path / "remote" / ".spark").glob("*/*"))
 
 
