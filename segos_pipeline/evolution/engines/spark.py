@@ -401,15 +401,38 @@ def write_buckets(folder: str):
     return run
 
 
+def merge_one_bucket(scratch: str, folder: str):
+    """`mapInArrow` function for a round of one bucket (a window of at most `ROUND_BUCKET_TRACES`
+    traces): the partitions' `added` files named in its rows, read and written as that bucket's file by
+    this one task, with no shuffle (the bucket is the whole table, and small)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        names = [name for batch in batches for name in batch.column("name").to_pylist()]
+        if not names:
+            return
+        source = Scratch(scratch)
+        rows = pl.concat([source.read(name) for name in names], how="vertical")
+        name = round_part_name(0)
+        size = Scratch(folder).put(name, bucket_bytes(rows))
+        yield pa.RecordBatch.from_pydict({"name": [name], "bytes": [size]}, schema=BUCKETS_ARROW)
+
+    return run
+
+
 def write_round_parts(
     spark: Any, scratch: Scratch, added_files: list[str], buckets: int, folder: Scratch, tasks: int
 ) -> RoundParts:
     """The version's round bucket files, written by the executors from the partitions' `added` files:
-    read (one task per few files), shuffled by bucket, each bucket written by the task that holds it.
-    The driver gets the names back and writes the buckets no row fell into (empty tables)."""
+    read (one task per few files), shuffled by bucket, each bucket written by the task that holds it;
+    one bucket is written by one task reading the files, without the shuffle. The driver gets the names
+    back and writes the buckets no row fell into (empty tables)."""
     written: list[str] = []
     try:
-        if added_files:
+        if added_files and buckets == 1:
+            listed = spark.createDataFrame(pa.table({"name": added_files})).repartition(1)
+            done = listed.mapInArrow(merge_one_bucket(scratch.uri, folder.uri), BUCKETS_DDL)
+            written = [row["name"] for row in done.toArrow().to_pylist()]
+        elif added_files:
             spark_schema, arrow_schema = added_schema(spark)
             listed = spark.createDataFrame(pa.table({"name": added_files}))
             rows = listed.repartition(min(tasks, len(added_files))).mapInArrow(
