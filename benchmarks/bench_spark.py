@@ -58,7 +58,8 @@ class PeakRss:
     """Peak resident memory of this process's children, by kind (the JVM; Python workers), sampled."""
 
     def __init__(self, every_s: float = 0.25):
-        self.every_s, self.peak = every_s, {"jvm_mb": 0.0, "python_workers_mb": 0.0}
+        self.every_s, self.peak = every_s, {"jvm_mb": 0.0, "python_workers_mb": 0.0, "driver_mb": 0.0}
+        self.driver_start_mb = psutil.Process().memory_info().rss / 2**20
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -77,6 +78,8 @@ class PeakRss:
                     continue
             self.peak["jvm_mb"] = max(self.peak["jvm_mb"], jvm)
             self.peak["python_workers_mb"] = max(self.peak["python_workers_mb"], workers)
+            # this process during the round (the driver): what it holds of the round on top of its start
+            self.peak["driver_mb"] = max(self.peak["driver_mb"], me.memory_info().rss / 2**20)
             time.sleep(self.every_s)
 
     def __enter__(self) -> PeakRss:
@@ -149,6 +152,9 @@ def run_engine(store: SnapshotStore, folder: Path, engine_config: EngineConfig) 
         "session_start_s": round(session_s, 1),
         "children_peak_rss": {k: round(v, 1) for k, v in rss.peak.items()},
         "driver_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        # sampled during this engine's round only: its peak, and its growth over the RSS at its start
+        "driver_round_peak_rss_mb": round(rss.peak["driver_mb"], 1),
+        "driver_round_growth_mb": round(rss.peak["driver_mb"] - rss.driver_start_mb, 1),
         "_edges": state.edges,
         "_counters": state.counters,
     }
@@ -220,6 +226,13 @@ def per_partition(result: dict[str, Any]) -> dict[str, float]:
         },
         "selected_parquet_bytes_per_trace": round(m["selected_parquet_bytes"] / result["traces"], 1),
         "shuffled_arrow_bytes_per_trace": round(m.get("input_arrow_bytes", 0) / result["traces"], 1),
+        # Parquet the driver read back from the scratch folder: reported by the engine since the round's
+        # bucket files (the witnesses and usage); before them, every written table was read back
+        "driver_read_bytes_per_trace": round(
+            m.get("driver_read_bytes", sum(m.get("written_parquet_bytes", {}).values())) / result["traces"], 2
+        ),
+        "round_buckets": m.get("round_buckets"),
+        "driver_round_growth_mb": result["engines"]["spark"].get("driver_round_growth_mb"),
         "parquet_bytes_per_trace": round(result["parquet_mb"] * 2**20 / result["traces"], 1),
     }
 

@@ -250,7 +250,8 @@ def test_round_commits_child_version_with_lineage_and_diff(store, tmp_path):
     m = evolve(store, "w1")
     assert m["parent"] == parent and m["round"] == 1 and m["window"] == "w1" and m["kind"] == "evolved"
     assert m["counters"]["l1"]["workflow"]["induced"] == 1
-    assert {"round.parquet", "revisions.parquet"} <= set(m["files"]) and "traces.parquet" not in m["files"]
+    assert {"round-00000.parquet", "revisions.parquet"} <= set(m["files"])
+    assert "traces.parquet" not in m["files"] and "round.parquet" not in m["files"]
     assert [r["path"] for r in m["window_files"]] == [
         "traces/w1/parts/" + p.name for p in TraceStore(store).files("w1")
     ]

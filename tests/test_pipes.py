@@ -137,10 +137,14 @@ def test_result_folder_round_trip(demo, tmp_path):
     from_files = LocalEngine(EngineConfig(partitions=3)).window_evidence(
         parent, files, EvolutionConfig(), RetrievalConfig()
     )
-    assert from_files.selected is None and from_files.evidence.added.height > 0
+    assert from_files.selected is None and from_files.round_parts is not None
+    added = from_files.round_parts.read()
+    assert added.height > 0
     write_result(from_files, tmp_path / "files")
     back = read_result(tmp_path / "files")
     assert back.selected is None and back.files == from_files.files
+    # the bucket files stay on the store for the asset to commit: the result names them
+    assert back.round_parts is not None and back.round_parts.read().equals(added)
     for name in EVIDENCE_TABLES:
         assert getattr(back.evidence, name).equals(getattr(from_files.evidence, name)), name
 

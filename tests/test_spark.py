@@ -26,7 +26,7 @@ from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.round import evolve
 from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR, DEMO_TRACES
 from segos_pipeline.store.remote import RemoteStore, cache_folder
-from segos_pipeline.store.snapshot import MANIFEST, sha256_file
+from segos_pipeline.store.snapshot import MANIFEST, round_part_names, sha256_file
 
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
 pytest.importorskip("pandas", reason="the spark extra is not installed (mapInArrow needs pandas)")
@@ -146,6 +146,20 @@ def test_spark_engine_commits_the_local_version_on_demo_traces(demo, spark):
     assert on_spark["engine"]["engine"] == "spark" and on_spark["engine"]["partitions"] == 3
     assert on_spark["engine"]["traces"] == local["counters"]["traces"]["in_window"]
     assert_same_version(demo, local, on_spark)
+
+
+def test_spark_writes_the_local_round_buckets_byte_for_byte(demo, spark, monkeypatch):
+    """A round of several buckets (a small bucket size on the demo window): the executors write the same
+    bucket files as the local engine, the driver holds none of the rows, and no scratch is left."""
+    from segos_pipeline.evolution.engines import round_parts
+
+    monkeypatch.setattr(round_parts, "ROUND_BUCKET_TRACES", 40)
+    local, on_spark = rounds(demo, WINDOW, [make_engine(), spark_engine(spark)])
+    names = round_part_names(on_spark["files"])
+    assert len(names) == on_spark["engine"]["round_buckets"] > 2
+    assert names == round_part_names(local["files"])
+    assert_same_version(demo, local, on_spark)
+    assert not any((demo.root / ".spark").rglob("*.parquet"))
 
 
 def test_spark_reads_a_folder_of_parquet_parts(demo, spark, tmp_path):
@@ -366,6 +380,14 @@ def test_executors_open_a_uri_store_by_its_uri(spark, uri_store, tmp_path):
     shipped = set(engine_record["shipped_tables"])
     assert shipped == {"workflow", "ordered", "couse", "surfacing", "counts"}
     assert engine_record["collected_bytes"] >= engine_record["payload_bytes"]
+    # The round's bucket files were written by the executors at the URI (nothing in the driver's cache
+    # but the version), and the driver read back L3's tables only, never `added`.
+    assert engine_record["round_buckets"] == 1 and round_part_names(on_spark["files"]) == [
+        "round-00000.parquet"
+    ]
+    written = engine_record["written_parquet_bytes"]
+    assert engine_record["driver_read_bytes"] == written["witnesses"] + written["usage"]
+    assert not list((driver.root / ".spark").glob("*/*"))
     assert not list((tmp_path / "remote" / ".spark").glob("*/*"))
 
 

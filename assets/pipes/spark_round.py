@@ -30,6 +30,7 @@ import polars as pl
 
 from segos_pipeline.config import EngineConfig, EvolutionConfig, RetrievalConfig
 from segos_pipeline.evolution.engines.base import EngineResult
+from segos_pipeline.evolution.engines.round_parts import RoundParts
 from segos_pipeline.evolution.evidence import WindowEvidence
 
 APP_NAME = "segos-evolve-pipes"
@@ -63,6 +64,8 @@ def write_result(result: EngineResult, folder: Path) -> None:
         "timings": result.timings,
         "metrics": result.metrics,
         "files": [str(f) for f in result.files] if result.files is not None else None,
+        # the round's bucket files stay where the engine wrote them (on the store): the asset commits them
+        "round_parts": result.round_parts.record() if result.round_parts is not None else None,
     }
     tmp = folder / f"{RESULT_JSON}.tmp"
     tmp.write_text(json.dumps(record, sort_keys=True))
@@ -82,6 +85,7 @@ def read_result(folder: Path) -> EngineResult:
         timings=record["timings"],
         metrics=record["metrics"],
         files=[Path(f) for f in record["files"]] if record.get("files") is not None else None,
+        round_parts=RoundParts.from_record(parts) if (parts := record.get("round_parts")) else None,
     )
 
 

@@ -3,8 +3,9 @@
 Fixed order: attempt selection → retrieval reconstruction → L1 topology → L2 weights → L3 descriptions
 → commit. The node set never changes. The new manifest records parent, window, configs and every rule's
 counters; every description revision is stored with the version, and so are the round's traces: a window
-read from the store's files is referenced by hash with what the round added to each selected trace
-(`round.parquet`, `window_files`); a table given in memory is stored whole (`traces.parquet`).
+read from the store's files is referenced by hash (`window_files`) with what the round added to each
+selected trace, in bucket files the engine wrote (`round-NNNNN.parquet`, `engines/round_parts.py`) and the
+commit moves into the version; a table given in memory is stored whole (`traces.parquet`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from ..retrieval.token_rows import EncodedTokens
 from ..store.remote import RemoteStore
 from ..store.snapshot import (
     REVISIONS,
-    ROUND_ADDED,
     ROUND_TRACES,
     WINDOW_FILES,
     Snapshot,
@@ -36,6 +36,7 @@ from ..store.snapshot import (
 )
 from .descriptions import REVISION_SCHEMA, Editor, description_update
 from .engines import Engine, TraceInput, make_engine
+from .engines.round_parts import RoundParts, bucket_count, buckets_of_table, round_scratch
 from .engines.store_window import store_window
 from .evidence import WindowEvidence, fill_retrieval, select_attempts
 from .ingest import TraceStore
@@ -84,10 +85,14 @@ class RoundState:
     evidence: WindowEvidence | None = None  # the window's summed evidence (L3 reads its witnesses, usage)
     files: list[Path] | None = None  # the window's Parquet files, when it was read from files
     window_refs: list[dict[str, Any]] | None = None  # those files as hashed by an engine that read a URI
+    round_parts: RoundParts | None = None  # the version's round bucket files, written by the engine
 
     @property
     def added(self) -> pl.DataFrame:
-        """Per selected trace what the round adds to the window (outcome, reconstructed retrieval)."""
+        """Per selected trace what the round adds to the window (outcome, reconstructed retrieval), whole
+        and in trace-id order: for small rounds and tests (a large round's stays in its bucket files)."""
+        if self.round_parts is not None:
+            return self.round_parts.read()
         assert self.evidence is not None
         return self.evidence.added
 
@@ -125,6 +130,7 @@ def prepare_round(
         evidence=ev,
         files=result.files,
         window_refs=result.window_refs,
+        round_parts=result.round_parts,
     )
     state.counters["traces"] = dict(ev.counts)
     return state
@@ -217,17 +223,24 @@ def commit_round(
     """Commit the round as a child of its parent; the manifest records window, configs and counters."""
     parent_config = state.parent.manifest.get("config", {})
     total = sum(state.timings.values())
+    parts: RoundParts | None = None
     if state.selected is not None:
-        traces: dict[str, pl.DataFrame] = {ROUND_TRACES: state.selected}
+        traces: dict[str, Any] = {ROUND_TRACES: state.selected}
         refs: dict[str, Any] = {}
     else:
-        traces = {ROUND_ADDED: state.added}
+        parts = state.round_parts
+        if parts is None:  # an engine that returned the table whole: bucketed here, alike
+            assert state.evidence is not None
+            buckets = bucket_count(state.evidence.counts["in_window"])
+            parts = buckets_of_table(round_scratch(state.parent), state.evidence.added, buckets)
+        # the store's writer puts each bucket file into the version (linked, or copied file to file)
+        traces = dict(parts.placed())
         if state.window_refs is not None:
             refs = {WINDOW_FILES: state.window_refs}
         else:
             assert state.files is not None, "a round without its traces in memory was read from files"
             refs = {WINDOW_FILES: window_refs(store.root, state.files)}
-    return commit_derived(
+    manifest = commit_derived(
         store,
         state.parent,
         state.edges,
@@ -246,6 +259,9 @@ def commit_round(
         },
         extra_tables={**traces, REVISIONS: state.revisions},
     )
+    if parts is not None:
+        parts.remove()  # in the version now; a failed commit leaves them to the round's end
+    return manifest
 
 
 def evolve_round(

@@ -8,8 +8,9 @@ for every pair of members (a stronger tier decides; a weaker one only breaks its
 1. `dependency` edges among the members: u→v means u's outputs feed v's inputs on successful traces, so
    u runs first.
 2. first-use precedence mined from the successful traces of the version's lineage (the round traces of
-   every evolved version: stored whole as `traces.parquet`, or as `round.parquet` over the window's
-   files the version references by hash): net count of traces that used u before v.
+   every evolved version: stored whole as `traces.parquet`, or as round bucket files (`round-NNNNN.parquet`,
+   one `round.parquet` in older versions, read as a scan) over the window's files the version references
+   by hash): net count of traces that used u before v.
 3. `workflow` edges among the members, u→v (u a lexical seed of a successful task, v used there). They
    are co-occurrence, not causation, so they only break ties the first two tiers leave open.
 

@@ -30,11 +30,13 @@ an incremental update never re-derives it from the token table. Format-1 version
 one `tokens.parquet`, no signature) still load; the signature is then derived from the tokens.
 
 Round traces. An evolved version read from a window of stored traces does not copy them: it stores what
-the round adds per selected trace (`round.parquet`: trace id, success, retrieval reconstructed, and the
-queries where their retrieval was reconstructed) and lists the window's Parquet files under
-`window_files` in its manifest (path relative to the store when inside it, size, sha256), checked on
-every read (`VersionFiles.round_traces`). A version evolved from a table in memory, and every version
-written before this layout, stores the selected traces whole (`traces.parquet`), still read.
+the round adds per selected trace (trace id, success, retrieval reconstructed, and the queries where their
+retrieval was reconstructed) in bucket files `round-NNNNN.parquet` by a hash of trace id (written by the
+engines, `evolution/engines/round_parts.py`; one `round.parquet` in versions written before the buckets)
+and lists the window's Parquet files under `window_files` in its manifest (path relative to the store when
+inside it, size, sha256), checked on every read (`VersionFiles.round_traces`, which scans the buckets). A
+version evolved from a table in memory, and every version written before this layout, stores the selected
+traces whole (`traces.parquet`), still read.
 """
 
 from __future__ import annotations
@@ -75,7 +77,13 @@ EDGES, TRANSITION, REPORT = "edges.parquet", "transition.npz", "report.parquet"
 SIGNATURE, VOCAB = "signature.npz", "vocab.parquet"
 # an evolved version's round: the traces it consumed (execution order mines their lineage), L3's revisions
 ROUND_TRACES, REVISIONS = "traces.parquet", "revisions.parquet"
-ROUND_ADDED = "round.parquet"  # per selected trace what the round adds; the traces stay in the window
+ROUND_ADDED = "round.parquet"  # per selected trace what the round adds, one file (versions before buckets)
+# ... in buckets by a hash of trace id (`evolution/engines/round_parts.py`), what versions store now
+ROUND_PART_RE = re.compile(r"^round-(\d{5,})\.parquet$")
+# Window traces per round bucket: a bucket holds at most this many rows (~54 MB of Parquet), whatever the
+# window's size, so that whoever writes or reads one holds one bucket. Part of the version's bytes (the
+# bucket count follows from it): both engines read it here.
+ROUND_BUCKET_TRACES = 1_000_000
 WINDOW_FILES = "window_files"  # manifest key: the window's files an evolved version references by hash
 # Skills per part: small enough that rewriting one part is cheap next to everything else an incremental
 # update does (~20 ms at 100k skills), large enough that a 100k library stays at a few dozen files.
@@ -115,6 +123,15 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def round_part_name(bucket: int) -> str:
+    return f"round-{bucket:05d}.parquet"
+
+
+def round_part_names(files: Mapping[str, Any]) -> list[str]:
+    """A manifest's round bucket files, in bucket order."""
+    return sorted((n for n in files if ROUND_PART_RE.match(n)), key=lambda n: int(ROUND_PART_RE.match(n)[1]))
+
+
 def window_refs(root: Path, files: Sequence[Path]) -> list[dict[str, Any]]:
     """Manifest references to a window's files: path (relative to the store `root` when inside it), bytes,
     sha256."""
@@ -130,11 +147,12 @@ def window_refs(root: Path, files: Sequence[Path]) -> list[dict[str, Any]]:
 
 
 def joined_round_traces(
-    window: Sequence[Path], added: pl.DataFrame, columns: Sequence[str] | None = None
+    window: Sequence[Path], added: pl.DataFrame | pl.LazyFrame, columns: Sequence[str] | None = None
 ) -> pl.DataFrame:
-    """A round's selected traces from its window's files and what the round added to them: the window's
-    row of each selected trace, its outcome, and its queries with retrieval filled where it was
-    reconstructed (queries without text are dropped, as reconstruction does), in trace-id order."""
+    """A round's selected traces from its window's files and what the round added to them (a table, or a
+    scan over its bucket files): the window's row of each selected trace, its outcome, and its queries
+    with retrieval filled where it was reconstructed (queries without text are dropped, as reconstruction
+    does), in trace-id order."""
     wanted = list(columns) if columns else None
     scan = pl.scan_parquet(list(window)) if window else None
     if scan is None:
@@ -146,13 +164,15 @@ def joined_round_traces(
     added_cols = ["trace_id", "success", "retrieval_reconstructed"]
     if "queries" in take:
         added_cols.append(pl.col("queries").alias("_added_queries"))
-    joined = scan.select(take).join(added.lazy().select(added_cols), on="trace_id", how="inner")
+    added = added.lazy()
+    joined = scan.select(take).join(added.select(added_cols), on="trace_id", how="inner")
     if "queries" in take:
+        queries_type = added.collect_schema()["queries"]
         text_kept = pl.element().filter(pl.element().struct.field("text").is_not_null())
         joined = joined.with_columns(
             queries=pl.coalesce(
                 "_added_queries",
-                pl.col("queries").fill_null(pl.lit([], dtype=added.schema["queries"])).list.eval(text_kept),
+                pl.col("queries").fill_null(pl.lit([], dtype=queries_type)).list.eval(text_kept),
             )
         ).drop("_added_queries")
     order = [c for c in take if c != "queries"] + ["success"]
@@ -375,7 +395,17 @@ class VersionFiles:
 
     def has_round_traces(self) -> bool:
         files = self.manifest.get("files", {})
-        return ROUND_TRACES in files or ROUND_ADDED in files
+        return ROUND_TRACES in files or ROUND_ADDED in files or bool(round_part_names(files))
+
+    def round_added(self) -> pl.LazyFrame:
+        """What the round added to each selected trace (ADDED_SCHEMA): a scan over its bucket files (or its
+        one `round.parquet`, older versions), each checked against the manifest first."""
+        files = self.manifest.get("files", {})
+        names = round_part_names(files) or ([ROUND_ADDED] if ROUND_ADDED in files else [])
+        if not names:
+            raise SnapshotError(f"version {self.version} stores no round table")
+        self.check(names)
+        return pl.scan_parquet([self.path / n for n in names])
 
     def round_traces(self, columns: Sequence[str] | None = None) -> pl.DataFrame:
         """The round's selected traces (of `columns`, default all), stored whole or as what the round
@@ -388,12 +418,10 @@ class VersionFiles:
                 path = self.path / ROUND_TRACES
                 have = pl.read_parquet_schema(path)
                 return pl.read_parquet(path, columns=[c for c in columns if c in have] if columns else None)
-        if ROUND_ADDED not in files:
+        if ROUND_ADDED not in files and not round_part_names(files):
             raise SnapshotError(f"version {self.version} stores no round traces")
-        self.check([ROUND_ADDED])
+        added = self.round_added()
         window = self.window_files()
-        with self._reading(ROUND_ADDED):
-            added = pl.read_parquet(self.path / ROUND_ADDED)
         try:
             return joined_round_traces(window, added, columns)
         except (OSError, pl.exceptions.PolarsError) as exc:

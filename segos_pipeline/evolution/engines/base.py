@@ -12,6 +12,7 @@ import polars as pl
 from ...config import EvolutionConfig, RetrievalConfig
 from ...store.snapshot import Snapshot
 from ..evidence import WindowEvidence
+from .round_parts import RoundParts
 from .store_window import StoreWindow
 
 # A window's traces: a table in memory, a Parquet file or folder of Parquet parts (path or URI), the list
@@ -24,7 +25,7 @@ TraceInput = pl.DataFrame | str | Path | Sequence[Path] | StoreWindow
 class EngineResult:
     # The round's traces after attempt selection and retrieval reconstruction, for a window given as a
     # table in memory; None for a window read from files (the engine then keeps no trace past its
-    # partition: the round stores `evidence.added` and references the files in `files`).
+    # partition: the round stores `round_parts` and references the files in `files`).
     selected: pl.DataFrame | None
     evidence: WindowEvidence
     timings: dict[str, float] = field(default_factory=dict)
@@ -33,6 +34,9 @@ class EngineResult:
     # The window's files as the version references them (path relative to the store, bytes, sha256), when
     # the engine read them at a URI and hashed them itself; None: the round hashes `files`.
     window_refs: list[dict[str, Any]] | None = None
+    # What the round adds per selected trace, as the version's bucket files already written (a window read
+    # from files); None: the version stores `selected` whole (or `evidence.added`, bucketed at the commit).
+    round_parts: RoundParts | None = None
 
 
 class Engine(Protocol):

@@ -4,7 +4,9 @@ process, the partial tables summed. The same kernels the Spark engine runs on it
 A window in memory is split in memory. A window in Parquet files is never held whole: one pass reads it
 file by file and spills each file's rows to their partition (Arrow IPC in a scratch folder), then each
 partition is read back and run alone, so the peak follows one partition (`local_partition_rows`) and
-the partial tables, not the window.
+the partial tables, not the window. What the round adds to each selected trace is spilled per bucket as
+each partition finishes and written as the version's bucket files at the end (`round_parts.py`), a bucket
+at a time.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ..evidence import Partial, finish, partition_evidence, partition_ids, split
 from ..traces import TRACE_SCHEMA
 from .base import EngineResult, TraceInput, parquet_files
 from .replay import Replay
+from .round_parts import BucketSpill, RoundParts, bucket_count, round_scratch
 
 SUM_EVERY = 16  # partial tables summed in groups of this many while partitions are run (associative)
 
@@ -81,9 +84,10 @@ class LocalEngine:
                 part, replay, config.pool_attempts, config.success_threshold, retrieval.top_n
             )
 
+        parts: RoundParts | None = None
         if isinstance(traces, pl.DataFrame):
-            parts = split_by_task(traces, partition_count(traces.height, self.config))
-            partials = [run(part) for part in parts]
+            pieces = split_by_task(traces, partition_count(traces.height, self.config))
+            partials = [run(piece) for piece in pieces]
             n, files = len(partials), None
             selected = pl.concat([p.selected for p in partials], how="vertical").sort(
                 "trace_id", maintain_order=True
@@ -91,8 +95,11 @@ class LocalEngine:
             total, seconds = sum_partials(partials), [p.seconds for p in partials]
         else:
             files = parquet_files(traces)
-            n = partition_count(window_rows(files), self.config)
-            total, seconds = self._streamed(files, n, run)
+            rows = window_rows(files)
+            n = partition_count(rows, self.config)
+            spill = BucketSpill(bucket_count(rows))
+            total, seconds = self._streamed(files, n, run, spill)
+            parts = spill.finish(round_scratch(parent))
             selected = None
         t = time.perf_counter()
         evidence = finish(total, config.surfaced_min)
@@ -111,16 +118,22 @@ class LocalEngine:
             },
             metrics={"engine": "local", "partitions": n, **({"files": len(files)} if files else {})},
             files=files,
+            round_parts=parts,
         )
 
-    def _streamed(self, files: list[Path], n: int, run) -> tuple[Partial, list[dict[str, float]]]:
-        """Run the partitions of a window in files one by one, keeping only their partial tables."""
+    def _streamed(
+        self, files: list[Path], n: int, run, spill: BucketSpill
+    ) -> tuple[Partial, list[dict[str, float]]]:
+        """Run the partitions of a window in files one by one, keeping only their partial tables; what
+        each adds per selected trace goes to `spill`."""
         seconds: list[dict[str, float]] = []
         running: list[Partial] = []
 
         def keep(partial: Partial) -> None:
             nonlocal running
             partial.selected = partial.selected.clear()  # the traces are done with: `added` holds the rest
+            spill.add(partial.added)
+            partial.added = partial.added.clear()  # in the spill: the bucket files are written from there
             seconds.append(partial.seconds)
             running.append(partial)
             if len(running) >= SUM_EVERY:

@@ -51,7 +51,10 @@ class Scratch:
         """Write `table` as Parquet file `name`, whole (readers see all of it or nothing); its bytes."""
         buf = io.BytesIO()
         table.write_parquet(buf)
-        data = buf.getvalue()
+        return self.put(name, buf.getvalue())
+
+    def put(self, name: str, data: bytes) -> int:
+        """Write `data` as file `name`, whole; its bytes."""
         location = open_location(self.uri)
         with remote_io("write", location.url(name)):
             put_bytes(location, data, location.join(name))

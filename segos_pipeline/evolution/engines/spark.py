@@ -3,8 +3,13 @@ executors), repartitioned by a hash of `task_id`, and the kernels of `evolution/
 partition (`mapInArrow`: Arrow batches straight into polars). Executors ship back each partition's
 partial pair tables (Arrow IPC) and write its tables that grow with the traces (what the round adds per
 selected trace, L3's witnesses and usage, and the selected traces when the version stores them) as
-Parquet to a scratch folder on the store (`scratch.py`); the driver reads those back and sums everything
-with the same functions as the local engine (`sum_partials`, `finish`). No rule is written here.
+Parquet to a scratch folder on the store (`scratch.py`); the driver reads the small ones back and sums
+everything with the same functions as the local engine (`sum_partials`, `finish`). No rule is written here.
+
+What the round adds per selected trace never reaches the driver: a second job reads the partitions' files
+on the executors, shuffles the rows by their round bucket (a hash of trace id, `round_parts.py`) and each
+task writes its buckets' files, the version's own bytes, to a folder on the store; the driver gets their
+names back and the commit links (or copies) the files into the version.
 
 The parent version is loaded once per Python worker (a module-level cache keyed by store, version and
 retrieval settings), not shipped with every batch. For a store on a URI (`RemoteStore`) the executors open
@@ -35,11 +40,19 @@ import pyarrow as pa
 from ...config import EngineConfig, EvolutionConfig, RetrievalConfig
 from ...retrieval.ranker import Retriever
 from ...store.remote import RemoteStore
-from ...store.snapshot import Snapshot, SnapshotStore
+from ...store.snapshot import Snapshot, SnapshotStore, round_part_name
 from ...store.uri import is_uri, scheme
-from ..evidence import Partial, finish, partition_evidence, sum_partials
+from ..evidence import ADDED_SCHEMA, Partial, finish, partition_evidence, sum_partials
 from .base import EngineResult, TraceInput
 from .replay import Replay
+from .round_parts import (
+    BUCKET,
+    RoundParts,
+    bucket_bytes,
+    bucket_count,
+    bucket_ids,
+    empty_buckets,
+)
 from .scratch import Scratch
 from .spark_window import read_window, spark_window
 
@@ -56,6 +69,7 @@ OUT_SCHEMA = "part INT, name STRING, payload BINARY"
 # the version stores them. The rest grows with the skill pairs a partition witnesses, and is shipped.
 WRITTEN = ("added", "witnesses", "usage")
 PER_TRACE = ("selected", *WRITTEN)
+DRIVER_READS = ("witnesses", "usage")  # what L3 reads on the driver; `added` goes into bucket files there
 SUM_EVERY = 64  # partial tables summed on the driver in groups of this many (summing is associative)
 KEEP_VERSIONS = 2  # parent versions a Python worker keeps loaded
 
@@ -150,13 +164,15 @@ def partition_kernel(
     threshold: float,
     scratch: str,
     keep_selected: bool,
+    buckets: int,
 ):
     """The function `mapInArrow` runs once per partition: all its batches → one polars frame → kernels.
 
     The partial pair tables go back to the driver (small: they grow with the skill pairs a partition
     witnesses). The tables that grow with its traces (`PER_TRACE`; the selected traces only when the
     version must store them, `keep_selected`) are written to the job's `scratch` folder on the store
-    (`Scratch`) as one Parquet file each, and only their sizes come back.
+    (`Scratch`) as one Parquet file each, and only their sizes come back; `added` carries each row's round
+    bucket (of `buckets`) for the job that writes the bucket files.
     """
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -177,7 +193,8 @@ def partition_kernel(
         part = TaskContext.get().partitionId()
         folder = Scratch(scratch)
         # the driver needs the traces back only when the version cannot reference them
-        kept = ("selected", *WRITTEN) if keep_selected else WRITTEN
+        kept = ("selected", "witnesses", "usage") if keep_selected else WRITTEN
+        partial.added = partial.added.with_columns(bucket_ids(buckets))
         written = {name: folder.write(written_name(name, part), getattr(partial, name)) for name in kept}
         names = [n for n in Partial.table_names() if n not in PER_TRACE]
         payloads = [_ipc(getattr(partial, name)) for name in names]
@@ -246,11 +263,15 @@ class SparkEngine:
         session_s = time.perf_counter() - t0
         window = spark_window(spark, traces, self.config.partitions)
         frame, local_files = window.frame, window.files
-        # Counting the window is a job of its own: only done when the partition count depends on it.
-        n = self.config.partitions or self.partitions(
-            window.rows if window.rows is not None else frame.count()
-        )
+        # Counting the window is a job of its own: only done when the partition count or the round's
+        # bucket count (a window read from files) depends on it.
+        rows = window.rows
+        if rows is None and (window.referenced or not self.config.partitions):
+            rows = frame.count()
+        n = self.config.partitions or self.partitions(rows or 0)
+        buckets = bucket_count(rows or 0)
         scratch = Scratch.new(store)  # on the store: executors reach it as the driver does
+        round_parts: RoundParts | None = None
         try:
             kernel = partition_kernel(
                 store,
@@ -261,6 +282,7 @@ class SparkEngine:
                 config.success_threshold,
                 scratch.uri,
                 not window.referenced,
+                buckets,
             )
             mapped = frame.repartition(n, "task_id").mapInArrow(kernel, OUT_SCHEMA)
             t_job = time.perf_counter()
@@ -275,12 +297,15 @@ class SparkEngine:
             t = time.perf_counter()
             metrics = []
             running: list[Partial] = []
+            no_added = pl.DataFrame(schema=ADDED_SCHEMA)  # stays on the executors (the bucket job below)
+            driver_read = 0  # Parquet the driver reads back from the scratch folder
             for part in sorted(by_part):
                 shipped = by_part.pop(part)
                 metrics.append({"part": part, **json.loads(shipped.pop("metrics"))})
+                driver_read += sum(metrics[-1]["written_parquet_bytes"].get(k, 0) for k in DRIVER_READS)
                 tables = {k: _from_ipc(v) for k, v in shipped.items()}
-                tables |= {name: scratch.read(written_name(name, part)) for name in WRITTEN}
-                running.append(Partial(selected=pl.DataFrame(), **tables))
+                tables |= {name: scratch.read(written_name(name, part)) for name in DRIVER_READS}
+                running.append(Partial(selected=pl.DataFrame(), added=no_added, **tables))
                 if len(running) >= SUM_EVERY:
                     running = [sum_partials(running)]
             if not running:  # an empty window: the kernels on an empty table give the empty tables
@@ -290,17 +315,29 @@ class SparkEngine:
                 table = None if window.referenced else running[0].selected
             elif not window.referenced:  # no files the version could reference: keep the traces
                 parts = [scratch.read(written_name("selected", m["part"])) for m in metrics]
+                driver_read += sum(m["selected_parquet_bytes"] for m in metrics)
                 table = pl.concat(parts, how="vertical").sort("trace_id", maintain_order=True)
             else:
                 table = None
             evidence = finish(sum_partials(running), config.surfaced_min)
             combine_s = time.perf_counter() - t
+            t = time.perf_counter()
+            if window.referenced:
+                added_files = [written_name("added", m["part"]) for m in metrics]
+                # at the store's URI for a URI store: executors write there, not in the driver's cache
+                round_parts = write_round_parts(
+                    spark, scratch, added_files, buckets, Scratch.new(store), max(1, n)
+                )
+            buckets_s = time.perf_counter() - t
         finally:
             scratch.remove()
         total = time.perf_counter() - t0
         summary = summarize(metrics, sum(m["rows"] for m in metrics), n, job_s, combine_s, spark)
         summary["session_s"] = round(session_s, 3)
         summary["collected_bytes"] = collected  # everything collect() brought to the driver
+        summary["driver_read_bytes"] = driver_read
+        summary["round_buckets"] = buckets if round_parts is not None else 0
+        summary["round_buckets_s"] = round(buckets_s, 3)  # the bucket job, the driver waiting
         return EngineResult(
             selected=table,
             evidence=evidence,
@@ -312,7 +349,101 @@ class SparkEngine:
             metrics=summary,
             files=local_files,
             window_refs=window.window_refs,
+            round_parts=round_parts,
         )
+
+
+# ------------------------------------------------------------------------- the round's bucket files
+
+BUCKETS_DDL = "name STRING, bytes BIGINT"
+BUCKETS_ARROW = pa.schema([("name", pa.string()), ("bytes", pa.int64())])
+
+
+def added_schema(spark: Any) -> tuple[Any, pa.Schema]:
+    """ADDED_SCHEMA with its bucket column as Spark sees it, and the Arrow schema Spark expects back."""
+    empty = spark.createDataFrame(pl.DataFrame(schema={**ADDED_SCHEMA, BUCKET: pl.Int32}).to_arrow())
+    return empty.schema, empty.toArrow().schema
+
+
+def read_added(scratch: str, schema: pa.Schema):
+    """`mapInArrow` function: names of the partitions' `added` files in the scratch folder → their rows."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        folder = Scratch(scratch)
+        for batch in batches:
+            for name in batch.column("name").to_pylist():
+                yield from folder.read(name).to_arrow().cast(schema).to_batches()
+
+    return run
+
+
+def write_buckets(folder: str):
+    """`mapInArrow` function: the rows of whole buckets (the shuffle put each bucket in one task) → each
+    bucket's file written to `folder`, (name, bytes) back."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        batches = list(batches)
+        if not batches or not sum(b.num_rows for b in batches):
+            return
+        rows = pl.from_arrow(pa.Table.from_batches(batches))
+        assert isinstance(rows, pl.DataFrame)
+        del batches
+        location = Scratch(folder)
+        out: dict[str, list[Any]] = {"name": [], "bytes": []}
+        for piece in rows.partition_by(BUCKET, maintain_order=True):
+            name = round_part_name(int(piece[BUCKET][0]))
+            data = bucket_bytes(piece)
+            location.put(name, data)
+            out["name"].append(name)
+            out["bytes"].append(len(data))
+        yield pa.RecordBatch.from_pydict(out, schema=BUCKETS_ARROW)
+
+    return run
+
+
+def merge_one_bucket(scratch: str, folder: str):
+    """`mapInArrow` function for a round of one bucket (a window of at most `ROUND_BUCKET_TRACES`
+    traces): the partitions' `added` files named in its rows, read and written as that bucket's file by
+    this one task, with no shuffle (the bucket is the whole table, and small)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        names = [name for batch in batches for name in batch.column("name").to_pylist()]
+        if not names:
+            return
+        source = Scratch(scratch)
+        rows = pl.concat([source.read(name) for name in names], how="vertical")
+        name = round_part_name(0)
+        size = Scratch(folder).put(name, bucket_bytes(rows))
+        yield pa.RecordBatch.from_pydict({"name": [name], "bytes": [size]}, schema=BUCKETS_ARROW)
+
+    return run
+
+
+def write_round_parts(
+    spark: Any, scratch: Scratch, added_files: list[str], buckets: int, folder: Scratch, tasks: int
+) -> RoundParts:
+    """The version's round bucket files, written by the executors from the partitions' `added` files:
+    read (one task per few files), shuffled by bucket, each bucket written by the task that holds it;
+    one bucket is written by one task reading the files, without the shuffle. The driver gets the names
+    back and writes the buckets no row fell into (empty tables)."""
+    written: list[str] = []
+    try:
+        if added_files and buckets == 1:
+            listed = spark.createDataFrame(pa.table({"name": added_files})).repartition(1)
+            done = listed.mapInArrow(merge_one_bucket(scratch.uri, folder.uri), BUCKETS_DDL)
+            written = [row["name"] for row in done.toArrow().to_pylist()]
+        elif added_files:
+            spark_schema, arrow_schema = added_schema(spark)
+            listed = spark.createDataFrame(pa.table({"name": added_files}))
+            rows = listed.repartition(min(tasks, len(added_files))).mapInArrow(
+                read_added(scratch.uri, arrow_schema), spark_schema
+            )
+            done = rows.repartition(buckets, BUCKET).mapInArrow(write_buckets(folder.uri), BUCKETS_DDL)
+            written = [row["name"] for row in done.toArrow().to_pylist()]
+        return RoundParts(folder.uri, empty_buckets(folder, buckets, written))
+    except BaseException:
+        folder.remove()  # a failed job's buckets: nothing will commit them
+        raise
 
 
 def summarize(
