@@ -19,7 +19,6 @@ for any extra table); the folder is removed after the commit, or when the round 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import math
 import os
@@ -148,12 +147,11 @@ class PlacedPart:
             get_whole(location, source, target)
 
 
-def write_bucket(folder: Scratch, bucket: int, rows: pl.DataFrame) -> tuple[str, int, str]:
-    """Write bucket `bucket` of `rows` into `folder`: (name, bytes, sha256)."""
-    data = bucket_bytes(rows)
+def write_bucket(folder: Scratch, bucket: int, rows: pl.DataFrame) -> tuple[str, int]:
+    """Write bucket `bucket` of `rows` into `folder`: (its name, its bytes). Not hashed here: the version's
+    writer hashes every file it takes in."""
     name = round_part_name(bucket)
-    folder.put(name, data)
-    return name, len(data), hashlib.sha256(data).hexdigest()
+    return name, folder.put(name, bucket_bytes(rows))
 
 
 def empty_buckets(folder: Scratch, buckets: int, written: Iterable[str]) -> list[str]:

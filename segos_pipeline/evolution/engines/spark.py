@@ -40,7 +40,7 @@ import pyarrow as pa
 from ...config import EngineConfig, EvolutionConfig, RetrievalConfig
 from ...retrieval.ranker import Retriever
 from ...store.remote import RemoteStore
-from ...store.snapshot import Snapshot, SnapshotStore, round_part_name
+from ...store.snapshot import Snapshot, SnapshotStore
 from ...store.uri import is_uri, scheme
 from ..evidence import ADDED_SCHEMA, Partial, finish, partition_evidence, sum_partials
 from .base import EngineResult, TraceInput
@@ -48,10 +48,10 @@ from .replay import Replay
 from .round_parts import (
     BUCKET,
     RoundParts,
-    bucket_bytes,
     bucket_count,
     bucket_ids,
     empty_buckets,
+    write_bucket,
 )
 from .scratch import Scratch
 from .spark_window import read_window, spark_window
@@ -391,11 +391,9 @@ def write_buckets(folder: str):
         location = Scratch(folder)
         out: dict[str, list[Any]] = {"name": [], "bytes": []}
         for piece in rows.partition_by(BUCKET, maintain_order=True):
-            name = round_part_name(int(piece[BUCKET][0]))
-            data = bucket_bytes(piece)
-            location.put(name, data)
+            name, size = write_bucket(location, int(piece[BUCKET][0]), piece)
             out["name"].append(name)
-            out["bytes"].append(len(data))
+            out["bytes"].append(size)
         yield pa.RecordBatch.from_pydict(out, schema=BUCKETS_ARROW)
 
     return run
@@ -412,8 +410,7 @@ def merge_one_bucket(scratch: str, folder: str):
             return
         source = Scratch(scratch)
         rows = pl.concat([source.read(name) for name in names], how="vertical")
-        name = round_part_name(0)
-        size = Scratch(folder).put(name, bucket_bytes(rows))
+        name, size = write_bucket(Scratch(folder), 0, rows)
         yield pa.RecordBatch.from_pydict({"name": [name], "bytes": [size]}, schema=BUCKETS_ARROW)
 
     return run
