@@ -403,7 +403,7 @@ class VersionFiles:
         files = self.manifest.get("files", {})
         names = round_part_names(files) or ([ROUND_ADDED] if ROUND_ADDED in files else [])
         if not names:
-            raise SnapshotError(f"version {self.version} stores no round table")
+            raise SnapshotError(f"version {self.version} stores no round traces")
         self.check(names)
         return pl.scan_parquet([self.path / n for n in names])
 
@@ -418,9 +418,7 @@ class VersionFiles:
                 path = self.path / ROUND_TRACES
                 have = pl.read_parquet_schema(path)
                 return pl.read_parquet(path, columns=[c for c in columns if c in have] if columns else None)
-        if ROUND_ADDED not in files and not round_part_names(files):
-            raise SnapshotError(f"version {self.version} stores no round traces")
-        added = self.round_added()
+        added = self.round_added()  # raises for a version that stores no round traces
         window = self.window_files()
         try:
             return joined_round_traces(window, added, columns)
