@@ -95,6 +95,19 @@ class IngestReport:
         return dict(self.__dict__)
 
 
+WINDOW_TABLE = "traces.parquet"  # a window written before ingest wrote parts: one table, read first
+
+
+def window_reading_order(names: Iterable[str]) -> list[str]:
+    """A window's Parquet files (paths relative to its folder) in the order a round reads them and a
+    version lists them: the whole-window table first, then the parts by name; anything else is left out.
+    The one rule for a local window and a window listed at a URI, so every engine references the same
+    list."""
+    names = set(names)
+    table = [WINDOW_TABLE] if WINDOW_TABLE in names else []
+    return table + sorted(n for n in names if n.startswith("parts/") and n.count("/") == 1)
+
+
 def check_window(window: str) -> str:
     if not _WINDOW_RE.match(window):
         raise ValueError(
@@ -386,9 +399,10 @@ class TraceStore:
         folder = self.window_dir(window)
         if self.remote is not None:
             self.remote.pull(f"traces/{window}", ".parquet")
-        legacy = [folder / "traces.parquet"] if (folder / "traces.parquet").is_file() else []
+        names = [WINDOW_TABLE] if (folder / WINDOW_TABLE).is_file() else []
         parts = folder / "parts"
-        return legacy + (sorted(parts.glob("*.parquet")) if parts.is_dir() else [])
+        names += [f"parts/{p.name}" for p in parts.glob("*.parquet")] if parts.is_dir() else []
+        return [folder / n for n in window_reading_order(names)]
 
     def windows(self) -> list[str]:
         if self.remote is not None:

@@ -12,14 +12,11 @@ by name): a version references the same list whichever engine ran its round.
 
 from __future__ import annotations
 
-import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
 from ...store.remote import RemoteStore
-from ..ingest import TraceStore, check_window
-
-LEGACY = "traces.parquet"  # a window written before ingest wrote parts: one table, read first
+from ..ingest import TraceStore, check_window, window_reading_order
 
 
 @dataclass(frozen=True)
@@ -42,8 +39,7 @@ def store_window(store: RemoteStore, window: str) -> StoreWindow:
     adds parts this list, the round and its version do not see)."""
     folder = f"traces/{check_window(window)}"
     listed = store.remote_files(folder, ".parquet")
-    legacy = [(p, s) for p, s in listed.items() if p == f"{folder}/{LEGACY}"]
-    parts = sorted((p, s) for p, s in listed.items() if posixpath.dirname(p) == f"{folder}/parts")
-    if not legacy and not parts:
+    names = window_reading_order(p.removeprefix(f"{folder}/") for p in listed)
+    if not names:
         TraceStore(store).scan(window)  # raises the store's own "no traces ingested for window" error
-    return StoreWindow(store, window, tuple(legacy + parts))
+    return StoreWindow(store, window, tuple((f"{folder}/{n}", listed[f"{folder}/{n}"]) for n in names))
