@@ -71,3 +71,14 @@ def test_revised_rows_give_the_index_of_the_revised_table(request, library, step
     shared = sum(a is b for a, b in zip(again.chunks, encoded.chunks, strict=True))
     assert shared == len(encoded.chunks) - 1
     _same_index(LexicalIndex.of(again, cfg), LexicalIndex(own_tokens, n, cfg))
+
+
+def test_row_patch_of_a_skills_own_rows_is_its_row_of_the_index(demo_store):
+    """L3 tries a revision on a patched row: scored from the same rows, the patch is the index's row."""
+    snap = SnapshotStore(demo_store).load()
+    index = LexicalIndex(snap.tokens, snap.nodes.height, RetrievalConfig())
+    rows = index.matrix.tocsr()
+    for node in range(snap.nodes.height):
+        patch = index.row_patch(snap.tokens.filter(pl.col("node") == node).drop("node"))
+        row = rows[node]
+        assert patch == dict(zip(row.indices.tolist(), row.data.tolist(), strict=True))

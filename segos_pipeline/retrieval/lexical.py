@@ -29,7 +29,7 @@ from ..store.cache import cache_root, write_entry
 from ..text.lexicon import Vocabulary
 from ..text.tokens import tokenize
 from .sets import union_positions, unique
-from .token_rows import CODED_FIELDS, FIELD_CODE, NAME, OTHER, EncodedTokens, TokenRows
+from .token_rows import CODED_FIELDS, NAME, EncodedTokens, TokenRows, field_codes, sorted_rows
 
 if TYPE_CHECKING:
     from ..store.snapshot import Snapshot, VersionFiles
@@ -227,12 +227,9 @@ class LexicalIndex:
         tokens = node_tokens["token"].to_list()
         known = node_tokens.filter(pl.Series([t in index for t in tokens], dtype=pl.Boolean))
         col = np.fromiter((index[t] for t in known["token"].to_list()), dtype=np.int64, count=known.height)
-        field = known["field"].replace_strict(FIELD_CODE, default=OTHER, return_dtype=pl.Int64).to_numpy()
-        tf = known["tf"].to_numpy().astype(np.float64)
-        order = np.lexsort((field, col))
-        col, field, tf = col[order], field[order], tf[order]
-        rows = TokenRows(0, 1, np.zeros(len(col), dtype=np.int64), field, col, tf)
-        flen = np.bincount(field, weights=tf, minlength=len(CODED_FIELDS))[field]
+        coded = known.select(node=pl.lit(0, dtype=pl.Int64), col=pl.Series(col), field=field_codes(), tf="tf")
+        rows = sorted_rows(coded, 0, 1)
+        flen = np.bincount(rows.field, weights=rows.tf, minlength=len(CODED_FIELDS))[rows.field]
         m = self._matrix_of(rows, flen)
         m.data *= _idf(self.n, self.df)[m.indices]
         return dict(zip(m.indices.tolist(), m.data.tolist(), strict=True))

@@ -77,7 +77,7 @@ class TokenRows:
         return sp.csr_matrix((data, self.col[at], indptr), shape=(k, n_cols))
 
 
-def _sorted_rows(frame: pl.DataFrame, start: int, stop: int) -> TokenRows:
+def sorted_rows(frame: pl.DataFrame, start: int, stop: int) -> TokenRows:
     """`TokenRows` of integer columns (node, col, field, tf) whose nodes lie in [start, stop)."""
     node = frame["node"].to_numpy().astype(np.int64)
     col = frame["col"].to_numpy().astype(np.int64)
@@ -101,18 +101,19 @@ def _coded(tokens: pl.DataFrame, lookup: pl.DataFrame, offset: int = 0) -> pl.Da
     return tokens.join(lookup, on="token", how="inner").select(
         pl.col("node").cast(pl.Int64) + offset,
         "col",
-        field=_field_codes(),
+        field=field_codes(),
         tf="tf",
     )
 
 
-def _field_codes() -> pl.Expr:
+def field_codes() -> pl.Expr:
+    """The `field` column as codes into CODED_FIELDS."""
     return pl.col("field").replace_strict(FIELD_CODE, default=OTHER, return_dtype=pl.UInt8)
 
 
 def _split(frame: pl.DataFrame, n_nodes: int, step: int) -> list[TokenRows]:
     """Node-range chunks of integer rows of every skill (sorted once, then sliced by node)."""
-    rows = _sorted_rows(frame, 0, n_nodes)
+    rows = sorted_rows(frame, 0, n_nodes)
     bounds = [*range(0, n_nodes, step), n_nodes] if n_nodes else [0, 0]
     cuts = np.searchsorted(rows.node, bounds, side="left")
     return [
@@ -138,7 +139,7 @@ class EncodedTokens:
         coded = tokens.select(
             pl.col("node").cast(pl.Int64),
             col=pl.col("token").cast(pl.Enum(vocab.tokens)).to_physical(),
-            field=_field_codes(),
+            field=field_codes(),
             tf="tf",
         )
         return cls(_split(coded, n_nodes, step), vocab, n_nodes)
@@ -158,7 +159,7 @@ class EncodedTokens:
         while coded:  # each part's string-coded rows are let go once recoded
             (start, stop, part), local = coded.pop(0), words.pop(0)
             to_global = pl.Series(vocab.column(local).astype(np.int64))
-            chunks.append(_sorted_rows(part.with_columns(col=to_global.gather(part["col"])), start, stop))
+            chunks.append(sorted_rows(part.with_columns(col=to_global.gather(part["col"])), start, stop))
         return cls(chunks, vocab, n_nodes)
 
     def revised(self, rows: pl.DataFrame) -> EncodedTokens:
@@ -175,7 +176,7 @@ class EncodedTokens:
             vocab = Vocabulary(pl.concat([vocab.tokens, pl.Series("token", new, dtype=pl.String)]))
             remap = vocab.column(self.vocab.tokens).astype(np.int32)
             chunks = [replace(c, col=remap[c.col]) for c in chunks]
-        fresh = _sorted_rows(_coded(rows, vocab.lookup), 0, self.n_nodes)
+        fresh = sorted_rows(_coded(rows, vocab.lookup), 0, self.n_nodes)
         out = []
         for c in chunks:
             mine = changed[(changed >= c.start) & (changed < c.stop)]
