@@ -485,6 +485,14 @@ class SemanticIndex:
             return head_scores(self.similarities(query, patch), self.candidates, self.min_cosine)
         return self.evidence_of(self.query_vector(query), patch)
 
+    def evidence_nodes(
+        self, query: str, patch: dict[int, np.ndarray] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`evidence` held over the skills that have any: (sorted node indices, their z > 0)."""
+        z = self.evidence(query, patch)
+        nodes = np.flatnonzero(z)
+        return nodes, z[nodes]
+
     def evidence_of(self, q: np.ndarray, patch: dict[int, np.ndarray] | None = None) -> np.ndarray:
         """`evidence` for an already embedded (unit) query vector."""
         n = self.matrix.shape[0]
