@@ -143,6 +143,11 @@ class RetrievalConfig(_Overridable):
     # ρ = s* + μ·m, m the fused evidence normalised to [0, 1] per query. 1.0 (was 0.5): on each of the
     # four dev sets recall or COMP is higher or equal (docs/algorithms.md); the paper preset keeps 0.5.
     rerank_mu: float = 1.0
+    # A query whose tokens reach more postings than this, in a ranking cut at a depth (a bundle, a top-k),
+    # reads its frequent tokens' highest-valued postings first and scores only the best skills of that
+    # first phase exactly (retrieval/lexical.py): approximate, and about a twentieth of the postings. A
+    # task text on a million skills reaches ~800k postings; on 100k, ~80k (exact).
+    lexical_postings_budget: int = 262_144
     # Semantic evidence (SPEC §6.8; segos' own, see retrieval/semantic.py): the embedding backend
     # ("wordllama", "model2vec:<folder>", "sentence-transformers:<folder>" or "none"), and its fusion
     # m = (1 − λ)·lexical + λ·semantic with λ = min(1, w / (1 + (query tokens / L)²))·(1 − coverage),

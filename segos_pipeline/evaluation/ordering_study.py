@@ -74,7 +74,7 @@ def evaluate_orders(service: Any, tasks: Sequence[Mapping[str, Any]]) -> dict[st
         members = list(scores)
         ranking = lo.retriever.rank(task["query"])
         idx = {t: names.resolve_one(t) for t in truth}
-        gold_scores = {t: float(ranking.rho[i]) if i is not None else 0.0 for t, i in idx.items()}
+        gold_scores = {t: ranking.score_of(i) if i is not None else 0.0 for t, i in idx.items()}
         among = [(s, d, r) for s, d, r, _w in lo.edges_among(truth)]
         gold_exec = execution_order(truth, gold_scores, among, lo.precedence).order
         rows.append(

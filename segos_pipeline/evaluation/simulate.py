@@ -60,7 +60,7 @@ def simulate(
             instance, attempt = f"{tasks[t].task or f'task-{t}'}@{n}", 1
         task = tasks[t]
         if t not in bundles:
-            ranking = retriever.rank(task.query)
+            ranking = retriever.rank(task.query, depth=retriever.config.top_n)
             chosen, _ = retriever.select(ranking, retriever.config.top_n)
             retrieved = [str(ids[i]) for i in chosen]
             seeds = [str(ids[i]) for i in ranking.seeds]

@@ -316,11 +316,11 @@ class RankPositions:
         """1-based position of `node` in the ranking of `query` (None when it has no evidence)."""
         if patch is not None:
             ranking = self.retriever.rank(query, patch)
-            return position(ranking.candidates, ranking.rho[ranking.candidates], node)
+            return position(ranking.candidates, ranking.scores, node)
         kept = self._kept.get(query)
         if kept is None:
             ranking = self.retriever.rank(query)
-            kept = (ranking.candidates, ranking.rho[ranking.candidates])
+            kept = (ranking.candidates, ranking.scores)
             self._kept[query] = kept
             if len(self._kept) > self.keep:
                 self._kept.popitem(last=False)

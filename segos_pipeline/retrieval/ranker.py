@@ -38,7 +38,7 @@ from ..text.names import SkillNames
 from .lexical import Evidence, LexicalIndex, index_for
 from .push import PushOperator
 from .semantic import SemanticIndex, semantic_index
-from .sets import union_positions
+from .sets import top_k, union_positions
 
 
 @dataclass
@@ -85,21 +85,6 @@ class Bundle:
         }
 
 
-def top_k(values: np.ndarray, candidates: np.ndarray, k: int) -> np.ndarray:
-    """The k candidates with the largest values, best first, ties to the smaller index.
-
-    A partial selection plus a sort of the (few) survivors: linear in the candidates, so a query that
-    matches half of a 100k-skill library does not pay for sorting all of them.
-    """
-    if k <= 0 or len(candidates) == 0:
-        return candidates[:0]
-    if len(candidates) > k:
-        vals = values[candidates]
-        threshold = vals[np.argpartition(-vals, k - 1)[:k]].min()
-        candidates = candidates[vals >= threshold]  # keeps every tie at the threshold
-    return candidates[np.lexsort((candidates, -values[candidates]))][:k]
-
-
 @dataclass(frozen=True)
 class RowPatch:
     """Skills re-scored as if their text had changed, without rebuilding anything: lexical rows
@@ -110,32 +95,83 @@ class RowPatch:
 
 
 class Ranking:
-    """The ranking of one query: ρ over the skills with evidence (indices into the node table)."""
+    """The ranking of one query: ρ over its candidates, the skills with seed or graph mass (sorted indices
+    into the node table; nothing else is ever ranked). Held over those skills only; the dense views over
+    all n skills are made on first use.
+
+    A ranking cut at a depth (`Retriever.rank(query, depth=k)`) holds the candidates that may rank among
+    the k best (`complete` is False): `top(j)` for j ≤ k is the ranking's, `order` only its head."""
 
     def __init__(
         self,
-        rho: np.ndarray,
+        n: int,
         candidates: np.ndarray,
+        scores: np.ndarray,
         seeds: np.ndarray,
-        graph: np.ndarray,
+        graph_nodes: np.ndarray,
+        graph_mass: np.ndarray,
         evidence: Evidence,
-        semantic: np.ndarray | None = None,
+        semantic_nodes: np.ndarray | None = None,
+        semantic_z: np.ndarray | None = None,
     ):
-        self.rho = rho
-        self.candidates = candidates  # skills with seed or graph mass; nothing else is ever ranked
+        self.n = n
+        self.candidates = candidates
+        self.scores = scores  # ρ of each candidate
         self.seeds = seeds
-        self.graph = graph  # s* over all nodes (dense)
+        self.graph_nodes, self.graph_mass = graph_nodes, graph_mass  # s* where it is positive
         self.evidence = evidence  # lexical
-        self.semantic = semantic  # z over all nodes, None when the query was not embedded
+        self.semantic_nodes, self.semantic_z = semantic_nodes, semantic_z  # None: the query was not embedded
+        self.complete = evidence.complete
 
     def top(self, n: int) -> np.ndarray:
-        return top_k(self.rho, self.candidates, n)
+        return self.candidates[top_k(self.scores, np.arange(len(self.candidates)), n)]
 
     @cached_property
     def order(self) -> np.ndarray:
         """Every candidate, best first (a full sort: for rank lookups, not for bundles)."""
         c = self.candidates
-        return c[np.lexsort((c, -self.rho[c]))]
+        return c[np.lexsort((c, -self.scores))]
+
+    def score_of(self, node: int) -> float:
+        """ρ of one skill (0 when it is no candidate)."""
+        return _value_at(self.candidates, self.scores, node)
+
+    def graph_of(self, node: int) -> float:
+        """s* of one skill."""
+        return _value_at(self.graph_nodes, self.graph_mass, node)
+
+    def semantic_of(self, node: int) -> float:
+        """z of one skill (0 when the query was not embedded)."""
+        if self.semantic_nodes is None or self.semantic_z is None:
+            return 0.0
+        return _value_at(self.semantic_nodes, self.semantic_z, node)
+
+    def _dense(self, nodes: np.ndarray, values: np.ndarray) -> np.ndarray:
+        out = np.zeros(self.n)
+        out[nodes] = values
+        return out
+
+    @cached_property
+    def rho(self) -> np.ndarray:
+        """ρ over all nodes (dense)."""
+        return self._dense(self.candidates, self.scores)
+
+    @cached_property
+    def graph(self) -> np.ndarray:
+        """s* over all nodes (dense)."""
+        return self._dense(self.graph_nodes, self.graph_mass)
+
+    @cached_property
+    def semantic(self) -> np.ndarray | None:
+        """z over all nodes (dense), None when the query was not embedded."""
+        if self.semantic_nodes is None or self.semantic_z is None:
+            return None
+        return self._dense(self.semantic_nodes, self.semantic_z)
+
+
+def _value_at(nodes: np.ndarray, values: np.ndarray, node: int) -> float:
+    i = int(np.searchsorted(nodes, node))
+    return float(values[i]) if i < len(nodes) and nodes[i] == node else 0.0
 
 
 def closed_submatrix(m: sp.csr_matrix, sub: np.ndarray) -> sp.csr_matrix:
@@ -300,21 +336,23 @@ class Retriever:
         vectors = {node: self.semantic.vector_of(revised)} if self.semantic is not None else {}
         return RowPatch({node: self.lexical.row_patch(node_tokens)}, vectors)
 
-    def rank(self, query: str, patch: RowPatch | None = None) -> Ranking:
+    def rank(self, query: str, patch: RowPatch | None = None, depth: int | None = None) -> Ranking:
         """All skills with evidence for `query`, ranked by ρ = s* + μ·m (ties to the smaller id).
 
         m fuses lexical and (when configured) semantic evidence. `patch` re-scores some skills as if their
-        text had changed, to try a description revision without rebuilding anything.
+        text had changed, to try a description revision without rebuilding anything. `depth` cuts the
+        ranking at that many skills: only the skills that may rank among them are scored (see
+        `LexicalIndex.evidence`), which is what a bundle or a top-k needs.
         """
         cfg = self.config
         patch = patch or RowPatch()
-        ev = self.lexical.evidence(query, patch.lexical)
-        nodes, m, z = ev.nodes, ev.node_evidence, None
+        cut = None if patch.lexical or patch.vectors else depth
+        ev = self.lexical.evidence(query, patch.lexical, max(cut, cfg.seed_k) if cut else None)
+        lam, sem_nodes, sem_z = 0.0, None, None
         if self.semantic is not None and (lam := self.fusion_weight(ev)) >= cfg.semantic_min_weight:
-            z = self.semantic.evidence(query, patch.vectors)
-            nodes, m = _fuse(nodes, m, z, lam)
-        has = m > 0
-        nodes, m = nodes[has], m[has]
+            sem_nodes, sem_z = self.semantic.evidence_nodes(query, patch.vectors)
+            ev = self.lexical.extend(ev, sem_nodes)
+        nodes, m = _fused(ev, sem_nodes, sem_z, lam)
         local = top_k(m, np.arange(len(nodes)), cfg.seed_k)  # ties to the smaller id: nodes are sorted
         seeds = np.sort(nodes[local])
         weights = m[np.searchsorted(nodes, seeds)]
@@ -322,14 +360,19 @@ class Retriever:
             g_nodes, g_mass = self.graph_mass(seeds, weights)
         else:
             g_nodes, g_mass = seeds[:0], np.zeros(0)
-        cand, at_m, _ = union_positions(nodes, g_nodes)  # never rank a skill with no evidence at all
-        graph = np.zeros(self.n)
-        graph[g_nodes] = g_mass
-        m_cand = np.zeros(len(cand))
-        m_cand[at_m] = m
-        rho = np.zeros(self.n)
-        rho[cand] = graph[cand] + cfg.rerank_mu * m_cand
-        return Ranking(rho, cand, seeds, graph, ev, z)
+        if not ev.complete and len(g_nodes):  # graph candidates outside the cut get their evidence too
+            extended = self.lexical.extend(ev, g_nodes)
+            if extended is not ev:
+                ev = extended
+                nodes, m = _fused(ev, sem_nodes, sem_z, lam)
+        cand, at_m, at_g = union_positions(nodes, g_nodes)  # never rank a skill with no evidence at all
+        graph = np.zeros(len(cand))
+        graph[at_g] = g_mass
+        fused = np.zeros(len(cand))
+        fused[at_m] = m
+        return Ranking(
+            self.n, cand, graph + cfg.rerank_mu * fused, seeds, g_nodes, g_mass, ev, sem_nodes, sem_z
+        )
 
     def select(self, ranking: Ranking, top_n: int) -> tuple[list[int], list[dict[str, str]]]:
         """The top-N after avoid pruning: a candidate whose avoid partner is already chosen is dropped,
@@ -355,15 +398,16 @@ class Retriever:
 
     def ranked_ids(self, query: str, k: int) -> list[str]:
         """The first k skills after avoid pruning, without hydration (what replay measures)."""
-        chosen, _ = self.select(self.rank(query), k)
+        chosen, _ = self.select(self.rank(query, depth=k), k)
         return [str(self.ids[i]) for i in chosen]
 
     # -------------------------------------------------------------------------------------- bundles
 
     def retrieve(self, query: str, top_n: int | None = None, hydrate: bool = True) -> Bundle:
         cfg = self.config
-        ranking = self.rank(query)
-        chosen, pruned = self.select(ranking, top_n or cfg.top_n)
+        top_n = top_n or cfg.top_n
+        ranking = self.rank(query, depth=top_n)
+        chosen, pruned = self.select(ranking, top_n)
         seeds = set(ranking.seeds.tolist())
         cards = [self._card(i) for i in chosen]
         if hydrate:
@@ -380,12 +424,12 @@ class Retriever:
                     id=row["id"],
                     name=row["name"],
                     rank=rank,
-                    score=float(ranking.rho[i]),
+                    score=ranking.score_of(i),
                     chars=len(text),
                     seed=i in seeds,
                     lexical=ranking.evidence.at(i),
-                    graph=float(ranking.graph[i]),
-                    semantic=float(ranking.semantic[i]) if ranking.semantic is not None else 0.0,
+                    graph=ranking.graph_of(i),
+                    semantic=ranking.semantic_of(i),
                     source_path=row["source_path"],
                     capability=row["capability"] or "",
                     text=text,
@@ -395,12 +439,21 @@ class Retriever:
         return Bundle(self.snapshot.version, query, skills, total, pruned, over)
 
 
-def _fuse(nodes: np.ndarray, m: np.ndarray, z: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray]:
-    """(1 − λ)·lexical + λ·semantic on the skills with either (`z` is dense, lexical given on `nodes`)."""
-    both, at, _ = union_positions(nodes, np.flatnonzero(z))
-    lexical = np.zeros(len(both))
-    lexical[at] = m
-    return both, (1.0 - lam) * lexical + lam * z[both]
+def _fused(
+    ev: Evidence, sem_nodes: np.ndarray | None, sem_z: np.ndarray | None, lam: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """m = (1 − λ)·lexical + λ·semantic on the skills with either, those with m > 0 only."""
+    if sem_nodes is None or sem_z is None:
+        nodes, m = ev.nodes, ev.node_evidence
+    else:
+        nodes, at_lexical, at_semantic = union_positions(ev.nodes, sem_nodes)
+        lexical = np.zeros(len(nodes))
+        lexical[at_lexical] = ev.node_evidence
+        z = np.zeros(len(nodes))
+        z[at_semantic] = sem_z
+        m = (1.0 - lam) * lexical + lam * z
+    has = m > 0
+    return nodes[has], m[has]
 
 
 def warm_caches(

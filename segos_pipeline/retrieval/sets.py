@@ -56,3 +56,18 @@ def union_positions(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarra
         u = a
     ib[present] = ia[at[present]]
     return (u, ib, ia) if swapped else (u, ia, ib)
+
+
+def top_k(values: np.ndarray, candidates: np.ndarray, k: int) -> np.ndarray:
+    """The k candidates with the largest values, best first, ties to the smaller index.
+
+    A partial selection plus a sort of the (few) survivors: linear in the candidates, so a query that
+    matches half of a 100k-skill library does not pay for sorting all of them.
+    """
+    if k <= 0 or len(candidates) == 0:
+        return candidates[:0]
+    if len(candidates) > k:
+        vals = values[candidates]
+        threshold = vals[np.argpartition(-vals, k - 1)[:k]].min()
+        candidates = candidates[vals >= threshold]  # keeps every tie at the threshold
+    return candidates[np.lexsort((candidates, -values[candidates]))][:k]

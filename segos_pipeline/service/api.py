@@ -399,7 +399,7 @@ class SegosService:
         top_k = _bounded("top_k", top_k)
         lo = self._request(version)
         r = lo.retriever
-        ranking = r.rank(query)
+        ranking = r.rank(query, depth=top_k)
         chosen, pruned = r.select(ranking, top_k)
         seeds = set(ranking.seeds.tolist())
         caps = lo.snapshot.nodes["capability"]
@@ -410,7 +410,7 @@ class SegosService:
                 "id": str(r.ids[i]),
                 "name": names[i],
                 "capability": caps[i] or "",
-                "score": round(float(ranking.rho[i]), 6),
+                "score": round(ranking.score_of(i), 6),
                 "seed": i in seeds,
             }
             for rank, i in enumerate(chosen, start=1)
@@ -432,12 +432,11 @@ class SegosService:
         cfg = r.config
         top_n = _bounded("top_n", top_n if top_n is not None else cfg.top_n)
         total = _max_chars(cfg, max_chars)
-        ranking = r.rank(query)
+        ranking = r.rank(query, depth=top_n)
         chosen, pruned = r.select(ranking, top_n)
         seeds = [int(i) for i in ranking.seeds]
         nodes = lo.snapshot.nodes
         rows = nodes[chosen].to_dicts() if chosen else []
-        ev, graph = ranking.evidence.evidence, ranking.graph
         # Hydrate in retrieval rank, so the budget goes to the best-supported skills first; then order.
         kept: list[dict[str, Any]] = []
         hydrated, over = hydrate_rows(rows, cfg.per_skill_chars, total)
@@ -448,10 +447,10 @@ class SegosService:
                     "id": row["id"],
                     "name": row["name"],
                     "rank": rank,
-                    "score": round(float(ranking.rho[i]), 6),
+                    "score": round(ranking.score_of(i), 6),
                     "seed": i in seeds,
-                    "lexical": round(float(ev[i]), 6),
-                    "graph": round(float(graph[i]), 6),
+                    "lexical": round(ranking.evidence.at(i), 6),
+                    "graph": round(ranking.graph_of(i), 6),
                     "capability": row["capability"] or "",
                     "source_path": row["source_path"],
                     "inputs": row["inputs"],

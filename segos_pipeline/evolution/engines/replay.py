@@ -32,7 +32,7 @@ class Replay:
         hit = self._memo.get(text)
         if hit is None:
             r = self.retriever
-            ranking = r.rank(text)
+            ranking = r.rank(text, depth=r.config.top_n)
             chosen, _ = r.select(ranking, r.config.top_n)
             hit = ([str(r.ids[i]) for i in chosen], [str(r.ids[i]) for i in ranking.seeds])
             if len(self._memo) >= MEMO_LIMIT:
