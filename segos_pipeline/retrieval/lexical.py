@@ -33,7 +33,7 @@ from ..config import RetrievalConfig
 from ..store.cache import cache_root, write_entry
 from ..text.lexicon import Vocabulary
 from ..text.tokens import tokenize
-from .sets import top_k, union_positions, unique
+from .sets import contains, merged, top_k, union_positions, unique
 from .token_rows import CODED_FIELDS, NAME, EncodedTokens, TokenRows, field_codes, sorted_rows
 
 if TYPE_CHECKING:
@@ -367,16 +367,6 @@ class LexicalIndex:
         return float(best / total) if total > 0 else 0.0
 
     @cached_property
-    def col_max(self) -> np.ndarray:
-        """Every column's largest value (0 when empty): the most one token adds to a skill's score."""
-        m = self.matrix
-        out = np.zeros(m.shape[1])
-        held = np.flatnonzero(np.diff(m.indptr))
-        if len(held):
-            out[held] = np.maximum.reduceat(m.data, m.indptr[held])
-        return out
-
-    @cached_property
     def high(self) -> sp.csc_matrix:
         """The high tier of the frequent columns (`high_tier`), built on a two-phase query's first use."""
         return high_tier(self.matrix, _TIER_MIN_POSTINGS, _TIER_SHARE)
@@ -408,20 +398,13 @@ class LexicalIndex:
         named, (hits,) = _column_sums(self.name_matrix, known, [np.ones(len(known))], [True])
         named = named[(self.name_len[named] > 0) & (hits >= self.name_len[named])]
         complete = not depth or bool(patch) or len(nodes) <= _KEEP_ALL
-        if not complete:
-            keep = score >= self._floor(cols, nodes, score, depth or 0)
-            at = np.minimum(np.searchsorted(named, nodes), max(len(named) - 1, 0))
-            if len(named):
-                keep |= named[at] == nodes  # a named skill keeps its score
+        if not complete:  # a named skill keeps its score
+            keep = (score >= self._floor(cols, nodes, score, depth or 0)) | contains(named, nodes)
             nodes, score = nodes[keep], score[keep]
-        if approximate and len(named):  # a named skill the first phase missed still gets its score
-            at = np.minimum(np.searchsorted(nodes, named), max(len(nodes) - 1, 0))
-            missed = named[nodes[at] != named] if len(nodes) else named
+        if approximate:  # a named skill the first phase missed still gets its score
+            missed = named[~contains(nodes, named)]
             (extra,) = _sums_at(self.matrix, cols, [weights], [False], missed)
-            nodes, at_old, at_new = union_positions(nodes, missed)
-            merged = np.zeros(len(nodes))
-            merged[at_old], merged[at_new] = score, extra
-            score = merged
+            nodes, score = merged(nodes, score, missed, extra)
         top = float(score.max()) if len(score) else 0.0
         positive = score > 0
         out, at_scored, at_named = union_positions(nodes[positive], named)
@@ -485,20 +468,15 @@ class LexicalIndex:
         a complete `ev` already holds every skill with any."""
         if ev.complete or not len(nodes) or ev.cols is None or ev.weights is None:
             return ev
-        at = np.minimum(np.searchsorted(ev.nodes, nodes), max(len(ev.nodes) - 1, 0))
-        new = nodes[ev.nodes[at] != nodes] if len(ev.nodes) else nodes
+        new = nodes[~contains(ev.nodes, nodes)]
         (score,) = _sums_at(self.matrix, ev.cols, [ev.weights], [False], new)
         new, score = new[score > 0], score[score > 0]
         if not len(new):
             return ev
-        out, at_old, at_new = union_positions(ev.nodes, new)
-        node_score = np.zeros(len(out))
-        node_score[at_old], node_score[at_new] = ev.node_score, score
-        name_match = np.zeros(len(out), dtype=bool)
-        name_match[at_old] = ev.node_name_match
-        evidence = np.zeros(len(out))
-        evidence[at_old] = ev.node_evidence
-        evidence[at_new] = score / ev.top + self.config.name_bonus * name_match[at_new]
+        # none of them is named (every named skill is held): evidence = score / top + 0, as for the rest
+        out, node_score = merged(ev.nodes, ev.node_score, new, score)
+        _, evidence = merged(ev.nodes, ev.node_evidence, new, score / ev.top + 0.0)
+        _, name_match = merged(ev.nodes, ev.node_name_match, new, np.zeros(len(new), dtype=bool))
         return replace(
             ev, nodes=out, node_score=node_score, node_name_match=name_match, node_evidence=evidence
         )

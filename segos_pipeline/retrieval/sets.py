@@ -58,6 +58,24 @@ def union_positions(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return (u, ib, ia) if swapped else (u, ia, ib)
 
 
+def contains(sorted_set: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Whether each of `values` is in `sorted_set` (a bool per value), by binary search."""
+    if not len(sorted_set) or not len(values):
+        return np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_set, values), len(sorted_set) - 1)
+    return sorted_set[at] == values
+
+
+def merged(
+    a: np.ndarray, a_values: np.ndarray, b: np.ndarray, b_values: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The union of two disjoint sorted sets with the values each carries, in union order."""
+    u, at_a, at_b = union_positions(a, b)
+    values = np.zeros(len(u), dtype=np.result_type(a_values, b_values))
+    values[at_a], values[at_b] = a_values, b_values
+    return u, values
+
+
 def top_k(values: np.ndarray, candidates: np.ndarray, k: int) -> np.ndarray:
     """The k candidates with the largest values, best first, ties to the smaller index.
 
