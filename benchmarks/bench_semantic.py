@@ -2,9 +2,9 @@
 
     .venv/bin/python benchmarks/bench_semantic.py --store STORE --queries QUERIES.jsonl [--version V]
         [--limit 200] [--repeat 3] [--lists-from N] [--scan-rows 16384,32768] [--hit-at-5]
-        [--out benchmarks/results]
+        [--core 0] [--out benchmarks/results]
 
-For each query the searches run on the same skill vectors, pinned to one core:
+For each query the searches run on the same skill vectors, pinned to one core (`--core`, default 0):
 - exact: every vector scored (the reference);
 - funnel: the leading 64 dimensions of every vector pick a shortlist, the full vectors rank it (what
   libraries below `semantic_lists_min_skills` use past 20k skills);
@@ -33,8 +33,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+
+def _core() -> int:
+    """`--core N` (default 0), read before argparse: the pinning must precede numpy's thread pools. Another
+    process pinned to the same core halves what this one measures; pick a free one."""
+    args = sys.argv[1:]
+    return int(args[args.index("--core") + 1]) if "--core" in args[:-1] else 0
+
+
 if hasattr(os, "sched_setaffinity"):  # one core, before numpy starts its thread pools
-    os.sched_setaffinity(0, {0})
+    os.sched_setaffinity(0, {_core()})
 for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "POLARS_MAX_THREADS"):
     os.environ[var] = "1"
 
@@ -42,6 +50,7 @@ import numpy as np  # noqa: E402
 
 from segos_pipeline import Retriever, SnapshotStore  # noqa: E402
 from segos_pipeline.config import RetrievalConfig, retrieval_for  # noqa: E402
+from segos_pipeline.evaluation.replay import gold_sets  # noqa: E402
 from segos_pipeline.retrieval import semantic as semantic_mod  # noqa: E402
 from segos_pipeline.retrieval.semantic import SemanticIndex, head_of, semantic_index  # noqa: E402
 
@@ -83,9 +92,13 @@ def measure(
 
 
 def hit_at_5(snap: Any, config: RetrievalConfig, lines: list[dict[str, Any]]) -> float:
-    """Share of the queries with any `gold` skill among a Retriever's first 5 under `config`."""
+    """Share of the queries with any `gold` skill (a name, resolved as replay does) among a Retriever's
+    first 5 under `config`."""
     r = Retriever(snap, config)
-    hits = [bool(set(r.ranked_ids(x["query"], 5)) & set(x["gold"])) for x in lines]
+    hits = []
+    for x in lines:
+        gold = set().union(*gold_sets(r.names, x["gold"])[0])
+        hits.append(bool(set(r.ranked_ids(x["query"], 5)) & gold))
     del r
     gc.collect()
     return round(float(np.mean(hits)), 4)
@@ -103,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--scan-rows", default=None, help="comma-separated row budgets for the lists")
     ap.add_argument("--hit-at-5", action="store_true", help="end-to-end hit@5, funnel against lists")
+    ap.add_argument("--core", type=int, default=0, help="the one CPU core to run on")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     args = ap.parse_args(argv)
 
@@ -123,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     vectors = [sem.query_vector(t) for t in texts]
 
     def exact(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        pos, z = head_of(sem.matrix @ q, m, floor)
+        pos, z = head_of((sem.matrix @ q).astype(np.float64), m, floor)  # as SemanticIndex scores
         ranked = np.argsort(pos)
         return pos[ranked], z[ranked]
 

@@ -38,7 +38,7 @@ def _index(x: np.ndarray, lists: InvertedLists | None, scan_rows: int, m: int = 
 def test_every_row_is_in_exactly_one_list_and_lists_are_deterministic_bit_for_bit():
     x = _clustered(5_000)
     a, b = build_lists(x), build_lists(x.copy())
-    assert len(a.centroids) == list_count(5_000) == 71
+    assert len(a.centroids) == list_count(5_000) == 141
     assert np.array_equal(np.sort(a.order), np.arange(5_000))
     assert a.offsets[0] == 0 and a.offsets[-1] == 5_000 and (a.sizes > 0).all()
     for field in ("centroids", "order", "offsets", "vectors"):

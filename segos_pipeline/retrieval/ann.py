@@ -1,11 +1,11 @@
 """Inverted lists over unit vectors (IVF): a query reads a bounded number of rows, whatever the size.
 
-The vectors are clustered once by spherical k-means (√n lists, trained on a fixed-seed sample, so the same
+The vectors are clustered once by spherical k-means (2√n lists, trained on a fixed-seed sample, so the same
 vectors always give the same lists, bit for bit) and stored again in list order: list l is the contiguous
 block `vectors[offsets[l]:offsets[l + 1]]`. A query ranks the list centroids and scores the rows of the best
 lists, best first, until it has read `min_rows`: one matrix-vector product per run of adjacent chosen lists,
 reading contiguous memory, with no gather of scattered rows and nothing the size of the library. Its cost
-is that of scoring √n centroids and about `min_rows` rows: at a million skills 1,000 centroids and a few
+is that of scoring 2√n centroids and about `min_rows` rows: at a million skills 2,000 centroids and some
 ten thousand rows instead of a million. Approximate: a row whose list is not read is not seen (the
 semantic index measures what that costs against the exact pass).
 """
@@ -22,6 +22,13 @@ TRAIN_ROWS_PER_LIST = 64  # k-means sample: enough rows per centroid for stable 
 TRAIN_ITERATIONS = 8
 ASSIGN_CHUNK = 65_536  # rows scored against the centroids at once: bounds the (chunk × lists) matrix
 SEED = 0
+# Lists per √n rows. Smaller lists let a query's row budget cover more of the nearest clusters: on the
+# synthetic library at 16,384 rows read, recall of the exact top 20 went 0.46 → 0.51 → 0.56 at a million
+# skills for 1, 2 and 4 lists per √n (0.78 → 0.82 at 100k for 1 and 2), while building took 16, 33 and 104 s
+# (and every version whose texts changed builds its own) and a query's time grew with the centroids and the
+# matrix-vector products it makes (benchmarks/results/semantic.md). 2: most of the recall, a third of the
+# build of 4.
+LISTS_PER_ROOT = 2
 
 
 @dataclass(frozen=True)
@@ -72,8 +79,8 @@ class InvertedLists:
 
 
 def list_count(n: int) -> int:
-    """√n lists, at least one (and never more lists than rows)."""
-    return max(1, min(n, round(math.sqrt(n))))
+    """LISTS_PER_ROOT·√n lists, at least one (and never more lists than rows)."""
+    return max(1, min(n, round(LISTS_PER_ROOT * math.sqrt(n))))
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

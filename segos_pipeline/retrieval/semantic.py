@@ -152,7 +152,7 @@ FUNNEL_SHARE = 0.05  # the bundled model is 256-d; smaller ones are its leading 
 # A million skills' coarse vectors are 256 MB read per query. Past `semantic_lists_min_skills` skills
 # (when set), inverted lists over the full vectors (ann.py) replace the funnel: a query scores the rows of
 # the lists nearest it until it has read IVF_SCAN_ROWS of them, so its cost stops growing with the library.
-IVF_SCAN_ROWS = 32_768
+IVF_SCAN_ROWS = 16_384
 _IVF_FORMAT = 2  # 2: lists over the full vectors, with the vectors stored in list order
 _FEW = 8
 _EMBED_CHUNK = 4_096  # texts tokenised at once: bounds the token id lists held in Python
