@@ -155,8 +155,8 @@ class RetrievalConfig(_Overridable):
     semantic_candidates: int = 20  # skills per query that may get semantic evidence
     semantic_min_cosine: float = 0.1  # below this a skill gets none, whatever its place
     # Past this many skills the semantic search reads only the rows of the inverted lists nearest the
-    # query (retrieval/ann.py, 16,384 rows): 3.5 ms p50 at a million synthetic skills against 72 ms for the
-    # coarse funnel, whose cost grows with the library (about 9, 14 and 27 ms at 100k, 200k and 300k).
+    # query (retrieval/ann.py, 16,384 rows): 3.9 ms p50 at a million synthetic skills against 66 ms for the
+    # coarse funnel, whose cost grows with the library (about 7, 14 and 20 ms at 100k, 200k and 300k).
     # The price is recall of the exact top 20 (0.82 at 100k, 0.73 at 200k, 0.50 at 1M against the
     # funnel's 0.91-0.97); end to end, hit@5 was equal within a query or two (benchmarks/results/semantic.md).
     # Up to 200k the funnel's better recall costs at most about 10 ms more; past it, the funnel alone would
