@@ -1,13 +1,22 @@
-"""Inverted lists (retrieval/ann.py) and the semantic index's use of them past `semantic_lists_min_skills`."""
+"""Inverted lists (retrieval/ann.py) over the full skill vectors, stored in list order, and the semantic
+index's use of them past `semantic_lists_min_skills`: exact when every list is read, deterministic, sparse
+evidence equal to the dense evidence on every path, a bounded read, and a cache entry that is rebuilt when
+damaged or foreign."""
 
 from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
 
 from segos_pipeline import RetrievalConfig, Retriever, SnapshotStore
 from segos_pipeline.retrieval import semantic as semantic_mod
-from segos_pipeline.retrieval.ann import build_lists, list_count
+from segos_pipeline.retrieval.ann import InvertedLists, build_lists, check_lists, list_count
+from segos_pipeline.retrieval.semantic import SemanticIndex, SkillVectors, head_scores
 
 
 def _clustered(n: int, d: int = 32, clusters: int = 60, seed: int = 3) -> np.ndarray:
@@ -17,49 +26,190 @@ def _clustered(n: int, d: int = 32, clusters: int = 60, seed: int = 3) -> np.nda
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-def test_every_row_is_in_exactly_one_list_and_lists_are_deterministic():
+def _index(x: np.ndarray, lists: InvertedLists | None, scan_rows: int, m: int = 20) -> SemanticIndex:
+    """A semantic index over given vectors; queries are given as vectors, so no embedding backend."""
+    vectors = SkillVectors("test", [str(i) for i in range(len(x))], x, 0, "k")
+    return SemanticIndex(vectors, None, m, 0.1, lists, scan_rows)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------------------- the lists
+
+
+def test_every_row_is_in_exactly_one_list_and_lists_are_deterministic_bit_for_bit():
     x = _clustered(5_000)
-    a, b = build_lists(x), build_lists(x)
-    assert len(a.centroids) == list_count(5_000) == 71
+    a, b = build_lists(x), build_lists(x.copy())
+    assert len(a.centroids) == list_count(5_000) == 141
     assert np.array_equal(np.sort(a.order), np.arange(5_000))
     assert a.offsets[0] == 0 and a.offsets[-1] == 5_000 and (a.sizes > 0).all()
-    assert np.array_equal(a.order, b.order) and np.array_equal(a.centroids, b.centroids)
+    for field in ("centroids", "order", "offsets", "vectors"):
+        assert getattr(a, field).tobytes() == getattr(b, field).tobytes(), field
+    assert np.array_equal(a.vectors, x[a.order])  # the rows themselves, in list order
+    assert a.vectors.flags.c_contiguous and a.vectors.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(a.centroids, axis=1), 1.0, rtol=1e-5)
+    assert check_lists(a, x) is None
 
 
-def test_a_probe_reads_the_nearest_lists_whole_until_it_has_enough_rows():
+def test_a_scan_reads_the_nearest_lists_whole_until_it_has_enough_rows():
     x = _clustered(5_000)
     lists = build_lists(x)
     q = x[17]
-    rows = lists.probe(q, 600)
+    chosen = lists.choose(q, 600)
     ranked = np.argsort(-(lists.centroids @ q), kind="stable")
-    covered = np.cumsum(lists.sizes[ranked])
-    take = int(np.searchsorted(covered, 600)) + 1
+    take = int(np.searchsorted(np.cumsum(lists.sizes[ranked]), 600)) + 1
+    assert np.array_equal(chosen, ranked[:take])
+    rows, sims = lists.scan(q, 600)
     bounds = lists.offsets
-    expected = np.concatenate([lists.order[bounds[li] : bounds[li + 1]] for li in ranked[:take]])
+    expected = np.concatenate([lists.order[bounds[li] : bounds[li + 1]] for li in np.sort(chosen)])
     assert np.array_equal(rows, expected)
+    np.testing.assert_allclose(sims, x[rows] @ q, rtol=1e-5, atol=1e-6)
     assert 600 <= len(rows) < 600 + lists.sizes.max()
-    assert np.array_equal(np.sort(lists.probe(q, 10**9)), np.arange(5_000))  # more than there are: all
+    assert np.array_equal(np.sort(lists.scan(q, 10**9)[0]), np.arange(5_000))  # more than there are: all
+
+
+def test_adjacent_chosen_lists_are_read_as_one_span():
+    offsets = np.array([0, 3, 3, 7, 10, 12])  # list 1 is empty
+    vectors = np.zeros((12, 2), np.float32)
+    lists = InvertedLists(np.eye(5, 2, dtype=np.float32), np.arange(12), offsets, vectors)
+    starts, ends = lists.spans(np.array([3, 0, 1, 2]))
+    assert starts.tolist() == [0] and ends.tolist() == [10]
+    starts, ends = lists.spans(np.array([4, 0]))
+    assert starts.tolist() == [0, 10] and ends.tolist() == [3, 12]
+    assert [len(a) for a in lists.spans(np.array([1]))] == [0, 0]
 
 
 def test_the_rows_read_hold_the_exact_nearest_neighbours():
-    """Recall of the exact top 20 among the rows a probe reads (a tenth of the library)."""
+    """Recall of the exact top 20 among the rows a scan reads (a tenth of the library)."""
     x = _clustered(20_000)
     lists = build_lists(x)
     rng = np.random.default_rng(0)
     recall = []
     for i in rng.integers(0, len(x), 40):
         exact = np.argpartition(-(x @ x[i]), 20)[:20]
-        recall.append(np.isin(exact, lists.probe(x[i], 2_000)).mean())
+        recall.append(np.isin(exact, lists.scan(x[i], 2_000)[0]).mean())
     assert np.mean(recall) >= 0.95
+
+
+# ---------------------------------------------------------------------------- reading budget, sparse
+
+
+class _CountingRows(np.ndarray):
+    """List-ordered vectors that record how many rows each slice reads."""
+
+    reads: ClassVar[list[int]] = []
+
+    def __getitem__(self, key):
+        out = super().__getitem__(key)
+        if isinstance(key, slice):
+            _CountingRows.reads.append(len(out))
+        else:  # a gather (fancy index or single row) would bypass the contiguous reads measured here
+            raise AssertionError(f"list-ordered vectors read by {type(key).__name__}, not by a slice")
+        return out
+
+
+class _Untouchable(np.ndarray):
+    """A skill matrix the lists path must not read: any arithmetic or indexing on it fails."""
+
+    def __getitem__(self, key):
+        raise AssertionError("the full matrix was indexed")
+
+    def __array_ufunc__(self, *args, **kwargs):
+        raise AssertionError("the full matrix was computed on")
+
+
+def test_the_reading_budget_bounds_the_rows_read_and_nothing_else_is_touched():
+    x = _clustered(20_000)
+    built = build_lists(x)
+    counted = InvertedLists(built.centroids, built.order, built.offsets, built.vectors.view(_CountingRows))
+    sem = _index(x.view(_Untouchable), counted, scan_rows=1_500)
+    rng = np.random.default_rng(1)
+    for i in rng.integers(0, len(x), 25):
+        _CountingRows.reads = []
+        nodes, z = sem.evidence_nodes_of(x[i])
+        read = sum(_CountingRows.reads)
+        assert 1_500 <= read < 1_500 + built.sizes.max()
+        assert len(_CountingRows.reads) <= len(built.choose(x[i], 1_500))  # a span per run of lists
+        assert read == len(built.scan(x[i], 1_500)[0])
+        assert 0 < len(nodes) <= sem.candidates and (np.diff(nodes) > 0).all() and (z > 0).all()
+        assert int(i) in nodes.tolist() and z[nodes.tolist().index(int(i))] == pytest.approx(1.0)
+
+
+def test_lists_over_full_vectors_equal_exact_search_when_every_list_is_read():
+    x = _clustered(6_000)
+    lists = build_lists(x)
+    exact = _index(x, None, 0)
+    assert exact.shortlist(x[0]) is None  # 6,000 skills: below the funnel, the exact pass
+    everything = _index(x, lists, scan_rows=len(x))
+    for i in (0, 11, 4_321):
+        q = x[i]
+        np.testing.assert_allclose(everything.evidence_of(q), exact.evidence_of(q), rtol=0, atol=1e-6)
+        a, b = everything.evidence_nodes_of(q), exact.evidence_nodes_of(q)
+        assert np.array_equal(a[0], b[0])
+
+
+def _paths(x: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> dict[str, SemanticIndex]:
+    monkeypatch.setattr(semantic_mod, "FUNNEL_MIN_SKILLS", 1_000)
+    monkeypatch.setattr(semantic_mod, "FUNNEL_MIN_SHORTLIST", 500)
+    monkeypatch.setattr(semantic_mod, "FUNNEL_FACTOR", 1)
+    monkeypatch.setattr(semantic_mod, "COARSE_DIMS", 16)
+    small = _index(x[:900], None, 0)
+    funnel = _index(x, None, 0)
+    lists = _index(x, build_lists(x), scan_rows=700)
+    assert small.shortlist(x[0]) is None and len(funnel.shortlist(x[0])) == 500 and lists.lists is not None
+    return {"exact": small, "funnel": funnel, "lists": lists}
+
+
+def _reference(sem: SemanticIndex, q: np.ndarray, patch: dict[int, np.ndarray]) -> np.ndarray:
+    """The evidence restated: exact similarities (patched) over the skills the path scores, -inf for the
+    rest, one head over them."""
+    n = sem.matrix.shape[0]
+    if sem.lists is not None:
+        rows = sem.lists.scan(q, sem.scan_rows)[0]
+    else:
+        rows = sem.shortlist(q)
+        rows = np.arange(n) if rows is None else rows
+    scored = np.zeros(n, dtype=bool)
+    scored[rows] = True
+    scored[list(patch)] = True
+    sims = (np.asarray(sem.matrix) @ q).astype(np.float64)
+    for node, vec in patch.items():
+        sims[node] = float(vec @ q)
+    return head_scores(np.where(scored, sims, -np.inf), sem.candidates, sem.min_cosine)
+
+
+@pytest.mark.parametrize("path", ["exact", "funnel", "lists"])
+def test_evidence_nodes_equals_the_dense_evidence_on_every_path_with_and_without_patch(path, monkeypatch):
+    x = _clustered(4_000, d=32, clusters=40, seed=5)
+    sem = _paths(x, monkeypatch)[path]
+    n = sem.matrix.shape[0]
+    rng = np.random.default_rng(2)
+    for i in rng.integers(0, n, 8):
+        q = x[i]
+        scored = np.flatnonzero(_reference(sem, q, {}) > 0)
+        unseen = np.setdiff1d(np.arange(n), scored)
+        patches = [
+            {},
+            {int(unseen[-1]): q},  # given the query's own vector: first, whatever list it is in
+            {int(scored[0]): -q, int(unseen[0]): x[(i + 1) % n]},  # a skill of the head loses its place
+        ]
+        for patch in patches:
+            nodes, z = sem.evidence_nodes_of(q, patch)
+            dense = sem.evidence_of(q, patch)
+            assert (np.diff(nodes) > 0).all() and (z > 0).all()
+            assert np.array_equal(nodes, np.flatnonzero(dense)) and np.array_equal(z, dense[nodes])
+            # float32 products over blocks of rows round apart from those over the whole matrix
+            np.testing.assert_allclose(dense, _reference(sem, q, patch), rtol=0, atol=1e-5)
+            if patch:
+                first = next(iter(patch))
+                assert (dense[first] == pytest.approx(1.0)) == (patch[first] is q)
+
+
+# ------------------------------------------------------------------------------------ the demo store
 
 
 @pytest.fixture
 def ivf_everywhere(monkeypatch):
-    """The large-library path on the 69-skill demo (with `LISTS`: lists from 20 skills): a probe reads
-    about half of them, and every row it reads is scored exactly (the shortlist is larger than the probe)."""
-    monkeypatch.setattr(semantic_mod, "FUNNEL_MIN_SKILLS", 10)
-    monkeypatch.setattr(semantic_mod, "FUNNEL_MIN_SHORTLIST", 100)
+    """The large-library path on the 69-skill demo (with `LISTS`: lists from 20 skills): a query reads
+    about half of its 8 lists."""
     monkeypatch.setattr(semantic_mod, "IVF_SCAN_ROWS", 30)
 
 
@@ -67,28 +217,38 @@ LISTS = RetrievalConfig(semantic_lists_min_skills=20)
 QUERIES = ("convert a pdf to text", "train a model on tabular data", "deploy a container", "resize photos")
 
 
+def _entry(store: Path) -> Path:
+    entries = [p for p in (store / "cache" / "semantic-lists").iterdir() if not p.name.startswith(".")]
+    assert len(entries) == 1 and (entries[0] / "complete").is_file()
+    return entries[0]
+
+
 def test_semantic_evidence_through_inverted_lists_is_the_exact_pass_over_the_rows_read(
     demo_store, ivf_everywhere
 ):
     snap = SnapshotStore(demo_store).load()
     ivf = Retriever(snap, LISTS).semantic
-    assert ivf is not None and ivf.lists is not None
-    cached = list((demo_store / "cache" / "semantic-lists").iterdir())
-    assert len(cached) == 1 and (cached[0] / "complete").is_file()
+    assert ivf is not None and ivf.lists is not None and ivf.scan_rows == 30
+    entry = _entry(demo_store)
+    assert {p.name for p in entry.iterdir()} >= {"centroids.npy", "order.npy", "offsets.npy", "vectors.npy"}
     for q in QUERIES:
-        rows = ivf.shortlist(ivf.query_vector(q))
-        assert rows is not None and 30 <= len(rows) < 69
+        rows, _ = ivf.lists.scan(ivf.query_vector(q), ivf.scan_rows)
+        assert 30 <= len(rows) < 69
         sims = np.full(69, -np.inf)
-        sims[rows] = ivf.similarities(q)[rows]  # skills the probe did not read get nothing
+        sims[rows] = ivf.similarities(q)[rows]  # skills the scan did not read get nothing
         z_ivf = ivf.evidence(q)
         assert np.count_nonzero(z_ivf) > 0
         np.testing.assert_allclose(
             z_ivf, semantic_mod.head_scores(sims, ivf.candidates, ivf.min_cosine), rtol=0, atol=1e-6
         )
-    # A second process-level load reads the cached lists instead of building them again.
+        nodes, z = ivf.evidence_nodes(q)
+        assert np.array_equal(nodes, np.flatnonzero(z_ivf)) and np.array_equal(z, z_ivf[nodes])
+    # A second process-level load reads the cached lists, memory-mapped, instead of building them again.
     semantic_mod._RECENT_LISTS.clear()
     again = Retriever(SnapshotStore(demo_store).load(), LISTS).semantic
     assert np.array_equal(again.lists.order, ivf.lists.order)
+    assert isinstance(again.lists.vectors.base, np.memmap)
+    assert ivf.evidence_nodes("")[0].size == 0
 
 
 def test_a_patched_vector_is_scored_even_off_the_probed_lists(demo_store, ivf_everywhere):
@@ -96,10 +256,63 @@ def test_a_patched_vector_is_scored_even_off_the_probed_lists(demo_store, ivf_ev
     sem = Retriever(snap, LISTS).semantic
     q = QUERIES[0]
     qv = sem.query_vector(q)
-    rows = sem.shortlist(qv)
+    rows, _ = sem.lists.scan(qv, sem.scan_rows)
     outside = int(np.setdiff1d(np.arange(sem.matrix.shape[0]), rows)[0])
     z = sem.evidence(q, {outside: qv})  # give it the query's own vector: it must come first
     assert z[outside] == pytest.approx(1.0)
+    nodes, zn = sem.evidence_nodes(q, {outside: qv})
+    assert outside in nodes.tolist() and np.array_equal(zn, z[nodes])
+
+
+# Damage replaces a file (unlink, then write) instead of rewriting it in place: an earlier test's lists
+# still map the old file, and truncating a mapped file under a reader is a bus error, not a cache miss
+# (the cache's own writer also stages a new folder and renames it into place).
+def _replace(path: Path, data: bytes) -> None:
+    path.unlink()
+    path.write_bytes(data)
+
+
+def _npy(array: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, array)
+    return buf.getvalue()
+
+
+def _damage_order(entry: Path) -> None:
+    order = np.load(entry / "order.npy")
+    _replace(entry / "order.npy", _npy(order[::-1].copy()))  # a permutation, but not of these lists
+
+
+def _truncate_vectors(entry: Path) -> None:
+    data = (entry / "vectors.npy").read_bytes()
+    _replace(entry / "vectors.npy", data[: len(data) // 2])
+
+
+def _old_format(entry: Path) -> None:
+    meta = json.loads((entry / "complete").read_text())
+    _replace(entry / "complete", json.dumps({**meta, "format": 1}).encode())
+
+
+def _foreign_vectors(entry: Path) -> None:
+    v = np.load(entry / "vectors.npy")
+    _replace(entry / "vectors.npy", _npy(np.roll(v, 1, axis=0)))  # same shape, other rows
+
+
+@pytest.mark.parametrize("damage", [_damage_order, _truncate_vectors, _old_format, _foreign_vectors])
+def test_a_damaged_or_foreign_lists_cache_entry_is_rebuilt(demo_store, ivf_everywhere, damage):
+    snap = SnapshotStore(demo_store).load()
+    lists = Retriever(snap, LISTS).semantic.lists
+    good = {f: np.array(getattr(lists, f)) for f in ("centroids", "order", "offsets", "vectors")}
+    entry = _entry(demo_store)
+    damage(entry)
+    semantic_mod._RECENT_LISTS.clear()
+    again = Retriever(SnapshotStore(demo_store).load(), LISTS).semantic
+    for field in ("centroids", "order", "offsets", "vectors"):
+        assert np.array_equal(getattr(again.lists, field), good[field]), field
+    assert check_lists(again.lists, again.matrix) is None
+    # The rebuilt entry replaced the damaged one on disk: the next load takes it as it is.
+    semantic_mod._RECENT_LISTS.clear()
+    assert semantic_mod._load_lists(_entry(demo_store), again.matrix) is not None
 
 
 def test_lists_are_off_when_the_setting_is_zero_or_the_library_smaller(demo_store, ivf_everywhere):

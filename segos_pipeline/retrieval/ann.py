@@ -1,10 +1,13 @@
 """Inverted lists over unit vectors (IVF): a query reads a bounded number of rows, whatever the size.
 
-The vectors are clustered once by spherical k-means (√n lists, trained on a fixed-seed sample, so the same
-vectors always give the same lists); a query ranks the list centroids and reads the rows of the best lists
-until it has read `min_rows`. Its cost is that of scoring √n centroids and `min_rows` rows: at a million
-skills about 1,000 centroids and 33,000 rows instead of a million rows. Approximate: a row whose list is
-not read is not seen (the semantic index measures what that costs against the exact pass).
+The vectors are clustered once by spherical k-means (2√n lists, trained on a fixed-seed sample, so the same
+vectors always give the same lists, bit for bit) and stored again in list order: list l is the contiguous
+block `vectors[offsets[l]:offsets[l + 1]]`. A query ranks the list centroids and scores the rows of the best
+lists, best first, until it has read `min_rows`: one matrix-vector product per run of adjacent chosen lists,
+reading contiguous memory, with no gather of scattered rows and nothing the size of the library. Its cost
+is that of scoring 2√n centroids and about `min_rows` rows: at a million skills 2,000 centroids and some
+ten thousand rows instead of a million. Approximate: a row whose list is not read is not seen (the
+semantic index measures what that costs against the exact pass).
 """
 
 from __future__ import annotations
@@ -19,6 +22,12 @@ TRAIN_ROWS_PER_LIST = 64  # k-means sample: enough rows per centroid for stable 
 TRAIN_ITERATIONS = 8
 ASSIGN_CHUNK = 65_536  # rows scored against the centroids at once: bounds the (chunk × lists) matrix
 SEED = 0
+# Lists per √n rows. Smaller lists let a query's row budget cover more of the nearest clusters: on the
+# synthetic million-skill library at 16,384 rows read, recall of the exact top 20 went 0.46 → 0.51 → 0.56
+# for 1, 2 and 4 lists per √n, while building took 13, 32 and 105 s (and every version whose texts changed
+# builds its own) and a query's time grew with the centroids and the matrix-vector products it makes
+# (benchmarks/results/semantic.md). 2: most of the recall, a third of the build of 4.
+LISTS_PER_ROOT = 2
 
 
 @dataclass(frozen=True)
@@ -26,29 +35,51 @@ class InvertedLists:
     centroids: np.ndarray  # float32 (lists, d), unit rows
     order: np.ndarray  # int64 row ids grouped by list (list 0's rows first, ascending within a list)
     offsets: np.ndarray  # int64 (lists + 1,): list l holds order[offsets[l]:offsets[l + 1]]
+    vectors: np.ndarray  # float32 (rows, d): vectors[i] is the source row order[i] (list order)
 
     @property
     def sizes(self) -> np.ndarray:
         return np.diff(self.offsets)
 
-    def probe(self, q: np.ndarray, min_rows: int) -> np.ndarray:
-        """Row ids of the lists whose centroids are most similar to `q`, taken best first until at least
-        `min_rows` rows are in (all rows when there are fewer)."""
+    def choose(self, q: np.ndarray, min_rows: int) -> np.ndarray:
+        """The lists whose centroids are most similar to `q`, best first, until they hold at least
+        `min_rows` rows (all lists when there are fewer rows)."""
         scores = self.centroids @ q
         ranked = np.argsort(-scores, kind="stable")
         covered = np.cumsum(self.sizes[ranked])
         take = int(np.searchsorted(covered, min_rows)) + 1
-        chosen = ranked[:take]
-        starts, ends = self.offsets[chosen], self.offsets[chosen + 1]
-        # One gather over the chosen ranges of `order`, without a Python loop over the lists.
+        return ranked[:take]
+
+    def spans(self, chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """[start, end) positions (in list order) of the chosen lists, ascending, adjacent lists merged
+        into one span so each span is one contiguous read."""
+        lists = np.sort(chosen)
+        starts, ends = self.offsets[lists], self.offsets[lists + 1]
+        keep = ends > starts  # an empty list reads nothing
+        starts, ends = starts[keep], ends[keep]
+        if len(starts) == 0:
+            return starts, ends
+        new = np.concatenate(([True], starts[1:] != ends[:-1]))  # a span starts where the last one stopped
+        last = np.concatenate((np.flatnonzero(new)[1:] - 1, [len(ends) - 1]))
+        return starts[new], ends[last]
+
+    def scan(self, q: np.ndarray, min_rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """(row ids, their similarity to `q`) over the rows of the lists `choose` picks, read span by span
+        (row ids ascending by list position, not by id)."""
+        starts, ends = self.spans(self.choose(q, min_rows))
+        q = np.asarray(q, dtype=self.vectors.dtype)
+        sims = [self.vectors[s:e] @ q for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
         lengths = ends - starts
-        pos = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
-        return self.order[pos + np.arange(int(lengths.sum()))]
+        total = int(lengths.sum())
+        # The list positions of every row read (concatenated ranges), then their source row ids.
+        pos = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths) + np.arange(total)
+        scores = np.concatenate(sims) if sims else np.zeros(0, dtype=self.vectors.dtype)
+        return self.order[pos], scores
 
 
 def list_count(n: int) -> int:
-    """√n lists, at least one (and never more lists than rows)."""
-    return max(1, min(n, round(math.sqrt(n))))
+    """LISTS_PER_ROOT·√n lists, at least one (and never more lists than rows)."""
+    return max(1, min(n, round(LISTS_PER_ROOT * math.sqrt(n))))
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -89,11 +120,34 @@ def train(
 
 
 def build_lists(vectors: np.ndarray, lists: int | None = None, seed: int = SEED) -> InvertedLists:
-    """Inverted lists over `vectors` (unit rows, float32)."""
+    """Inverted lists over `vectors` (unit rows, float32), with a copy of the vectors in list order."""
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     k = list_count(len(vectors)) if lists is None else lists
     centroids = train(vectors, k, seed)
     labels = assign(vectors, centroids)
     order = np.argsort(labels, kind="stable").astype(np.int64)
     offsets = np.concatenate(([0], np.cumsum(np.bincount(labels, minlength=k)))).astype(np.int64)
-    return InvertedLists(centroids, order, offsets)
+    return InvertedLists(centroids, order, offsets, vectors[order])
+
+
+def check_lists(lists: InvertedLists, source: np.ndarray, spot_rows: int = 64) -> str | None:
+    """Why `lists` cannot be the lists of `source` (None when they can): shapes, offsets, a permutation
+    for `order`, and a seeded sample of rows compared bit for bit with the source rows they claim to be
+    (a full comparison would read every vector; a foreign entry of the same shape fails the sample)."""
+    n, d = source.shape
+    c, order, offsets, vectors = lists.centroids, lists.order, lists.offsets, lists.vectors
+    if c.ndim != 2 or c.shape[1] != d or len(c) == 0:
+        return "centroids do not match the vectors' dimension"
+    if vectors.shape != (n, d) or vectors.dtype != np.float32:
+        return "list-ordered vectors have the wrong shape or type"
+    if offsets.shape != (len(c) + 1,) or offsets[0] != 0 or offsets[-1] != n or (np.diff(offsets) < 0).any():
+        return "offsets do not cover the rows"
+    if order.shape != (n,) or (n and (order.min() < 0 or order.max() >= n)):
+        return "order is not a permutation of the rows"
+    if n and not (np.bincount(order, minlength=n) == 1).all():
+        return "order is not a permutation of the rows"
+    if n:
+        pos = np.random.default_rng(SEED).choice(n, size=min(n, spot_rows), replace=False)
+        if not np.array_equal(np.asarray(vectors[pos]), source[order[pos]]):
+            return "list-ordered vectors are not the source rows"
+    return None

@@ -37,7 +37,7 @@ import polars as pl
 import scipy.sparse as sp
 
 from ..store.cache import cache_root, write_entry
-from .ann import InvertedLists, build_lists, list_count
+from .ann import InvertedLists, build_lists, check_lists, list_count
 
 if TYPE_CHECKING:
     from ..config import RetrievalConfig
@@ -150,10 +150,10 @@ FUNNEL_FACTOR = 20
 FUNNEL_MIN_SHORTLIST = 2_000
 FUNNEL_SHARE = 0.05  # the bundled model is 256-d; smaller ones are its leading columns
 # A million skills' coarse vectors are 256 MB read per query. Past `semantic_lists_min_skills` skills
-# (when set), inverted lists over the coarse vectors (ann.py) pick the IVF_SCAN_ROWS rows the first pass
-# reads, and the shortlist loses its FUNNEL_SHARE term, so a query's cost stops growing with the library.
-IVF_SCAN_ROWS = 32_768
-_IVF_FORMAT = 1
+# (when set), inverted lists over the full vectors (ann.py) replace the funnel: a query scores the rows of
+# the lists nearest it until it has read IVF_SCAN_ROWS of them, so its cost stops growing with the library.
+IVF_SCAN_ROWS = 16_384
+_IVF_FORMAT = 2  # 2: lists over the full vectors, with the vectors stored in list order
 _FEW = 8
 _EMBED_CHUNK = 4_096  # texts tokenised at once: bounds the token id lists held in Python
 
@@ -424,21 +424,23 @@ class SemanticIndex:
         candidates: int,
         min_cosine: float,
         lists: InvertedLists | None = None,
+        scan_rows: int | None = None,
     ):
         self.vectors = vectors
         self.backend = backend
         self.candidates = candidates
         self.min_cosine = min_cosine
-        # A large library is searched in two passes: the vectors' leading COARSE_DIMS dimensions
-        # (renormalised; the model is Matryoshka-trained) pick a shortlist, the full vectors rank it. One
-        # full pass reads the whole matrix per query (100 MB at 100k skills, 14-20 ms here); the coarse
-        # pass reads a quarter of it, and with inverted lists (`lists`, over the coarse vectors) only the
-        # rows of the lists nearest the query. Smaller libraries get the exact single pass.
+        # Three searches, by library size. Small: the exact single pass. Large (past FUNNEL_MIN_SKILLS):
+        # the vectors' leading COARSE_DIMS dimensions (renormalised; the model is Matryoshka-trained) pick
+        # a shortlist, the full vectors rank it; one full pass reads the whole matrix per query (100 MB at
+        # 100k skills), the coarse pass a quarter of it. Past `semantic_lists_min_skills` (`lists`): the
+        # full vectors of the lists nearest the query, `scan_rows` of them, in contiguous blocks.
+        self.lists = lists
+        self.scan_rows = IVF_SCAN_ROWS if scan_rows is None else scan_rows
         matrix = vectors.matrix
         self._coarse: np.ndarray | None = None
-        if matrix.shape[0] > FUNNEL_MIN_SKILLS and matrix.shape[1] > COARSE_DIMS:
+        if lists is None and matrix.shape[0] > FUNNEL_MIN_SKILLS and matrix.shape[1] > COARSE_DIMS:
             self._coarse = coarse_vectors(matrix)
-        self.lists = lists if self._coarse is not None else None
 
     @property
     def matrix(self) -> np.ndarray:
@@ -461,52 +463,72 @@ class SemanticIndex:
         return sims
 
     def shortlist(self, q: np.ndarray) -> np.ndarray | None:
-        """The rows the exact pass scores for query vector `q` (None: every row)."""
+        """The rows the funnel's exact pass scores for query vector `q` (None: every row, the exact
+        search; the lists path does not use a shortlist)."""
         if self._coarse is None:
             return None
         qc = _unit(q[:COARSE_DIMS])
-        short = max(FUNNEL_FACTOR * (self.candidates + 1), FUNNEL_MIN_SHORTLIST)
-        if self.lists is not None:
-            rows = self.lists.probe(qc, IVF_SCAN_ROWS)
-            coarse = self._coarse[rows] @ qc
-        else:
-            rows = None
-            coarse = self._coarse @ qc
-            short = max(short, int(FUNNEL_SHARE * len(coarse)))
+        coarse = self._coarse @ qc
+        short = max(
+            FUNNEL_FACTOR * (self.candidates + 1), FUNNEL_MIN_SHORTLIST, int(FUNNEL_SHARE * len(coarse))
+        )
         if short >= len(coarse):
-            return rows
-        pick = np.argpartition(-coarse, short - 1)[:short]
-        return pick if rows is None else rows[pick]
+            return None
+        return np.argpartition(-coarse, short - 1)[:short]
 
     def evidence(self, query: str, patch: dict[int, np.ndarray] | None = None) -> np.ndarray:
         """z ∈ [0, 1] for the `candidates` most similar skills (best = 1, the next one after them = 0),
         0 for every other skill and for any skill below `min_cosine`."""
-        if self._coarse is None or not query.strip():
-            return head_scores(self.similarities(query, patch), self.candidates, self.min_cosine)
-        return self.evidence_of(self.query_vector(query), patch)
+        return self._dense(*self.evidence_nodes(query, patch))
 
     def evidence_nodes(
         self, query: str, patch: dict[int, np.ndarray] | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """`evidence` held over the skills that have any: (sorted node indices, their z > 0)."""
-        z = self.evidence(query, patch)
-        nodes = np.flatnonzero(z)
-        return nodes, z[nodes]
+        """`evidence` held over the skills that have any: (sorted node indices, their z > 0). On the lists
+        path nothing the size of the library is allocated or read."""
+        if self.matrix.shape[0] == 0 or not query.strip():
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        return self.evidence_nodes_of(self.query_vector(query), patch)
 
     def evidence_of(self, q: np.ndarray, patch: dict[int, np.ndarray] | None = None) -> np.ndarray:
         """`evidence` for an already embedded (unit) query vector."""
-        n = self.matrix.shape[0]
-        rows = self.shortlist(q)
-        if rows is None:
-            return head_scores(self._exact(q, patch), self.candidates, self.min_cosine)
+        return self._dense(*self.evidence_nodes_of(q, patch))
+
+    def evidence_nodes_of(
+        self, q: np.ndarray, patch: dict[int, np.ndarray] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`evidence_nodes` for an already embedded (unit) query vector."""
+        rows, sims = self._scored(q, patch)
+        # Skills not scored rank below every one that was: the head is taken among the scored ones.
+        pos, z = head_of(sims, self.candidates, self.min_cosine)
+        nodes = pos if rows is None else rows[pos]
+        ranked = np.argsort(nodes, kind="stable")
+        return nodes[ranked].astype(np.int64, copy=False), z[ranked]
+
+    def _scored(
+        self, q: np.ndarray, patch: dict[int, np.ndarray] | None
+    ) -> tuple[np.ndarray | None, np.ndarray]:
+        """(node ids, similarities) of the skills a search scores (node ids None: every skill, in order).
+        A patched skill is always scored, with its new vector, whichever lists or shortlist it is in."""
+        if self.lists is not None:
+            rows, sims = self.lists.scan(q, self.scan_rows)
+            sims = sims.astype(np.float64)
+        else:
+            rows = self.shortlist(q)
+            if rows is None:
+                return None, self._exact(q, patch)
+            sims = (self.matrix[rows] @ q).astype(np.float64)
         if patch:
-            rows = np.union1d(rows, np.fromiter(patch, dtype=np.int64))
-        sims = (self.matrix[rows] @ q).astype(np.float64)
-        for node, vec in (patch or {}).items():
-            sims[np.searchsorted(rows, node)] = float(vec @ q)
-        # Skills off the shortlist rank below every one on it: the head is taken among the shortlist.
-        out = np.zeros(n)
-        out[rows] = head_scores(sims, self.candidates, self.min_cosine)
+            patched = np.fromiter(patch, dtype=np.int64, count=len(patch))
+            keep = ~np.isin(rows, patched)  # their stored vectors are stale
+            new = np.fromiter((float(v @ q) for v in patch.values()), dtype=np.float64, count=len(patch))
+            rows = np.concatenate((rows[keep], patched))
+            sims = np.concatenate((sims[keep], new))
+        return rows, sims
+
+    def _dense(self, nodes: np.ndarray, z: np.ndarray) -> np.ndarray:
+        out = np.zeros(self.matrix.shape[0])
+        out[nodes] = z
         return out
 
     def vector_of(self, nodes_row: pl.DataFrame) -> np.ndarray:
@@ -525,11 +547,12 @@ _RECENT_LISTS: OrderedDict[str, InvertedLists] = OrderedDict()
 
 
 def lists_for(snapshot: Snapshot, vectors: SkillVectors, min_skills: int) -> InvertedLists | None:
-    """The inverted lists of a version's coarse vectors when it has more than `min_skills` skills (None
-    otherwise, and always for 0): from the store's cache, else built (seconds at a million skills) and
-    cached like the vectors."""
-    n, d = vectors.matrix.shape
-    if min_skills <= 0 or n <= min_skills or d <= COARSE_DIMS or not vectors.key:
+    """The inverted lists of a version's skill vectors when it has more than `min_skills` skills (None
+    otherwise, and always for 0): from the store's cache (the list-ordered vectors memory-mapped), else
+    built (seconds to a minute at a million skills) and cached like the vectors. A damaged or foreign
+    cache entry is rebuilt and replaced."""
+    n = vectors.matrix.shape[0]
+    if min_skills <= 0 or n <= min_skills or not vectors.key:
         return None
     key = f"{vectors.key}-f{_IVF_FORMAT}-k{list_count(n)}"
     with _RECENT_LOCK:
@@ -537,18 +560,13 @@ def lists_for(snapshot: Snapshot, vectors: SkillVectors, min_skills: int) -> Inv
     if hit is not None:
         return hit
     root = cache_root(snapshot.path, "semantic-lists")
-    lists = _load_lists(root / key, n) if root is not None else None
+    lists = _load_lists(root / key, vectors.matrix) if root is not None else None
     if lists is None:
-        lists = build_lists(coarse_vectors(vectors.matrix), list_count(n))
-        if root is not None:
-
-            def fill(stage: Path) -> None:
-                np.save(stage / "centroids.npy", lists.centroids)
-                np.save(stage / "order.npy", lists.order)
-                np.save(stage / "offsets.npy", lists.offsets)
-                (stage / "complete").write_text(json.dumps({"format": _IVF_FORMAT, "rows": n}))
-
-            write_entry(root, key, fill)
+        lists = build_lists(vectors.matrix, list_count(n))
+        if root is not None and _save_lists(root, key, lists):
+            # Read back memory-mapped: the list-ordered copy then lives in the page cache, shared by every
+            # process that loads this version, instead of in this process's heap.
+            lists = _load_lists(root / key, vectors.matrix) or lists
     with _RECENT_LOCK:
         _RECENT_LISTS[key] = lists
         while len(_RECENT_LISTS) > _RECENT_MAX:
@@ -556,27 +574,42 @@ def lists_for(snapshot: Snapshot, vectors: SkillVectors, min_skills: int) -> Inv
     return lists
 
 
-def _load_lists(folder: Path, n: int) -> InvertedLists | None:
+def _save_lists(root: Path, key: str, lists: InvertedLists) -> bool:
+    def fill(stage: Path) -> None:
+        np.save(stage / "centroids.npy", lists.centroids)
+        np.save(stage / "order.npy", lists.order)
+        np.save(stage / "offsets.npy", lists.offsets)
+        np.save(stage / "vectors.npy", lists.vectors)
+        meta = {"format": _IVF_FORMAT, "rows": len(lists.order), "lists": len(lists.centroids)}
+        (stage / "complete").write_text(json.dumps(meta))
+
+    return write_entry(root, key, fill)
+
+
+def _load_lists(folder: Path, source: np.ndarray) -> InvertedLists | None:
+    """The cached lists in `folder` when they are complete, of this format and the lists of `source`."""
     try:
-        if not (folder / "complete").is_file():
+        meta = json.loads((folder / "complete").read_text())
+        if meta.get("format") != _IVF_FORMAT:
             return None
         lists = InvertedLists(
-            np.load(folder / "centroids.npy"), np.load(folder / "order.npy"), np.load(folder / "offsets.npy")
+            np.load(folder / "centroids.npy"),
+            np.load(folder / "order.npy"),
+            np.load(folder / "offsets.npy"),
+            np.asarray(np.load(folder / "vectors.npy", mmap_mode="r")),
         )
-    except (OSError, ValueError):
+    except (OSError, ValueError, KeyError, AttributeError):
         return None
-    if len(lists.order) != n or lists.offsets[-1] != n or len(lists.offsets) != len(lists.centroids) + 1:
-        return None  # damaged or foreign: rebuilt by the caller
-    return lists
+    return lists if check_lists(lists, source) is None else None  # damaged or foreign: rebuilt by the caller
 
 
-def head_scores(sims: np.ndarray, m: int, floor: float) -> np.ndarray:
-    """The top-m similarities rescaled to (0, 1] against the (m+1)-th (the reference, or `floor` when that
-    is higher), zero elsewhere. One partial selection, linear in the number of skills."""
+def head_of(sims: np.ndarray, m: int, floor: float) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, z > 0) of the top-m similarities rescaled to (0, 1] against the (m+1)-th (the
+    reference, or `floor` when that is higher). One partial selection, linear in len(sims)."""
     n = len(sims)
-    out = np.zeros(n)
+    none = np.zeros(0, dtype=np.int64), np.zeros(0)
     if n == 0 or m <= 0:
-        return out
+        return none
     if m < n:
         part = np.argpartition(-sims, m)[: m + 1]  # position m holds the (m+1)-th largest
         ref, head = float(sims[part[m]]), part[:m]
@@ -585,10 +618,17 @@ def head_scores(sims: np.ndarray, m: int, floor: float) -> np.ndarray:
     ref = max(ref, floor)
     top = float(sims[head].max())
     if top <= ref:
-        return out
+        return none
     vals = (sims[head] - ref) / (top - ref)
     keep = vals > 0
-    out[head[keep]] = vals[keep]
+    return head[keep].astype(np.int64, copy=False), vals[keep]
+
+
+def head_scores(sims: np.ndarray, m: int, floor: float) -> np.ndarray:
+    """`head_of` as a dense vector: z for the head, zero elsewhere."""
+    out = np.zeros(len(sims))
+    pos, z = head_of(sims, m, floor)
+    out[pos] = z
     return out
 
 
