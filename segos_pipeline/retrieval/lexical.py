@@ -33,7 +33,7 @@ from ..config import RetrievalConfig
 from ..store.cache import cache_root, write_entry
 from ..text.lexicon import Vocabulary
 from ..text.tokens import tokenize
-from .sets import contains, merged, top_k, union_positions, unique
+from .sets import contains, merged, scattered, top_k, union_positions, unique, value_at
 from .token_rows import CODED_FIELDS, NAME, EncodedTokens, TokenRows, field_codes, sorted_rows
 
 if TYPE_CHECKING:
@@ -71,13 +71,10 @@ class Evidence:
 
     def at(self, node: int) -> float:
         """m_i(q) of one skill (a binary search, not the dense view)."""
-        i = int(np.searchsorted(self.nodes, node))
-        return float(self.node_evidence[i]) if i < len(self.nodes) and self.nodes[i] == node else 0.0
+        return value_at(self.nodes, self.node_evidence, node)
 
     def _dense(self, values: np.ndarray) -> np.ndarray:
-        out = np.zeros(self.n, dtype=values.dtype)
-        out[self.nodes] = values
-        return out
+        return scattered(self.n, self.nodes, values)
 
     @cached_property
     def score(self) -> np.ndarray:

@@ -38,7 +38,7 @@ from ..text.names import SkillNames
 from .lexical import Evidence, LexicalIndex, index_for
 from .push import PushOperator
 from .semantic import SemanticIndex, semantic_index
-from .sets import top_k, union_positions
+from .sets import scattered, top_k, union_positions, value_at
 
 
 @dataclass
@@ -134,44 +134,34 @@ class Ranking:
 
     def score_of(self, node: int) -> float:
         """ρ of one skill (0 when it is no candidate)."""
-        return _value_at(self.candidates, self.scores, node)
+        return value_at(self.candidates, self.scores, node)
 
     def graph_of(self, node: int) -> float:
         """s* of one skill."""
-        return _value_at(self.graph_nodes, self.graph_mass, node)
+        return value_at(self.graph_nodes, self.graph_mass, node)
 
     def semantic_of(self, node: int) -> float:
         """z of one skill (0 when the query was not embedded)."""
         if self.semantic_nodes is None or self.semantic_z is None:
             return 0.0
-        return _value_at(self.semantic_nodes, self.semantic_z, node)
-
-    def _dense(self, nodes: np.ndarray, values: np.ndarray) -> np.ndarray:
-        out = np.zeros(self.n)
-        out[nodes] = values
-        return out
+        return value_at(self.semantic_nodes, self.semantic_z, node)
 
     @cached_property
     def rho(self) -> np.ndarray:
         """ρ over all nodes (dense)."""
-        return self._dense(self.candidates, self.scores)
+        return scattered(self.n, self.candidates, self.scores)
 
     @cached_property
     def graph(self) -> np.ndarray:
         """s* over all nodes (dense)."""
-        return self._dense(self.graph_nodes, self.graph_mass)
+        return scattered(self.n, self.graph_nodes, self.graph_mass)
 
     @cached_property
     def semantic(self) -> np.ndarray | None:
         """z over all nodes (dense), None when the query was not embedded."""
         if self.semantic_nodes is None or self.semantic_z is None:
             return None
-        return self._dense(self.semantic_nodes, self.semantic_z)
-
-
-def _value_at(nodes: np.ndarray, values: np.ndarray, node: int) -> float:
-    i = int(np.searchsorted(nodes, node))
-    return float(values[i]) if i < len(nodes) and nodes[i] == node else 0.0
+        return scattered(self.n, self.semantic_nodes, self.semantic_z)
 
 
 def closed_submatrix(m: sp.csr_matrix, sub: np.ndarray) -> sp.csr_matrix:
@@ -360,11 +350,10 @@ class Retriever:
             g_nodes, g_mass = self.graph_mass(seeds, weights)
         else:
             g_nodes, g_mass = seeds[:0], np.zeros(0)
-        if not ev.complete and len(g_nodes):  # graph candidates outside the cut get their evidence too
-            extended = self.lexical.extend(ev, g_nodes)
-            if extended is not ev:
-                ev = extended
-                nodes, m = _fused(ev, sem_nodes, sem_z, lam)
+        extended = self.lexical.extend(ev, g_nodes)  # graph candidates outside a cut get their evidence
+        if extended is not ev:
+            ev = extended
+            nodes, m = _fused(ev, sem_nodes, sem_z, lam)
         cand, at_m, at_g = union_positions(nodes, g_nodes)  # never rank a skill with no evidence at all
         graph = np.zeros(len(cand))
         graph[at_g] = g_mass

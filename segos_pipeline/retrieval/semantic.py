@@ -38,6 +38,7 @@ import scipy.sparse as sp
 
 from ..store.cache import cache_root, write_entry
 from .ann import InvertedLists, build_lists, check_lists, list_count
+from .sets import scattered
 
 if TYPE_CHECKING:
     from ..config import RetrievalConfig
@@ -479,7 +480,7 @@ class SemanticIndex:
     def evidence(self, query: str, patch: dict[int, np.ndarray] | None = None) -> np.ndarray:
         """z ∈ [0, 1] for the `candidates` most similar skills (best = 1, the next one after them = 0),
         0 for every other skill and for any skill below `min_cosine`."""
-        return self._dense(*self.evidence_nodes(query, patch))
+        return scattered(self.matrix.shape[0], *self.evidence_nodes(query, patch))
 
     def evidence_nodes(
         self, query: str, patch: dict[int, np.ndarray] | None = None
@@ -492,7 +493,7 @@ class SemanticIndex:
 
     def evidence_of(self, q: np.ndarray, patch: dict[int, np.ndarray] | None = None) -> np.ndarray:
         """`evidence` for an already embedded (unit) query vector."""
-        return self._dense(*self.evidence_nodes_of(q, patch))
+        return scattered(self.matrix.shape[0], *self.evidence_nodes_of(q, patch))
 
     def evidence_nodes_of(
         self, q: np.ndarray, patch: dict[int, np.ndarray] | None = None
@@ -525,11 +526,6 @@ class SemanticIndex:
             rows = np.concatenate((rows[keep], patched))
             sims = np.concatenate((sims[keep], new))
         return rows, sims
-
-    def _dense(self, nodes: np.ndarray, z: np.ndarray) -> np.ndarray:
-        out = np.zeros(self.matrix.shape[0])
-        out[nodes] = z
-        return out
 
     def vector_of(self, nodes_row: pl.DataFrame) -> np.ndarray:
         """The vector a (revised) one-row node table would get: to try a description rewrite."""

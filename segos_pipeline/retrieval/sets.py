@@ -66,6 +66,19 @@ def contains(sorted_set: np.ndarray, values: np.ndarray) -> np.ndarray:
     return sorted_set[at] == values
 
 
+def value_at(nodes: np.ndarray, values: np.ndarray, node: int) -> float:
+    """The value a sorted set `nodes` carries for `node` (0 when it does not hold it), by binary search."""
+    i = int(np.searchsorted(nodes, node))
+    return float(values[i]) if i < len(nodes) and nodes[i] == node else 0.0
+
+
+def scattered(n: int, nodes: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The dense length-n view of values held over `nodes` (zero elsewhere)."""
+    out = np.zeros(n, dtype=values.dtype)
+    out[nodes] = values
+    return out
+
+
 def merged(
     a: np.ndarray, a_values: np.ndarray, b: np.ndarray, b_values: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
