@@ -240,3 +240,52 @@ def test_split_frontmatter_reports_a_refused_frontmatter_and_salvages():
     fm = split_frontmatter("---\nname: a\ndescription: b\ntags: &t [*t]\n---\nbody")
     assert fm.data == {"name": "a", "description": "b"} and fm.body == "body"
     assert [p[0] for p in fm.problems] == ["yaml_alias"]
+
+
+def _tricky_tree(root):
+    """Folders whose walk order and id order differ, nested and root packages, hidden, vendored and
+    symlinked folders, a folder named like SKILL.md, a folder without permissions (readable as root)."""
+    for rel in ["a/s1", "a-b/s2", "a/s1/nested", "a/s1-x", "z/y/x/w/deep", "b/.hidden/s", "b/node_modules/s"]:
+        write_skill(root, rel, f"name: {rel.replace('/', '-')}\ndescription: skill at {rel}", "body")
+    for i in range(12):
+        write_skill(root, f"wide/s{i:02d}", f"name: wide-{i}\ndescription: wide skill {i}", "body")
+    write_skill(root, ".", "name: root-skill\ndescription: the root itself", "body")
+    (root / "c" / "SKILL.md").mkdir(parents=True)  # a folder, not a file: not a package
+    (root / "link").symlink_to(root / "a", target_is_directory=True)  # never descended
+    locked = root / "locked"
+    locked.mkdir()
+    write_skill(locked, "s", "name: locked\ndescription: unreadable", "body")
+    locked.chmod(0)
+    return locked
+
+
+def test_planned_chunks_find_exactly_the_walk_of_the_library(tmp_path, monkeypatch):
+    """The workers' share of discovery (folders split a level at a time and walked in chunks) finds the
+    same packages, in the same order, as one walk of the root, for any split and threshold."""
+    import os
+
+    import segos_pipeline.graph.parsing as parsing
+
+    locked = _tricky_tree(tmp_path)
+    try:
+        walk = []
+        for dirpath, dirnames, filenames in os.walk(tmp_path):  # the reference: os.walk, sorted, pruned
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "node_modules")
+            if "SKILL.md" in filenames:
+                walk.append(dirpath)
+        assert [str(p) for p in parsing.discover_packages(tmp_path)] == walk
+        for minimum, per_worker, levels in [(1, 1, 1), (1, 16, 3), (3, 4, 2), (10_000, 16, 3), (5, 2, 0)]:
+            monkeypatch.setattr(parsing, "_PARALLEL_MIN", minimum)
+            monkeypatch.setattr(parsing, "_UNITS_PER_WORKER", per_worker)
+            monkeypatch.setattr(parsing, "_SPLIT_LEVELS", levels)
+            monkeypatch.setattr(parsing, "_CHUNK", 3)
+            chunks, pooled = parsing._plan(tmp_path, workers=2)
+            assert [p for c in chunks for p in c.packages()] == walk
+            assert pooled == (minimum <= len(walk))
+        monkeypatch.setattr(parsing, "_PARALLEL_MIN", 1)
+        parallel = parse_library(tmp_path, workers=2)
+        serial = parse_library(tmp_path, workers=1)
+        assert parallel.nodes.equals(serial.nodes) and parallel.report.equals(serial.report)
+        assert "." in set(parallel.nodes["id"]) and "a/s1/nested" in set(parallel.nodes["id"])
+    finally:
+        locked.chmod(0o755)

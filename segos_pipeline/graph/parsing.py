@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -96,13 +97,47 @@ def discover_packages(root: Path) -> Iterator[Path]:
 
     Symlinked directories are not descended, so a link can neither leave the root nor loop.
     """
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in _SKIP_DIRS)
-        if SKILL_FILE in filenames:
-            yield Path(dirpath)
+    return map(Path, package_folders(str(root)))
 
 
-def _inside(path: Path, root: Path) -> bool:
+def _listing(folder: str) -> tuple[bool, list[tuple[str, bool]]]:
+    """Whether `folder` holds a SKILL.md (a non-directory entry of that name, as os.walk classifies it),
+    and its subfolders that discovery considers, sorted, each with whether it is a symlink."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:  # unreadable: nothing found below it, as os.walk without onerror
+        return False, []
+    has_skill = False
+    subs: list[tuple[str, bool]] = []
+    for entry in entries:
+        name = entry.name
+        try:
+            is_dir = entry.is_dir()
+        except OSError:
+            is_dir = False
+        if not is_dir:
+            has_skill = has_skill or name == SKILL_FILE
+        elif not name.startswith(".") and name not in _SKIP_DIRS:
+            try:
+                subs.append((name, entry.is_symlink()))
+            except OSError:
+                subs.append((name, False))  # as os.path.islink answers on an error
+    return has_skill, sorted(subs)
+
+
+def package_folders(root: str) -> Iterator[str]:
+    """`discover_packages` as path strings: the order of os.walk(root) with sorted folder names, without
+    its per-folder lstat and path objects (a million packages are two million folders to list)."""
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        has_skill, subs = _listing(folder)
+        if has_skill:
+            yield folder
+        stack.extend(os.path.join(folder, name) for name, link in reversed(subs) if not link)
+
+
+def _inside(path: str | Path, root: str | Path) -> bool:
     """Whether `path` resolves inside `root`. os.path.realpath, unlike Path.resolve on Python 3.11, does not
     raise on a symlink loop; the loop then fails to open and is reported as unreadable."""
     real, real_root = os.path.realpath(path), os.path.realpath(root)
@@ -116,6 +151,7 @@ _FENCE = re.compile(r"^(?:---|\.\.\.)\s*$", re.MULTILINE)
 _SALVAGE = re.compile(r"^(name|description)[^\S\n]*:\s*([^\n]*)", re.MULTILINE)
 
 
+@lru_cache(maxsize=64)
 def yaml_limits(config: ParseConfig) -> YamlLimits:
     return YamlLimits(config.max_frontmatter_chars, config.max_yaml_depth, config.max_yaml_nodes)
 
@@ -241,6 +277,8 @@ def as_str_list(value: Any, split_words: bool = False) -> list[str]:
         return [p.strip() for p in parts if p.strip()]
     if isinstance(value, dict):
         return [f"{k}: {_scalar(v)}" if v not in (None, "") else str(k) for k, v in value.items()]
+    if type(value) is list and all(type(item) is str for item in value):  # the common shape, quickly
+        return [s for item in value if (s := item.strip())]
     if isinstance(value, Iterable):
         items: list[str] = []
         for item in value:
@@ -292,8 +330,29 @@ def _first(data: dict[str, Any], *keys: str) -> Any:
     return None
 
 
+class _Sections:
+    """A body's sections, split only when a field falls back to them (most synthetic and many real
+    frontmatters declare every list field, and splitting is a tenth of a package's parse)."""
+
+    def __init__(self, body: str):
+        self.body = body
+        self._split: dict[str, str] | None = None
+
+    def __contains__(self, title: str) -> bool:
+        return title in self.split
+
+    def __getitem__(self, title: str) -> str:
+        return self.split[title]
+
+    @property
+    def split(self) -> dict[str, str]:
+        if self._split is None:
+            self._split = markdown_sections(self.body)
+        return self._split
+
+
 def _from_keys_or_section(
-    data: dict[str, Any], sections: dict[str, str], keys: tuple[str, ...], titles: tuple[str, ...]
+    data: dict[str, Any], sections: _Sections, keys: tuple[str, ...], titles: tuple[str, ...]
 ) -> list[str]:
     value = _first(data, *keys)
     if value is not None:
@@ -337,19 +396,19 @@ def _file_kind(mode: int) -> str:
     return next((kind for test, kind in _FILE_KINDS if test(mode)), "not a regular file")
 
 
-def _relative(pkg: Path, root: Path) -> str:
+def _relative(pkg: str | Path, root: str | Path) -> str:
     """`pkg` relative to `root` in POSIX form ("." for the root itself), by string prefix: pathlib's
     relative_to costs more than reading a small SKILL.md."""
-    pkg_s, root_s = str(pkg), str(root).rstrip(os.sep) or os.sep
+    pkg_s, root_s = os.fspath(pkg), os.fspath(root).rstrip(os.sep) or os.sep
     if pkg_s == root_s:
         return "."
     prefix = root_s if root_s.endswith(os.sep) else root_s + os.sep
     if pkg_s.startswith(prefix):
         return pkg_s[len(prefix) :].replace(os.sep, "/")
-    return pkg.relative_to(root).as_posix()  # not a plain prefix: pathlib decides (or raises)
+    return Path(pkg).relative_to(root).as_posix()  # not a plain prefix: pathlib decides (or raises)
 
 
-def _read_limited(path: Path, limit: int, mode: int | None = None) -> tuple[bytes, bool]:
+def _read_limited(path: str | Path, limit: int, mode: int | None = None) -> tuple[bytes, bool]:
     """The first `limit` bytes of a regular file and whether there were more; NotARegularFile otherwise.
 
     The kind is checked before opening (opening some devices has effects; `mode` is the caller's own
@@ -362,10 +421,15 @@ def _read_limited(path: Path, limit: int, mode: int | None = None) -> tuple[byte
         raise NotARegularFile(f"SKILL.md is {_file_kind(mode)}")
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     with open(fd, "rb", closefd=True) as fh:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotARegularFile(f"SKILL.md is {_file_kind(mode)}")
-        data = fh.read(limit + 1)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotARegularFile(f"SKILL.md is {_file_kind(st.st_mode)}")
+        # read(limit + 1) would allocate the whole limit (1 MB) for every small file: most of a package's
+        # read time. Ask for the size fstat saw, plus one byte to notice a file that grew since.
+        want = min(st.st_size, limit) + 1
+        data = fh.read(want)
+        if len(data) == want and want <= limit:
+            data += fh.read(limit + 1 - want)
     return data[:limit], len(data) > limit
 
 
@@ -383,7 +447,7 @@ def shown_path(text: str) -> str:
     return os.fsencode(text).decode("utf-8", errors="backslashreplace")
 
 
-def _entrypoints(pkg: Path, root: Path) -> tuple[list[str], list[str]]:
+def _entrypoints(pkg: str | Path, root: str | Path) -> tuple[list[str], list[str]]:
     """Entrypoint paths (package-relative) and the paths skipped because their names are not UTF-8.
 
     Walked with `os.scandir`: a directory entry knows whether it is a symlink or a directory without a
@@ -415,7 +479,7 @@ def _entrypoints(pkg: Path, root: Path) -> tuple[list[str], list[str]]:
                     continue
             except OSError:
                 continue
-            if name.endswith(ENTRYPOINT_SUFFIXES) and (not link or _inside(Path(entry.path), root)):
+            if name.endswith(ENTRYPOINT_SUFFIXES) and (not link or _inside(entry.path, root)):
                 rel = f"{rel_dir}/{name}"
                 (found if _decodable(rel) else undecodable).append(rel)
     return sorted(found), sorted(undecodable)
@@ -480,6 +544,8 @@ def _check_list_fields(data: dict[str, Any], report: Any) -> None:
         value = data.get(key)
         if value is None or _is_text_like(value):
             continue
+        if type(value) is list and all(type(item) is str for item in value):
+            continue
         if not isinstance(value, list):
             report(
                 "field_not_text",
@@ -498,12 +564,13 @@ def _check_list_fields(data: dict[str, Any], report: Any) -> None:
 
 
 def parse_package(
-    pkg: Path, root: Path, config: ParseConfig | None = None
+    pkg: str | Path, root: str | Path, config: ParseConfig | None = None
 ) -> tuple[dict[str, Any] | None, list[Problem]]:
     """Parse one package folder into a node row (None when it cannot be read at all) and its problems."""
     config = config or ParseConfig()
+    pkg, root = os.fspath(pkg), os.fspath(root)  # strings: path objects cost more than a small SKILL.md
     rel = _relative(pkg, root)
-    skill_path = pkg / SKILL_FILE
+    skill_path = os.path.join(pkg, SKILL_FILE)
     source = SKILL_FILE if rel == "." else f"{rel}/{SKILL_FILE}"
     problems: list[Problem] = []
 
@@ -562,8 +629,8 @@ def parse_package(
     for code, problem, action, severity in fm.problems:
         report(code, problem, action, severity)
     data, body = fm.data, fm.body[: config.max_body_chars]
-    sections = markdown_sections(body)
-    folder = pkg.name if rel != "." else root.name
+    sections = _Sections(body)
+    folder = os.path.basename(pkg) if rel != "." else Path(root).name
     frontmatter_lost = any(p.code in _FRONTMATTER_LOST for p in problems)
 
     name = _first(data, "name")
@@ -656,23 +723,43 @@ def _opt_str(value: Any, key: str, report: Any) -> str | None:
 # -------------------------------------------------------------------------------------------------- library
 
 
-def _parse_chunk(args: tuple[list[str], str, ParseConfig]) -> tuple[pl.DataFrame, list[Problem]]:
-    """Parse a chunk of packages into a node frame (a worker's unit of work; must stay picklable).
+@dataclass(frozen=True)
+class _Chunk:
+    """A worker's unit of work, in discovery order: package folders (walk False) and folders whose every
+    package is parsed (walk True)."""
+
+    items: tuple[tuple[str, bool], ...]
+
+    def packages(self) -> Iterator[str]:
+        for path, walk in self.items:
+            if walk:
+                yield from package_folders(path)
+            else:
+                yield path
+
+
+_ChunkResult = tuple[pl.DataFrame, list[Problem], int]
+
+
+def _parse_chunk(args: tuple[_Chunk, str, ParseConfig]) -> _ChunkResult:
+    """Parse a chunk of packages into a node frame (must stay picklable); with the packages' problems and
+    how many packages it held.
 
     The frame is built in the worker: converting Python rows to columns is a large share of parsing, and
     a frame crosses the process boundary as Arrow buffers rather than millions of Python objects.
     """
-    pkgs, root_str, config = args
-    root = Path(root_str)
+    chunk, root, config = args
     columns: dict[str, list[Any]] = {name: [] for name in NODE_SCHEMA}
     problems: list[Problem] = []
-    for pkg in pkgs:
-        row, found = parse_package(Path(pkg), root, config)
+    count = 0
+    for pkg in chunk.packages():
+        count += 1
+        row, found = parse_package(pkg, root, config)
         problems.extend(found)
         if row is not None:
             for name in NODE_SCHEMA:
                 columns[name].append(row[name])
-    return _frame(columns), problems
+    return _frame(columns), problems, count
 
 
 def _frame(columns: dict[str, list[Any]]) -> pl.DataFrame:
@@ -693,10 +780,10 @@ def _frame(columns: dict[str, list[Any]]) -> pl.DataFrame:
 
 
 def _parse_in_pool(
-    chunks: list[tuple[list[str], str, ParseConfig]],
+    chunks: list[tuple[_Chunk, str, ParseConfig]],
     workers: int,
     done: Callable[[int], None] | None = None,
-) -> list[tuple[pl.DataFrame, list[Problem]]]:
+) -> list[_ChunkResult]:
     """Parse chunks in spawned worker processes; [] when a pool cannot run here (the caller then parses
     serially). Spawned, not forked: polars and Arrow keep thread pools, and a forked child can deadlock on
     their locks. Spawning needs an importable __main__ (not a script piped on stdin), hence the fallback.
@@ -706,10 +793,10 @@ def _parse_in_pool(
             max_workers=workers, mp_context=multiprocessing.get_context("spawn")
         ) as pool:
             parts = []
-            for part, chunk in zip(pool.map(_parse_chunk, chunks), chunks, strict=True):  # in order
+            for part in pool.map(_parse_chunk, chunks):  # in order
                 parts.append(part)
                 if done is not None:
-                    done(len(chunk[0]))
+                    done(part[2])
             return parts
     except (BrokenProcessPool, OSError):
         return []
@@ -718,16 +805,64 @@ def _parse_in_pool(
 # Below this many packages a worker pool costs more than it saves.
 _PARALLEL_MIN = 4_000
 _CHUNK = 2_000
+# Top-level folders are split further (a level at a time, this many levels at most) until there are this
+# many per worker, so that one huge folder does not leave a worker idle.
+_UNITS_PER_WORKER = 16
+_SPLIT_LEVELS = 3
+
+
+def _units(root: Path, wanted: int) -> list[tuple[str, bool]]:
+    """`root` cut into units in discovery order: (package folder, False) or (folder to walk, True).
+
+    Walking the units in order finds exactly the packages of `discover_packages(root)`, in its order."""
+    units: list[tuple[str, bool]] = [(str(root), True)]
+    for _ in range(_SPLIT_LEVELS):
+        if sum(walk for _, walk in units) >= wanted:
+            break
+        split: list[tuple[str, bool]] = []
+        for path, walk in units:
+            if not walk:
+                split.append((path, walk))
+                continue
+            own, subs = _listing(path)
+            split.extend([(path, False)] if own else [])
+            split.extend((os.path.join(path, name), True) for name, link in subs if not link)
+        units = split
+    return units
+
+
+def _plan(root: Path, workers: int) -> tuple[list[_Chunk], bool]:
+    """Chunks of about `_CHUNK` packages in discovery order, and whether they are worth a pool.
+
+    The main process finds packages itself only until it has `_PARALLEL_MIN` of them: past that the
+    remaining folders are walked by the workers (discovery costs a sixth of parsing, and would be serial).
+    """
+    found: list[str] = []
+    pending: list[tuple[str, bool]] = []
+    walked = 0
+    for path, walk in _units(root, workers * _UNITS_PER_WORKER):
+        if len(found) >= _PARALLEL_MIN and workers > 1:
+            pending.append((path, walk))
+        elif walk:
+            walked += 1
+            found.extend(package_folders(path))
+        else:
+            found.append(path)
+    chunks = [_Chunk(tuple((p, False) for p in found[i : i + _CHUNK])) for i in range(0, len(found), _CHUNK)]
+    per_unit = max(1, round(_CHUNK * walked / max(1, len(found))))  # folders of the size seen so far
+    chunks.extend(_Chunk(tuple(pending[i : i + per_unit])) for i in range(0, len(pending), per_unit))
+    return chunks, len(found) >= _PARALLEL_MIN and workers > 1
 
 
 def parse_library(
     root: str | Path,
     config: ParseConfig | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int | None], None] | None = None,
     workers: int | None = None,
 ) -> ParsedLibrary:
     """Parse every package under `root` into the node table (sorted by id) and the build report;
-    `progress(done, total)` hears how many packages are parsed so far.
+    `progress(done, total)` hears how many packages are parsed so far (total None while workers are still
+    finding packages).
 
     Large libraries are parsed by a process pool (`workers`, default: the CPUs this process may use);
     the result does not depend on the number of workers.
@@ -736,26 +871,28 @@ def parse_library(
     if not root.is_dir():
         raise FileNotFoundError(f"skill library folder not found: {root}")
     config = config or ParseConfig()
-    pkgs = [str(p) for p in discover_packages(root)]
-    chunks = [(pkgs[i : i + _CHUNK], str(root), config) for i in range(0, len(pkgs), _CHUNK)]
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    plan, pooled = _plan(root, workers)
+    chunks = [(chunk, str(root), config) for chunk in plan]
+    items = [item for chunk in plan for item in chunk.items]
+    known = None if any(walk for _, walk in items) else len(items)  # None: workers still find packages
     parsed = 0
 
     def done(n: int) -> None:
         nonlocal parsed
         parsed += n
         if progress is not None:
-            progress(parsed, len(pkgs))
+            progress(parsed, known)
 
-    parts: list[tuple[pl.DataFrame, list[Problem]]] = []
-    if len(pkgs) >= _PARALLEL_MIN and workers > 1:
+    parts: list[_ChunkResult] = []
+    if pooled:
         parts = _parse_in_pool(chunks, workers, done)
     if not parts:
         parsed = 0  # a pool that could not run: parse serially from the start
         for chunk in chunks:
             parts.append(_parse_chunk(chunk))
-            done(len(chunk[0]))
+            done(parts[-1][2])
     frames = [part[0] for part in parts]
     problems = [p for part in parts for p in part[1]]
     nodes = pl.concat(frames) if frames else pl.DataFrame(schema=NODE_SCHEMA)
