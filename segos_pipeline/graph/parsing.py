@@ -420,16 +420,26 @@ def _read_limited(path: str | Path, limit: int, mode: int | None = None) -> tupl
     if not stat.S_ISREG(mode):
         raise NotARegularFile(f"SKILL.md is {_file_kind(mode)}")
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    with open(fd, "rb", closefd=True) as fh:
+    try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise NotARegularFile(f"SKILL.md is {_file_kind(st.st_mode)}")
-        # read(limit + 1) would allocate the whole limit (1 MB) for every small file: most of a package's
-        # read time. Ask for the size fstat saw, plus one byte to notice a file that grew since.
-        want = min(st.st_size, limit) + 1
-        data = fh.read(want)
-        if len(data) == want and want <= limit:
-            data += fh.read(limit + 1 - want)
+        # Plain os.read calls sized by fstat: a buffered file object, or read(limit + 1), would allocate the
+        # whole limit (1 MB) for every small file, most of a package's read time. One byte more than the
+        # size notices a file that grew since the fstat; it is then read on up to the limit.
+        parts: list[bytes] = []
+        got, goal = 0, min(st.st_size, limit) + 1
+        while got < goal:
+            part = os.read(fd, goal - got)
+            if not part:
+                break
+            parts.append(part)
+            got += len(part)
+            if got == goal <= limit:
+                goal = limit + 1
+        data = b"".join(parts)
+    finally:
+        os.close(fd)
     return data[:limit], len(data) > limit
 
 
