@@ -283,9 +283,14 @@ def test_planned_chunks_find_exactly_the_walk_of_the_library(tmp_path, monkeypat
             assert [p for c in chunks for p in c.packages()] == walk
             assert pooled == (minimum <= len(walk))
         monkeypatch.setattr(parsing, "_PARALLEL_MIN", 1)
-        parallel = parse_library(tmp_path, workers=2)
-        serial = parse_library(tmp_path, workers=1)
+        parallel = parse_library(tmp_path, workers=2, per_chunk=len)
+        serial = parse_library(tmp_path, workers=1, per_chunk=len)
         assert parallel.nodes.equals(serial.nodes) and parallel.report.equals(serial.report)
         assert "." in set(parallel.nodes["id"]) and "a/s1/nested" in set(parallel.nodes["id"])
+        # per-chunk work done by the workers: one result per chunk, covering every skill; the walk found
+        # "a/s1" before "a-b/s2", so the chunks are not in id order and the node table was sorted
+        assert parallel.per_chunk is not None and sum(parallel.per_chunk) == parallel.nodes.height
+        assert not parallel.in_order and parallel.nodes["id"].is_sorted()
+        assert parse_library(tmp_path / "wide", workers=2).in_order
     finally:
         locked.chmod(0o755)

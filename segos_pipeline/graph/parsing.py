@@ -76,6 +76,10 @@ class ParsedLibrary:
     nodes: pl.DataFrame
     report: pl.DataFrame
     root: Path
+    # what `parse_library(per_chunk=f)` computed in the workers: f of each chunk's node frame, in order;
+    # chunk i's skills follow chunk i-1's in `nodes` only when `in_order` (found in id order, as usual)
+    per_chunk: list[Any] | None = None
+    in_order: bool = True
 
     @property
     def n_problems(self) -> int:
@@ -748,17 +752,18 @@ class _Chunk:
                 yield path
 
 
-_ChunkResult = tuple[pl.DataFrame, list[Problem], int]
+_ChunkResult = tuple[pl.DataFrame, list[Problem], int, Any]
+ChunkWork = Callable[[pl.DataFrame], Any]  # a module-level function: it is pickled to the workers
 
 
-def _parse_chunk(args: tuple[_Chunk, str, ParseConfig]) -> _ChunkResult:
-    """Parse a chunk of packages into a node frame (must stay picklable); with the packages' problems and
-    how many packages it held.
+def _parse_chunk(args: tuple[_Chunk, str, ParseConfig, ChunkWork | None]) -> _ChunkResult:
+    """Parse a chunk of packages into a node frame (must stay picklable); with the packages' problems, how
+    many packages it held, and `per_chunk` of the frame (None without one).
 
     The frame is built in the worker: converting Python rows to columns is a large share of parsing, and
     a frame crosses the process boundary as Arrow buffers rather than millions of Python objects.
     """
-    chunk, root, config = args
+    chunk, root, config, per_chunk = args
     columns: dict[str, list[Any]] = {name: [] for name in NODE_SCHEMA}
     problems: list[Problem] = []
     count = 0
@@ -769,7 +774,8 @@ def _parse_chunk(args: tuple[_Chunk, str, ParseConfig]) -> _ChunkResult:
         if row is not None:
             for name in NODE_SCHEMA:
                 columns[name].append(row[name])
-    return _frame(columns), problems, count
+    frame = _frame(columns)
+    return frame, problems, count, per_chunk(frame) if per_chunk is not None else None
 
 
 def _frame(columns: dict[str, list[Any]]) -> pl.DataFrame:
@@ -790,7 +796,7 @@ def _frame(columns: dict[str, list[Any]]) -> pl.DataFrame:
 
 
 def _parse_in_pool(
-    chunks: list[tuple[_Chunk, str, ParseConfig]],
+    chunks: list[tuple[_Chunk, str, ParseConfig, ChunkWork | None]],
     workers: int,
     done: Callable[[int], None] | None = None,
 ) -> list[_ChunkResult]:
@@ -869,10 +875,12 @@ def parse_library(
     config: ParseConfig | None = None,
     progress: Callable[[int, int | None], None] | None = None,
     workers: int | None = None,
+    per_chunk: ChunkWork | None = None,
 ) -> ParsedLibrary:
     """Parse every package under `root` into the node table (sorted by id) and the build report;
     `progress(done, total)` hears how many packages are parsed so far (total None while workers are still
-    finding packages).
+    finding packages). `per_chunk` is more work on each chunk's node frame done where it was parsed (the
+    build tokenises there, on every core).
 
     Large libraries are parsed by a process pool (`workers`, default: the CPUs this process may use);
     the result does not depend on the number of workers.
@@ -884,7 +892,7 @@ def parse_library(
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     plan, pooled = _plan(root, workers)
-    chunks = [(chunk, str(root), config) for chunk in plan]
+    chunks = [(chunk, str(root), config, per_chunk) for chunk in plan]
     items = [item for chunk in plan for item in chunk.items]
     known = None if any(walk for _, walk in items) else len(items)  # None: workers still find packages
     parsed = 0
@@ -906,9 +914,16 @@ def parse_library(
     frames = [part[0] for part in parts]
     problems = [p for part in parts for p in part[1]]
     nodes = pl.concat(frames) if frames else pl.DataFrame(schema=NODE_SCHEMA)
-    nodes = nodes.sort("id")
+    in_order = nodes["id"].is_sorted()  # ids are unique: the sort below is then the identity
+    nodes = nodes if in_order else nodes.sort("id")
     problems.extend(_duplicate_names(nodes))
-    return ParsedLibrary(nodes=nodes, report=report_frame(problems), root=root)
+    return ParsedLibrary(
+        nodes=nodes,
+        report=report_frame(problems),
+        root=root,
+        per_chunk=[part[3] for part in parts] if per_chunk is not None else None,
+        in_order=in_order,
+    )
 
 
 def report_frame(problems: list[Problem]) -> pl.DataFrame:
