@@ -57,7 +57,8 @@ def library_fingerprint(nodes: pl.DataFrame) -> str:
     """sha256 over `id NUL content_hash LF` of every skill in id order (one string, hashed once)."""
     if nodes.height == 0:
         return hashlib.sha256().hexdigest()
-    lines = nodes.sort("id").select(pl.concat_str("id", pl.lit("\0"), "content_hash", pl.lit("\n")))
+    keys = nodes.select("id", "content_hash")  # not the whole table: a sort would copy every body
+    lines = keys.sort("id").select(pl.concat_str("id", pl.lit("\0"), "content_hash", pl.lit("\n")))
     return hashlib.sha256(lines.to_series().str.join("").item().encode()).hexdigest()
 
 
