@@ -915,7 +915,8 @@ def parse_library(
     problems = [p for part in parts for p in part[1]]
     nodes = pl.concat(frames) if frames else pl.DataFrame(schema=NODE_SCHEMA)
     in_order = nodes["id"].is_sorted()  # ids are unique: the sort below is then the identity
-    nodes = nodes if in_order else nodes.sort("id")
+    # one chunk either way: the stored bytes must not depend on how the work was cut (nor on the workers)
+    nodes = nodes.rechunk() if in_order else nodes.sort("id")
     problems.extend(_duplicate_names(nodes))
     return ParsedLibrary(
         nodes=nodes,
