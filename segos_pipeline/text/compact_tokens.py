@@ -13,7 +13,7 @@ string table. The store writes a version's token parts from these decoded ranges
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,28 +22,56 @@ import scipy.sparse as sp
 
 from ..config import FIELDS
 from . import lexicon
-from .lexicon import SIGNATURE_FIELDS, TOKEN_SCHEMA, Signature, token_chunks
-
-_FIELD_CODE = {f: i for i, f in enumerate(FIELDS)}
-_U16_MAX = np.iinfo(np.uint16).max
+from .chunk_tokens import FIELD_CODE, FRAME_SCHEMA, ChunkTokens
+from .lexicon import SIGNATURE_FIELDS, TOKEN_SCHEMA, Signature
 
 
-def _encode(chunk: pl.DataFrame, vocab: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(the chunk in integer columns, the vocabulary with the chunk's unseen tokens appended)."""
-    unseen = chunk.select("token").unique(maintain_order=True).join(vocab, on="token", how="anti")
-    if unseen.height:
-        start = vocab.height
-        unseen = unseen.with_columns(id=pl.int_range(start, start + unseen.height, dtype=pl.UInt32))
-        vocab = pl.concat([vocab, unseen], how="vertical")
-    tf_max = chunk["tf"].max()
-    tf_type = pl.UInt16 if tf_max is None or int(tf_max) <= _U16_MAX else pl.UInt32  # type: ignore[arg-type]
-    encoded = chunk.join(vocab, on="token", how="left", maintain_order="left").select(
-        "node",
-        field=pl.col("field").replace_strict(_FIELD_CODE, return_dtype=pl.UInt8),
-        token=pl.col("id"),
-        tf=pl.col("tf").cast(tf_type),
+class _Vocabulary:
+    """Token string → id, in first-seen order, grown one chunk vocabulary at a time.
+
+    A dictionary rather than a polars join: a join hashes the whole (growing) vocabulary on every chunk,
+    while this costs only the chunk's own distinct tokens (a 2,000-skill chunk has ~15k)."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+        self.parts: list[pl.Series] = []
+
+    def ids(self, tokens: pl.Series) -> np.ndarray:
+        """The id of each of a chunk's distinct tokens, adding the unseen ones."""
+        index, before = self.index, len(self.index)
+        words = tokens.to_list()
+        # the default is evaluated before the insert: an unseen token gets the next free id
+        ids = np.fromiter((index.setdefault(w, len(index)) for w in words), dtype=np.uint32, count=len(words))
+        if len(index) > before:
+            self.parts.append(tokens.filter(pl.Series(ids >= before)))  # unseen, in id order
+        return ids
+
+    def series(self) -> pl.Series:
+        return pl.concat(self.parts) if self.parts else pl.Series("token", [], dtype=pl.String)
+
+
+def _merged(chunks: Iterable[ChunkTokens]) -> tuple[pl.DataFrame, pl.Series, int]:
+    """(the integer rows of consecutive chunks with global nodes and token ids, the vocabulary, nodes)."""
+    vocab, parts, offset = _Vocabulary(), [], 0
+    for chunk in chunks:
+        ids = vocab.ids(chunk.vocab)
+        parts.append(
+            chunk.frame.with_columns(
+                (pl.col("node") + offset).cast(pl.UInt32), token=ids[chunk.frame["token"].to_numpy()]
+            )
+        )
+        offset += chunk.n_nodes
+    frame = (
+        pl.concat(parts, how="vertical_relaxed", rechunk=True) if parts else pl.DataFrame(schema=FRAME_SCHEMA)
     )
-    return encoded, vocab
+    return frame, vocab.series().alias("token"), offset
+
+
+def _chunks_of(nodes: pl.DataFrame, step: int, done: Callable[[int], None] | None) -> Iterable[ChunkTokens]:
+    for start in range(0, nodes.height, step):
+        yield ChunkTokens.of(nodes.slice(start, step))
+        if done is not None:
+            done(min(nodes.height, start + step))
 
 
 @dataclass(frozen=True)
@@ -57,22 +85,14 @@ class CompactTokens:
     @classmethod
     def of(cls, nodes: pl.DataFrame, done: Callable[[int], None] | None = None) -> CompactTokens:
         """Tokenise `nodes` chunk by chunk; `done(n)` hears how many skills are tokenised so far."""
-        vocab = pl.DataFrame(schema={"token": pl.String, "id": pl.UInt32})
-        parts = []
-        step = lexicon.TOKEN_CHUNK
-        for i, chunk in enumerate(token_chunks(nodes, step)):
-            encoded, vocab = _encode(chunk, vocab)
-            parts.append(encoded)
-            if done is not None:
-                done(min(nodes.height, (i + 1) * step))
-        frame = (
-            pl.concat(parts, how="vertical_relaxed", rechunk=True)
-            if parts
-            else pl.DataFrame(
-                schema={"node": pl.UInt32, "field": pl.UInt8, "token": pl.UInt32, "tf": pl.UInt16}
-            )
-        )
-        return cls(frame, vocab["token"], nodes.height)
+        step = lexicon.TOKEN_CHUNK  # read at call time: tests shrink it to exercise many chunks
+        return cls(*_merged(_chunks_of(nodes, step, done)))
+
+    @classmethod
+    def from_chunks(cls, chunks: Sequence[ChunkTokens]) -> CompactTokens:
+        """The table of consecutive chunks (chunk i's nodes follow chunk i-1's), e.g. tokenised by parse
+        workers: a dictionary lookup per distinct token of each chunk, then integer gathers."""
+        return cls(*_merged(chunks))
 
     @property
     def height(self) -> int:
@@ -101,7 +121,7 @@ class CompactTokens:
     def signature(self) -> Signature:
         """`Signature.of` the string table: the binary skill × signature-token matrix, columns in the
         sorted order of the tokens that occur in a signature field."""
-        codes = [_FIELD_CODE[f] for f in SIGNATURE_FIELDS]
+        codes = [FIELD_CODE[f] for f in SIGNATURE_FIELDS]
         sig = self.frame.filter(pl.col("field").is_in(codes)).select("node", "token").unique()
         ids = sig["token"].unique()
         words = self.vocab.gather(ids)
