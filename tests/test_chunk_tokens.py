@@ -12,7 +12,7 @@ from segos_pipeline.graph.parsing import parse_library
 from segos_pipeline.paths import DEFAULT_LIBRARY
 from segos_pipeline.text import lexicon
 from segos_pipeline.text.chunk_tokens import ChunkTokens, word_codes
-from segos_pipeline.text.compact_tokens import CompactTokens
+from segos_pipeline.text.compact_tokens import CompactTokens, _merged, _Vocabulary
 from segos_pipeline.text.lexicon import Signature, token_table
 
 from .conftest import SHARED_DATA, write_skill
@@ -124,3 +124,42 @@ def test_word_codes_are_exact_even_when_keys_collide():
         assert distinct.n_unique() == len(distinct) == 5
         assert distinct.gather(codes).equals(words, check_names=False)
         assert codes.dtype == np.uint32 or np.issubdtype(codes.dtype, np.integer)
+
+
+def _first_then(after):
+    """A token key that is the real hash on the first chunk, then `after(tokens, first_keys)`."""
+    seen: list[np.ndarray] = []
+
+    def key(tokens: pl.Series) -> np.ndarray:
+        if not seen:
+            seen.append(tokens.hash().to_numpy())
+            return seen[0]
+        return after(tokens, seen[0])
+
+    return key
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        lambda t: t.str.len_bytes().cast(pl.UInt64).to_numpy(),  # collides on the first chunk
+        _first_then(lambda t, first: (t.hash() % 4).to_numpy()),  # unseen tokens collide with each other
+        _first_then(lambda t, first: np.full(len(t), first[0])),  # every token "found", as the wrong one
+    ],
+    ids=["lengths", "later-among-new", "later-with-known"],
+)
+def test_vocabulary_merge_is_exact_when_token_keys_collide(key):
+    nodes = parse_library(DEFAULT_LIBRARY).nodes
+    chunks = [ChunkTokens.of(s) for s in _slices(nodes, [7])]
+    vocab = _Vocabulary(key)
+    merged = CompactTokens(*_merged(chunks, vocab))
+    assert vocab.index is not None  # the exact fallback took over
+    _assert_same(merged, token_table(nodes), nodes)
+    assert merged.vocab.n_unique() == len(merged.vocab)
+
+
+def test_vocabulary_merge_keeps_to_hashes_on_real_tokens(generated_nodes):
+    chunks = [ChunkTokens.of(s) for s in _slices(generated_nodes, [50])]
+    vocab = _Vocabulary()
+    merged = CompactTokens(*_merged(chunks, vocab))
+    assert vocab.index is None and len(vocab.keys) == len(merged.vocab) == merged.vocab.n_unique()
