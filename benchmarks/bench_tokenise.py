@@ -6,7 +6,8 @@
 Reads the nodes of a built store (read-only). Times, on the same nodes and in the same process:
 1. STRING: `CompactTokens.of` as it was before the integer path (lexicon.token_chunks: group and sort
    on token strings, then a join of every row's token string against the growing vocabulary);
-2. INTEGER: `CompactTokens.of` now (ChunkTokens.of per 20k-skill chunk, merged);
+2. INTEGER: `CompactTokens.of` now (ChunkTokens.of per 20k-skill chunk, two chunks at a time on
+   threads, merged), and again on one thread;
 3. PER CHUNK: `ChunkTokens.of` on 2,000-skill chunks (the parse workers' chunk) and the
    `CompactTokens.from_chunks` merge of all of them.
 CPU (process time) and wall for each; checks that both paths give equal rows and signature. The machine is
@@ -87,8 +88,18 @@ def run(nodes: pl.DataFrame, repeat: int, chunk: int) -> dict[str, Any]:
         old, old_cpu, old_wall = _timed(lambda: string_path(nodes))
         if r % 2 == 1:
             new, new_cpu, new_wall = _timed(lambda: CompactTokens.of(nodes))
+        threads, lexicon.TOKEN_THREADS = lexicon.TOKEN_THREADS, 1
+        _, one_cpu, one_wall = _timed(lambda: CompactTokens.of(nodes))
+        lexicon.TOKEN_THREADS = threads
         out.setdefault("runs", []).append(
-            {"string_cpu_s": old_cpu, "string_wall_s": old_wall, "int_cpu_s": new_cpu, "int_wall_s": new_wall}
+            {
+                "string_cpu_s": old_cpu,
+                "string_wall_s": old_wall,
+                "int_cpu_s": new_cpu,
+                "int_wall_s": new_wall,
+                "int_1thread_cpu_s": one_cpu,
+                "int_1thread_wall_s": one_wall,
+            }
         )
         if r == 0:
             out["equal"] = _same(old, new)
@@ -122,14 +133,18 @@ def _markdown(res: dict[str, Any]) -> str:
         f"Rows {res['rows']:,}, vocabulary {res['vocab']:,}, frame {res['frame_bytes_per_row']:.1f} B/row; "
         f"equal rows and signature: {res['equal']}.",
         "",
-        "| run | string CPU s | string wall s | integer CPU s | integer wall s | CPU × | wall × |",
-        "|---|---|---|---|---|---|---|",
+        f"Integer path with {lexicon.TOKEN_THREADS} threads (lexicon.TOKEN_THREADS), and with 1 thread.",
+        "",
+        "| run | string CPU s | string wall s | integer CPU s | integer wall s | CPU × | wall × "
+        "| 1 thread CPU s | 1 thread wall s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for i, r in enumerate(res["runs"]):
         lines.append(
             f"| {i} | {r['string_cpu_s']:.2f} | {r['string_wall_s']:.2f} | {r['int_cpu_s']:.2f} | "
             f"{r['int_wall_s']:.2f} | {r['string_cpu_s'] / r['int_cpu_s']:.2f} | "
-            f"{r['string_wall_s'] / r['int_wall_s']:.2f} |"
+            f"{r['string_wall_s'] / r['int_wall_s']:.2f} | {r['int_1thread_cpu_s']:.2f} | "
+            f"{r['int_1thread_wall_s']:.2f} |"
         )
     pc = res["per_chunk"]
     lines += [

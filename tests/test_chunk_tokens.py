@@ -163,3 +163,14 @@ def test_vocabulary_merge_keeps_to_hashes_on_real_tokens(generated_nodes):
     vocab = _Vocabulary()
     merged = CompactTokens(*_merged(chunks, vocab))
     assert vocab.index is None and len(vocab.keys) == len(merged.vocab) == merged.vocab.n_unique()
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_threads_keep_the_order_and_report_progress(monkeypatch, threads):
+    nodes = parse_library(DEFAULT_LIBRARY).nodes
+    monkeypatch.setattr(lexicon, "TOKEN_CHUNK", 7)
+    monkeypatch.setattr(lexicon, "TOKEN_THREADS", threads)
+    heard: list[int] = []
+    got = CompactTokens.of(nodes, heard.append)
+    assert heard == [*range(7, nodes.height, 7), nodes.height]
+    _assert_same(got, token_table(nodes), nodes)

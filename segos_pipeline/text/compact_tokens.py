@@ -13,7 +13,9 @@ string table. The store writes a version's token parts from these decoded ranges
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -109,11 +111,30 @@ def _merged(
     return frame, vocab.series().alias("token"), offset
 
 
-def _chunks_of(nodes: pl.DataFrame, step: int, done: Callable[[int], None] | None) -> Iterable[ChunkTokens]:
-    for start in range(0, nodes.height, step):
-        yield ChunkTokens.of(nodes.slice(start, step))
+def _chunks_of(nodes: pl.DataFrame, step: int, threads: int) -> Iterator[ChunkTokens]:
+    """`ChunkTokens.of` each `step` skills, in order, `threads` chunks at a time: polars and numpy release
+    the GIL for nearly all of it (the word extraction alone is single-threaded), so two threads use both
+    cores while only that many chunks' string rows are ever held."""
+    threads = max(1, threads)
+    slices = (nodes.slice(start, step) for start in range(0, nodes.height, step))
+    with ThreadPoolExecutor(threads) as pool:
+        pending: deque[Future[ChunkTokens]] = deque()
+        for piece in slices:
+            pending.append(pool.submit(ChunkTokens.of, piece))
+            if len(pending) >= threads:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def _counted(chunks: Iterable[ChunkTokens], done: Callable[[int], None] | None) -> Iterator[ChunkTokens]:
+    """The chunks, telling `done` how many skills are tokenised after each."""
+    so_far = 0
+    for chunk in chunks:
+        so_far += chunk.n_nodes
         if done is not None:
-            done(min(nodes.height, start + step))
+            done(so_far)
+        yield chunk
 
 
 @dataclass(frozen=True)
@@ -127,13 +148,14 @@ class CompactTokens:
     @classmethod
     def of(cls, nodes: pl.DataFrame, done: Callable[[int], None] | None = None) -> CompactTokens:
         """Tokenise `nodes` chunk by chunk; `done(n)` hears how many skills are tokenised so far."""
-        step = lexicon.TOKEN_CHUNK  # read at call time: tests shrink it to exercise many chunks
-        return cls(*_merged(_chunks_of(nodes, step, done)))
+        # read at call time: tests shrink them to exercise many chunks and the serial path
+        chunks = _chunks_of(nodes, lexicon.TOKEN_CHUNK, lexicon.TOKEN_THREADS)
+        return cls(*_merged(_counted(chunks, done)))
 
     @classmethod
     def from_chunks(cls, chunks: Sequence[ChunkTokens]) -> CompactTokens:
         """The table of consecutive chunks (chunk i's nodes follow chunk i-1's), e.g. tokenised by parse
-        workers: a dictionary lookup per distinct token of each chunk, then integer gathers."""
+        workers: a hash lookup per distinct token of each chunk, then integer gathers."""
         return cls(*_merged(chunks))
 
     @property
