@@ -8,7 +8,8 @@ Reads the nodes of a built store (read-only). Times, on the same nodes and in th
    on token strings, then a join of every row's token string against the growing vocabulary);
 2. INTEGER: `CompactTokens.of` now (ChunkTokens.of per 20k-skill chunk, two chunks at a time on
    threads, merged), and again on one thread;
-3. PER CHUNK: `ChunkTokens.of` on 2,000-skill chunks (the parse workers' chunk) and the
+3. PER CHUNK: `ChunkTokens.of` on 2,000-skill chunks (the parse workers' chunk), its per-process word
+   cache emptied first (a fresh worker; the Python stemmer's own small cache stays warm), and the
    `CompactTokens.from_chunks` merge of all of them.
 CPU (process time) and wall for each; checks that both paths give equal rows and signature. The machine is
 shared: compare A/B within one run. Writes tokenise.json and tokenise.md.
@@ -28,7 +29,7 @@ import numpy as np
 import polars as pl
 
 from segos_pipeline import SnapshotStore
-from segos_pipeline.text import lexicon
+from segos_pipeline.text import chunk_tokens, lexicon
 from segos_pipeline.text.chunk_tokens import FIELD_CODE
 from segos_pipeline.text.compact_tokens import ChunkTokens, CompactTokens
 
@@ -107,6 +108,7 @@ def run(nodes: pl.DataFrame, repeat: int, chunk: int) -> dict[str, Any]:
             out["vocab"] = len(new.vocab)
             out["frame_bytes_per_row"] = new.frame.estimated_size() / max(1, new.height)
     slices = [nodes.slice(s, chunk) for s in range(0, nodes.height, chunk)]
+    chunk_tokens._WORDS = chunk_tokens.WordTokens()  # as a fresh parse worker: no word stemmed yet
     chunks, chunk_cpu, chunk_wall = _timed(lambda: [ChunkTokens.of(s) for s in slices])
     merged, merge_cpu, merge_wall = _timed(lambda: CompactTokens.from_chunks(chunks))
     out["per_chunk"] = {

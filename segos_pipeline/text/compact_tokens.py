@@ -26,77 +26,14 @@ from ..config import FIELDS
 from . import lexicon
 from .chunk_tokens import FIELD_CODE, FRAME_SCHEMA, ChunkTokens
 from .lexicon import SIGNATURE_FIELDS, TOKEN_SCHEMA, Signature
-
-
-def _hash(tokens: pl.Series) -> np.ndarray:
-    return tokens.hash().to_numpy()
-
-
-class _Vocabulary:
-    """Token string → id, in first-seen order, grown one chunk vocabulary at a time.
-
-    Looked up by a u64 hash of each token in a sorted numpy array: per chunk, a binary search of the
-    chunk's distinct tokens and an insert of its unseen ones, about 12 bytes a token (a polars join would
-    hash the whole growing vocabulary on every chunk; a dictionary costs ~110 bytes a token, 280 MB at the
-    2.5M tokens of 1M synthetic skills). A found token is compared with its string, so a hash collision
-    is seen and the rest of the merge continues exactly through a dictionary."""
-
-    def __init__(self, key: Callable[[pl.Series], np.ndarray] = _hash) -> None:
-        self.key = key
-        self.tokens = pl.Series("token", [], dtype=pl.String)  # the token of each id
-        self.keys = np.zeros(0, dtype=np.uint64)  # sorted
-        self.key_ids = np.zeros(0, dtype=np.uint32)  # the id of each of `keys`
-        self.index: dict[str, int] | None = None  # the exact fallback, once a collision is seen
-
-    def ids(self, tokens: pl.Series) -> np.ndarray:
-        """The id of each of a chunk's distinct tokens, adding the unseen ones."""
-        if self.index is None:
-            ids = self._by_key(tokens)
-            if ids is not None:
-                return ids
-            self.index = lexicon.position_index(self.tokens)
-        return self._by_dict(tokens)
-
-    def _by_key(self, tokens: pl.Series) -> np.ndarray | None:
-        """The ids through the sorted keys, or None (nothing changed) if two distinct tokens share one."""
-        keys = self.key(tokens)
-        at = np.minimum(np.searchsorted(self.keys, keys), max(0, len(self.keys) - 1))
-        found = self.keys[at] == keys if len(self.keys) else np.zeros(len(keys), dtype=bool)
-        ids = np.empty(len(keys), dtype=np.uint32)
-        ids[found] = self.key_ids[at[found]]
-        mask = pl.Series(found)
-        if found.any() and not bool((self.tokens.gather(ids[found]) == tokens.filter(mask)).all()):
-            return None
-        new_keys = keys[~found]
-        if len(np.unique(new_keys)) != len(new_keys):
-            return None
-        start = len(self.tokens)
-        ids[~found] = np.arange(start, start + len(new_keys), dtype=np.uint32)
-        order = np.argsort(new_keys)
-        where = np.searchsorted(self.keys, new_keys[order])
-        self.keys = np.insert(self.keys, where, new_keys[order])
-        self.key_ids = np.insert(self.key_ids, where, ids[~found][order])
-        self.tokens.append(tokens.filter(~mask))
-        return ids
-
-    def _by_dict(self, tokens: pl.Series) -> np.ndarray:
-        index, before = self.index, len(self.tokens)
-        assert index is not None
-        words = tokens.to_list()
-        # the default is evaluated before the insert: an unseen token gets the next free id
-        ids = np.fromiter((index.setdefault(w, len(index)) for w in words), dtype=np.uint32, count=len(words))
-        self.tokens.append(tokens.filter(pl.Series(ids >= before)))  # unseen, in id order
-        return ids
-
-    def series(self) -> pl.Series:
-        return self.tokens.rechunk()
+from .string_index import StringIndex
 
 
 def _merged(
-    chunks: Iterable[ChunkTokens], vocab: _Vocabulary | None = None
+    chunks: Iterable[ChunkTokens], vocab: StringIndex | None = None
 ) -> tuple[pl.DataFrame, pl.Series, int]:
     """(the integer rows of consecutive chunks with global nodes and token ids, the vocabulary, nodes)."""
-    vocab, parts, offset = vocab or _Vocabulary(), [], 0
+    vocab, parts, offset = StringIndex() if vocab is None else vocab, [], 0
     for chunk in chunks:
         ids = vocab.ids(chunk.vocab)
         parts.append(
