@@ -8,8 +8,9 @@ Reads the nodes of a built store (read-only). Times, on the same nodes and in th
    on token strings, then a join of every row's token string against the growing vocabulary);
 2. INTEGER: `CompactTokens.of` now (ChunkTokens.of per 20k-skill chunk, two chunks at a time on
    threads, merged), and again on one thread;
-3. PER CHUNK: `ChunkTokens.of` on 2,000-skill chunks (the parse workers' chunk), its per-process word
-   cache emptied first (a fresh worker; the Python stemmer's own small cache stays warm), and the
+3. PER CHUNK: `ChunkTokens.of` on 2,000-skill chunks (the parse workers' chunk), once in a fresh spawned
+   process (as a worker: nothing cached) and once after the runs above with the per-process word memo
+   emptied (the Python stemmer's own small cache stays warm), and the
    `CompactTokens.from_chunks` merge of all of them.
 CPU (process time) and wall for each; checks that both paths give equal rows and signature. The machine is
 shared: compare A/B within one run. Writes tokenise.json and tokenise.md.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import pickle
 import time
 from collections.abc import Callable
@@ -78,6 +80,22 @@ def _same(a: CompactTokens, b: CompactTokens) -> bool:
         and sa.matrix.shape == sb.matrix.shape
         and (sa.matrix != sb.matrix).nnz == 0
     )
+
+
+def _cold_chunks(store: str, skills: int | None, chunk: int) -> tuple[float, float]:
+    """(CPU s, wall s) of `ChunkTokens.of` over every chunk in this process (run in a fresh one)."""
+    snap = SnapshotStore(store)
+    nodes = snap.load(snap.latest()).nodes
+    nodes = nodes.slice(0, skills) if skills else nodes
+    slices = [nodes.slice(s, chunk) for s in range(0, nodes.height, chunk)]
+    _, cpu, wall = _timed(lambda: [ChunkTokens.of(s) for s in slices])
+    return cpu, wall
+
+
+def cold_per_chunk(store: Path, skills: int | None, chunk: int) -> tuple[float, float]:
+    """As a parse worker sees it: a spawned process, no word stemmed yet, no cache warm."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_cold_chunks, (str(store), skills, chunk))
 
 
 def run(nodes: pl.DataFrame, repeat: int, chunk: int) -> dict[str, Any]:
@@ -151,7 +169,9 @@ def _markdown(res: dict[str, Any]) -> str:
     pc = res["per_chunk"]
     lines += [
         "",
-        f"ChunkTokens.of on {pc['chunks']} chunks of {pc['chunk_skills']:,} skills: "
+        f"ChunkTokens.of on {pc['chunks']} chunks of {pc['chunk_skills']:,} skills, in a fresh process: "
+        f"{pc['cold_process_cpu_us_per_skill']:.0f} µs CPU / {pc['cold_process_wall_us_per_skill']:.0f} µs "
+        f"wall per skill; after the runs above, word memo emptied: "
         f"{pc['cpu_us_per_skill']:.0f} µs CPU / {pc['wall_us_per_skill']:.0f} µs wall per skill; mean chunk "
         f"vocabulary {pc['mean_chunk_vocab']:,.0f}; pickled {pc['pickled_bytes_per_skill']:.0f} B per skill.",
         f"CompactTokens.from_chunks of them: {pc['merge_cpu_s']:.2f} s CPU / "
@@ -173,7 +193,10 @@ def main() -> None:
     nodes = store.load(store.latest()).nodes
     if args.skills:
         nodes = nodes.slice(0, args.skills)
+    cold_cpu, cold_wall = cold_per_chunk(args.store, args.skills, args.chunk)
     res = run(nodes, args.repeat, args.chunk)
+    res["per_chunk"]["cold_process_cpu_us_per_skill"] = 1e6 * cold_cpu / nodes.height
+    res["per_chunk"]["cold_process_wall_us_per_skill"] = 1e6 * cold_wall / nodes.height
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "tokenise.json").write_text(json.dumps(res, indent=2) + "\n")
     (args.out / "tokenise.md").write_text(_markdown(res))
