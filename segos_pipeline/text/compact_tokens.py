@@ -13,7 +13,9 @@ string table. The store writes a version's token parts from these decoded ranges
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,28 +24,54 @@ import scipy.sparse as sp
 
 from ..config import FIELDS
 from . import lexicon
-from .lexicon import SIGNATURE_FIELDS, TOKEN_SCHEMA, Signature, token_chunks
+from .chunk_tokens import FIELD_CODE, FRAME_SCHEMA, ChunkTokens
+from .lexicon import SIGNATURE_FIELDS, TOKEN_SCHEMA, Signature
+from .string_index import StringIndex
 
-_FIELD_CODE = {f: i for i, f in enumerate(FIELDS)}
-_U16_MAX = np.iinfo(np.uint16).max
 
-
-def _encode(chunk: pl.DataFrame, vocab: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(the chunk in integer columns, the vocabulary with the chunk's unseen tokens appended)."""
-    unseen = chunk.select("token").unique(maintain_order=True).join(vocab, on="token", how="anti")
-    if unseen.height:
-        start = vocab.height
-        unseen = unseen.with_columns(id=pl.int_range(start, start + unseen.height, dtype=pl.UInt32))
-        vocab = pl.concat([vocab, unseen], how="vertical")
-    tf_max = chunk["tf"].max()
-    tf_type = pl.UInt16 if tf_max is None or int(tf_max) <= _U16_MAX else pl.UInt32  # type: ignore[arg-type]
-    encoded = chunk.join(vocab, on="token", how="left", maintain_order="left").select(
-        "node",
-        field=pl.col("field").replace_strict(_FIELD_CODE, return_dtype=pl.UInt8),
-        token=pl.col("id"),
-        tf=pl.col("tf").cast(tf_type),
+def _merged(
+    chunks: Iterable[ChunkTokens], vocab: StringIndex | None = None
+) -> tuple[pl.DataFrame, pl.Series, int]:
+    """(the integer rows of consecutive chunks with global nodes and token ids, the vocabulary, nodes)."""
+    vocab, parts, offset = StringIndex() if vocab is None else vocab, [], 0
+    for chunk in chunks:
+        ids = vocab.ids(chunk.vocab)
+        parts.append(
+            chunk.frame.with_columns(
+                (pl.col("node") + offset).cast(pl.UInt32), token=ids[chunk.frame["token"].to_numpy()]
+            )
+        )
+        offset += chunk.n_nodes
+    frame = (
+        pl.concat(parts, how="vertical_relaxed", rechunk=True) if parts else pl.DataFrame(schema=FRAME_SCHEMA)
     )
-    return encoded, vocab
+    return frame, vocab.series().alias("token"), offset
+
+
+def _chunks_of(nodes: pl.DataFrame, step: int, threads: int) -> Iterator[ChunkTokens]:
+    """`ChunkTokens.of` each `step` skills, in order, `threads` chunks at a time: polars and numpy release
+    the GIL for nearly all of it (the word extraction alone is single-threaded), so two threads use both
+    cores while only that many chunks' string rows are ever held."""
+    threads = max(1, threads)
+    slices = (nodes.slice(start, step) for start in range(0, nodes.height, step))
+    with ThreadPoolExecutor(threads) as pool:
+        pending: deque[Future[ChunkTokens]] = deque()
+        for piece in slices:
+            pending.append(pool.submit(ChunkTokens.of, piece))
+            if len(pending) >= threads:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def _counted(chunks: Iterable[ChunkTokens], done: Callable[[int], None] | None) -> Iterator[ChunkTokens]:
+    """The chunks, telling `done` how many skills are tokenised after each."""
+    so_far = 0
+    for chunk in chunks:
+        so_far += chunk.n_nodes
+        if done is not None:
+            done(so_far)
+        yield chunk
 
 
 @dataclass(frozen=True)
@@ -57,22 +85,15 @@ class CompactTokens:
     @classmethod
     def of(cls, nodes: pl.DataFrame, done: Callable[[int], None] | None = None) -> CompactTokens:
         """Tokenise `nodes` chunk by chunk; `done(n)` hears how many skills are tokenised so far."""
-        vocab = pl.DataFrame(schema={"token": pl.String, "id": pl.UInt32})
-        parts = []
-        step = lexicon.TOKEN_CHUNK
-        for i, chunk in enumerate(token_chunks(nodes, step)):
-            encoded, vocab = _encode(chunk, vocab)
-            parts.append(encoded)
-            if done is not None:
-                done(min(nodes.height, (i + 1) * step))
-        frame = (
-            pl.concat(parts, how="vertical_relaxed", rechunk=True)
-            if parts
-            else pl.DataFrame(
-                schema={"node": pl.UInt32, "field": pl.UInt8, "token": pl.UInt32, "tf": pl.UInt16}
-            )
-        )
-        return cls(frame, vocab["token"], nodes.height)
+        # read at call time: tests shrink them to exercise many chunks and the serial path
+        chunks = _chunks_of(nodes, lexicon.TOKEN_CHUNK, lexicon.TOKEN_THREADS)
+        return cls(*_merged(_counted(chunks, done)))
+
+    @classmethod
+    def from_chunks(cls, chunks: Sequence[ChunkTokens]) -> CompactTokens:
+        """The table of consecutive chunks (chunk i's nodes follow chunk i-1's), e.g. tokenised by parse
+        workers: a hash lookup per distinct token of each chunk, then integer gathers."""
+        return cls(*_merged(chunks))
 
     @property
     def height(self) -> int:
@@ -101,7 +122,7 @@ class CompactTokens:
     def signature(self) -> Signature:
         """`Signature.of` the string table: the binary skill × signature-token matrix, columns in the
         sorted order of the tokens that occur in a signature field."""
-        codes = [_FIELD_CODE[f] for f in SIGNATURE_FIELDS]
+        codes = [FIELD_CODE[f] for f in SIGNATURE_FIELDS]
         sig = self.frame.filter(pl.col("field").is_in(codes)).select("node", "token").unique()
         ids = sig["token"].unique()
         words = self.vocab.gather(ids)

@@ -62,6 +62,13 @@ def field_texts(nodes: pl.DataFrame) -> pl.DataFrame:
 # Nodes tokenised at once: the exploded word table of a chunk is the peak of a build's memory, so chunks
 # keep it bounded (about 20k skills ≈ a few million words) whatever the library size.
 TOKEN_CHUNK = 20_000
+# Chunks `CompactTokens.of` tokenises at once, one per thread: the machine's two cores (each chunk's word
+# extraction is single-threaded in polars); the peak memory grows with it, a chunk's words each (~100 MB
+# at 20k skills). The gain in wall time needs idle cores: on the shared, loaded machine it was not seen.
+TOKEN_THREADS = 2
+# Distinct words whose tokens a process remembers across chunks (text/chunk_tokens.WordTokens), so a word
+# is stemmed once, not once per chunk; past this many the memory (~50 bytes a word) starts over.
+WORD_CACHE_WORDS = 1_000_000
 
 
 def _chunk_tokens(nodes: pl.DataFrame, offset: int) -> pl.DataFrame:

@@ -117,6 +117,13 @@ def tokenize_column(texts: pl.Expr) -> pl.Expr:
     return texts.str.to_lowercase().str.extract_all(POLARS_TOKEN_PATTERN)
 
 
+def word_tokens(words: pl.Series) -> pl.Series:
+    """The token each word becomes (null for a word that carries no signal), in order. Meant for distinct
+    words: it is the one Python step of indexing, and `_token_of`'s cache makes a word seen before (in any
+    earlier chunk of this process) a dictionary lookup rather than a stemming."""
+    return pl.Series("token", [_token_of(w) for w in words.to_list()], dtype=pl.String)
+
+
 def stem_frame(words: pl.Series) -> pl.DataFrame:
     """Map each distinct raw word to its token, dropping words that carry no signal.
 

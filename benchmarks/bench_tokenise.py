@@ -1,0 +1,207 @@
+"""The cold-start build's tokenise stage, old string path against the integer path, in the same run.
+
+    .venv/bin/python benchmarks/bench_tokenise.py --store /tmp/b100 [--skills N] [--repeat 1]
+                                                  [--out benchmarks/results]
+
+Reads the nodes of a built store (read-only). Times, on the same nodes and in the same process:
+1. STRING: `CompactTokens.of` as it was before the integer path (lexicon.token_chunks: group and sort
+   on token strings, then a join of every row's token string against the growing vocabulary);
+2. INTEGER: `CompactTokens.of` now (ChunkTokens.of per 20k-skill chunk, two chunks at a time on
+   threads, merged), and again on one thread;
+3. PER CHUNK: `ChunkTokens.of` on 2,000-skill chunks (the parse workers' chunk), once in a fresh spawned
+   process (as a worker: nothing cached) and once after the runs above with the per-process word memo
+   emptied (the Python stemmer's own small cache stays warm), and the
+   `CompactTokens.from_chunks` merge of all of them.
+CPU (process time) and wall for each; checks that both paths give equal rows and signature. The machine is
+shared: compare A/B within one run. Writes tokenise.json and tokenise.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import pickle
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import polars as pl
+
+from segos_pipeline import SnapshotStore
+from segos_pipeline.text import chunk_tokens, lexicon
+from segos_pipeline.text.chunk_tokens import FIELD_CODE
+from segos_pipeline.text.compact_tokens import ChunkTokens, CompactTokens
+
+ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
+
+
+def _encode(chunk: pl.DataFrame, vocab: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The string path's encoding of one sorted string chunk (verbatim from before the integer path)."""
+    unseen = chunk.select("token").unique(maintain_order=True).join(vocab, on="token", how="anti")
+    if unseen.height:
+        start = vocab.height
+        unseen = unseen.with_columns(id=pl.int_range(start, start + unseen.height, dtype=pl.UInt32))
+        vocab = pl.concat([vocab, unseen], how="vertical")
+    tf_max = chunk["tf"].max()
+    tf_type = pl.UInt16 if tf_max is None or int(tf_max) <= 65535 else pl.UInt32  # type: ignore[arg-type]
+    encoded = chunk.join(vocab, on="token", how="left", maintain_order="left").select(
+        "node",
+        field=pl.col("field").replace_strict(FIELD_CODE, return_dtype=pl.UInt8),
+        token=pl.col("id"),
+        tf=pl.col("tf").cast(tf_type),
+    )
+    return encoded, vocab
+
+
+def string_path(nodes: pl.DataFrame) -> CompactTokens:
+    vocab = pl.DataFrame(schema={"token": pl.String, "id": pl.UInt32})
+    parts = []
+    for chunk in lexicon.token_chunks(nodes):
+        encoded, vocab = _encode(chunk, vocab)
+        parts.append(encoded)
+    return CompactTokens(pl.concat(parts, how="vertical_relaxed", rechunk=True), vocab["token"], nodes.height)
+
+
+def _timed(fn: Callable[[], T]) -> tuple[T, float, float]:
+    cpu, wall = time.process_time(), time.perf_counter()
+    out = fn()
+    return out, time.process_time() - cpu, time.perf_counter() - wall
+
+
+def _same(a: CompactTokens, b: CompactTokens) -> bool:
+    sa, sb = a.signature(), b.signature()
+    return (
+        a.rows().equals(b.rows())
+        and sa.vocab.equals(sb.vocab)
+        and sa.matrix.shape == sb.matrix.shape
+        and (sa.matrix != sb.matrix).nnz == 0
+    )
+
+
+def _cold_chunks(store: str, skills: int | None, chunk: int) -> tuple[float, float]:
+    """(CPU s, wall s) of `ChunkTokens.of` over every chunk in this process (run in a fresh one)."""
+    snap = SnapshotStore(store)
+    nodes = snap.load(snap.latest()).nodes
+    nodes = nodes.slice(0, skills) if skills else nodes
+    slices = [nodes.slice(s, chunk) for s in range(0, nodes.height, chunk)]
+    _, cpu, wall = _timed(lambda: [ChunkTokens.of(s) for s in slices])
+    return cpu, wall
+
+
+def cold_per_chunk(store: Path, skills: int | None, chunk: int) -> tuple[float, float]:
+    """As a parse worker sees it: a spawned process, no word stemmed yet, no cache warm."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_cold_chunks, (str(store), skills, chunk))
+
+
+def run(nodes: pl.DataFrame, repeat: int, chunk: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"skills": nodes.height, "polars_threads": pl.thread_pool_size()}
+    for r in range(repeat):
+        # the integer path first on even runs: it meets the stemmer's per-process cache cold
+        if r % 2 == 0:
+            new, new_cpu, new_wall = _timed(lambda: CompactTokens.of(nodes))
+        old, old_cpu, old_wall = _timed(lambda: string_path(nodes))
+        if r % 2 == 1:
+            new, new_cpu, new_wall = _timed(lambda: CompactTokens.of(nodes))
+        threads, lexicon.TOKEN_THREADS = lexicon.TOKEN_THREADS, 1
+        _, one_cpu, one_wall = _timed(lambda: CompactTokens.of(nodes))
+        lexicon.TOKEN_THREADS = threads
+        out.setdefault("runs", []).append(
+            {
+                "string_cpu_s": old_cpu,
+                "string_wall_s": old_wall,
+                "int_cpu_s": new_cpu,
+                "int_wall_s": new_wall,
+                "int_1thread_cpu_s": one_cpu,
+                "int_1thread_wall_s": one_wall,
+            }
+        )
+        if r == 0:
+            out["equal"] = _same(old, new)
+            out["rows"] = new.height
+            out["vocab"] = len(new.vocab)
+            out["frame_bytes_per_row"] = new.frame.estimated_size() / max(1, new.height)
+    slices = [nodes.slice(s, chunk) for s in range(0, nodes.height, chunk)]
+    chunk_tokens._WORDS = chunk_tokens.WordTokens()  # as a fresh parse worker: no word stemmed yet
+    chunks, chunk_cpu, chunk_wall = _timed(lambda: [ChunkTokens.of(s) for s in slices])
+    merged, merge_cpu, merge_wall = _timed(lambda: CompactTokens.from_chunks(chunks))
+    out["per_chunk"] = {
+        "chunk_skills": chunk,
+        "chunks": len(chunks),
+        "cpu_us_per_skill": 1e6 * chunk_cpu / nodes.height,
+        "wall_us_per_skill": 1e6 * chunk_wall / nodes.height,
+        "mean_chunk_vocab": float(np.mean([len(c.vocab) for c in chunks])),
+        "pickled_bytes_per_skill": float(
+            sum(len(pickle.dumps(c)) for c in chunks[:5]) / sum(c.n_nodes for c in chunks[:5])
+        ),
+        "merge_cpu_s": merge_cpu,
+        "merge_wall_s": merge_wall,
+        "equal": _same(merged, new),
+    }
+    return out
+
+
+def _markdown(res: dict[str, Any]) -> str:
+    lines = [
+        f"# Tokenise stage: string path vs integer path ({res['skills']:,} skills)",
+        "",
+        f"Same process, same nodes; polars threads {res['polars_threads']}; shared 2-core machine (noisy).",
+        f"Rows {res['rows']:,}, vocabulary {res['vocab']:,}, frame {res['frame_bytes_per_row']:.1f} B/row; "
+        f"equal rows and signature: {res['equal']}.",
+        "",
+        f"Integer path with {lexicon.TOKEN_THREADS} threads (lexicon.TOKEN_THREADS), and with 1 thread.",
+        "",
+        "| run | string CPU s | string wall s | integer CPU s | integer wall s | CPU × | wall × "
+        "| 1 thread CPU s | 1 thread wall s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for i, r in enumerate(res["runs"]):
+        lines.append(
+            f"| {i} | {r['string_cpu_s']:.2f} | {r['string_wall_s']:.2f} | {r['int_cpu_s']:.2f} | "
+            f"{r['int_wall_s']:.2f} | {r['string_cpu_s'] / r['int_cpu_s']:.2f} | "
+            f"{r['string_wall_s'] / r['int_wall_s']:.2f} | {r['int_1thread_cpu_s']:.2f} | "
+            f"{r['int_1thread_wall_s']:.2f} |"
+        )
+    pc = res["per_chunk"]
+    lines += [
+        "",
+        f"ChunkTokens.of on {pc['chunks']} chunks of {pc['chunk_skills']:,} skills, in a fresh process: "
+        f"{pc['cold_process_cpu_us_per_skill']:.0f} µs CPU / {pc['cold_process_wall_us_per_skill']:.0f} µs "
+        f"wall per skill; after the runs above, word memo emptied: "
+        f"{pc['cpu_us_per_skill']:.0f} µs CPU / {pc['wall_us_per_skill']:.0f} µs wall per skill; mean chunk "
+        f"vocabulary {pc['mean_chunk_vocab']:,.0f}; pickled {pc['pickled_bytes_per_skill']:.0f} B per skill.",
+        f"CompactTokens.from_chunks of them: {pc['merge_cpu_s']:.2f} s CPU / "
+        f"{pc['merge_wall_s']:.2f} s wall; equal to CompactTokens.of: {pc['equal']}.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--store", type=Path, required=True, help="a built store; its latest version's nodes")
+    ap.add_argument("--skills", type=int, default=None, help="only the first N skills")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--chunk", type=int, default=2_000, help="skills per ChunkTokens.of chunk")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = ap.parse_args()
+    store = SnapshotStore(args.store)
+    nodes = store.load(store.latest()).nodes
+    if args.skills:
+        nodes = nodes.slice(0, args.skills)
+    cold_cpu, cold_wall = cold_per_chunk(args.store, args.skills, args.chunk)
+    res = run(nodes, args.repeat, args.chunk)
+    res["per_chunk"]["cold_process_cpu_us_per_skill"] = 1e6 * cold_cpu / nodes.height
+    res["per_chunk"]["cold_process_wall_us_per_skill"] = 1e6 * cold_wall / nodes.height
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "tokenise.json").write_text(json.dumps(res, indent=2) + "\n")
+    (args.out / "tokenise.md").write_text(_markdown(res))
+    print(_markdown(res))
+
+
+if __name__ == "__main__":
+    main()
