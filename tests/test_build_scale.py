@@ -132,3 +132,31 @@ def test_pool_falls_back_to_one_process(monkeypatch):
     monkeypatch.setattr(join, "_pool_blocks", broken)
     fallback = join.topk_jaccard(sig, config, workers=2)
     assert all(np.array_equal(a, b) for a, b in zip(serial[:3], fallback[:3], strict=True))
+
+
+def test_tokens_from_the_parse_workers_build_the_same_version(tmp_path, monkeypatch):
+    """The build tokenises in the parse workers (chunks merged in id order) and falls back to tokenising
+    the sorted node table when the chunks came out of order: both commit the version a build tokenising
+    the node table in one place commits, byte for byte (same version id)."""
+    from segos_pipeline.graph import build, parsing
+
+    lib = tmp_path / "lib"
+    generate_library(lib, 300, seed=5, workers=1)
+    monkeypatch.setattr(parsing, "_PARALLEL_MIN", 40)  # a pool, and workers that find their own packages
+    monkeypatch.setattr(parsing, "_CHUNK", 37)
+    parsed = parse_library(lib, workers=2, per_chunk=build.ChunkTokens.of)
+    assert parsed.in_order and parsed.per_chunk is not None and len(parsed.per_chunk) > 3
+    from_workers = build.parsed_tokens(parsed)
+    assert from_workers is not None and from_workers.rows().equals(token_table(parsed.nodes))
+    # a chunk out of order (as nested packages make it): the merged chunks would number skills wrongly
+    assert (
+        build.parsed_tokens(parsing.ParsedLibrary(parsed.nodes, parsed.report, lib, parsed.per_chunk, False))
+        is None
+    )
+
+    versions = {}
+    for how in ("workers", "one place"):
+        if how == "one place":
+            monkeypatch.setattr(build, "parsed_tokens", lambda parsed: None)
+        versions[how] = build_cold_start(lib, tmp_path / how)["version"]
+    assert versions["workers"] == versions["one place"]
