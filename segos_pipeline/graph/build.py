@@ -15,6 +15,7 @@ import scipy.sparse as sp
 from ..config import SEMANTIC, BuildConfig, GraphConfig, TransitionConfig
 from ..progress import Progress, Tick
 from ..store.snapshot import REPORT, NewPart, Snapshot, SnapshotStore, split_rows
+from ..text.chunk_tokens import ChunkTokens
 from ..text.compact_tokens import CompactTokens
 from ..text.lexicon import Signature
 from .edges import counts_by_relation
@@ -62,10 +63,17 @@ def library_fingerprint(nodes: pl.DataFrame) -> str:
     return hashlib.sha256(lines.to_series().str.join("").item().encode()).hexdigest()
 
 
-def graph_tables(nodes: pl.DataFrame, config: BuildConfig, progress: Progress | None = None) -> GraphTables:
-    """Tokens, semantic edges and operator of a node table (the pure core of a cold-start build)."""
+def graph_tables(
+    nodes: pl.DataFrame,
+    config: BuildConfig,
+    progress: Progress | None = None,
+    tokens: CompactTokens | None = None,
+) -> GraphTables:
+    """Tokens (unless given: the parse workers' own), semantic edges and operator of a node table (the pure
+    core of a cold-start build)."""
     say = progress or (lambda _msg: None)
-    tokens = CompactTokens.of(nodes, lambda n: say(Tick("tokenise skills", n, nodes.height)))
+    if tokens is None:
+        tokens = CompactTokens.of(nodes, lambda n: say(Tick("tokenise skills", n, nodes.height)))
     say(f"tokenised {nodes.height} skills into {tokens.height} (skill, field, token) rows")
     signature = tokens.signature()
     edges, stats = semantic_edges(
@@ -140,6 +148,15 @@ def commit_cold_start(
     )
 
 
+def parsed_tokens(parsed: ParsedLibrary) -> CompactTokens | None:
+    """The token table of the chunks the parse workers tokenised; None when they did not, or when their
+    chunks were not in id order (nested packages, or a folder name that is another's prefix followed by a
+    character before "/"), and the table has to be tokenised from the sorted node table."""
+    if parsed.per_chunk is None or not parsed.in_order:
+        return None
+    return CompactTokens.from_chunks(parsed.per_chunk)
+
+
 def build_cold_start(
     library: str | Path,
     store: str | Path | SnapshotStore,
@@ -157,7 +174,10 @@ def build_cold_start(
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     parsed = parse_library(
-        library, config.parse, progress=lambda n, total: say(Tick("parse packages", n, total))
+        library,
+        config.parse,
+        progress=lambda n, total: say(Tick("parse packages", n, total)),
+        per_chunk=ChunkTokens.of,  # tokenised where parsed, on every core
     )
     timings["parse"] = time.perf_counter() - t0
     say(f"parsed {parsed.nodes.height} skills; {parsed.n_problems} problem(s) in the build report")
@@ -167,7 +187,7 @@ def build_cold_start(
             "(--allow-empty commits an empty version)"
         )
     t1 = time.perf_counter()
-    tables = graph_tables(parsed.nodes, config, say)
+    tables = graph_tables(parsed.nodes, config, say, tokens=parsed_tokens(parsed))
     timings["graph"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     manifest = commit_cold_start(store, parsed, tables, config, timings)
