@@ -122,15 +122,18 @@ class CompactTokens:
     def signature(self) -> Signature:
         """`Signature.of` the string table: the binary skill × signature-token matrix, columns in the
         sorted order of the tokens that occur in a signature field."""
-        codes = [FIELD_CODE[f] for f in SIGNATURE_FIELDS]
-        sig = self.frame.filter(pl.col("field").is_in(codes)).select("node", "token").unique()
-        ids = sig["token"].unique()
+        # numpy over the integer columns, no hashing of (node, token) pairs: a pair repeated across fields is
+        # summed by the COO → CSR conversion (rows are short) and set back to 1
+        field = self.frame["field"].to_numpy()
+        keep = np.isin(field, [FIELD_CODE[f] for f in SIGNATURE_FIELDS])
+        rows = self.frame["node"].to_numpy()[keep]
+        tokens = self.frame["token"].to_numpy()[keep]
+        ids = pl.Series(np.flatnonzero(np.bincount(tokens, minlength=len(self.vocab))), dtype=pl.UInt32)
         words = self.vocab.gather(ids)
         order = words.arg_sort()  # column j holds the j-th token string in sorted order
         col_of = np.zeros(len(self.vocab), dtype=np.int64)
         col_of[ids.gather(order).to_numpy()] = np.arange(len(ids))
-        rows = sig["node"].to_numpy().astype(np.int64)
-        cols = col_of[sig["token"].to_numpy()]
         data = np.ones(len(rows), dtype=np.float32)
-        matrix = sp.csr_matrix((data, (rows, cols)), shape=(self.n_nodes, len(ids)))
+        matrix = sp.csr_matrix((data, (rows, col_of[tokens])), shape=(self.n_nodes, len(ids)))
+        matrix.data[:] = 1.0
         return Signature(matrix, words.gather(order).alias("token"))
