@@ -54,6 +54,7 @@ import threading
 import uuid
 import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -88,6 +89,7 @@ WINDOW_FILES = "window_files"  # manifest key: the window's files an evolved ver
 # Skills per part: small enough that rewriting one part is cheap next to everything else an incremental
 # update does (~20 ms at 100k skills), large enough that a 100k library stays at a few dozen files.
 PART_ROWS = 4096
+PART_WRITERS = 2  # parts written at once (threads)
 _VERSION_RE = re.compile(r"^v(\d{4,})-[0-9a-f]{8}$")
 
 
@@ -580,22 +582,29 @@ class _Stage:
         self.linked[name] = {"sha256": meta["sha256"], "bytes": meta["bytes"]}
 
     def add_parts(self, plan: PartPlan) -> None:
-        for i, part in enumerate(plan):
-            nodes_name, tokens_name = part_files(i)
-            if isinstance(part, SamePart):
-                self.link(nodes_name, part.folder / part.record["nodes"], part.files[part.record["nodes"]])
-                self.link(tokens_name, part.folder / part.record["tokens"], part.files[part.record["tokens"]])
-                rec = {k: part.record[k] for k in ("rows", "first", "last") if k in part.record}
-            else:
-                part.nodes.write_parquet(self.at(nodes_name))
-                part.tokens.write_parquet(self.at(tokens_name))
-                ids = part.nodes["id"]
-                rec = {
-                    "rows": part.nodes.height,
-                    "first": ids[0] if len(ids) else None,
-                    "last": ids[-1] if len(ids) else None,
-                }
-            self.parts.append({"nodes": nodes_name, "tokens": tokens_name, **rec})
+        # New parts are written PART_WRITERS at a time: polars releases the GIL while it decodes, encodes
+        # and compresses a part, so a second thread keeps the other core busy (a 1M-skill version has 245
+        # parts; 1.15 → 0.84 s for 10 of them). Records are gathered in part order.
+        with ThreadPoolExecutor(PART_WRITERS) as pool:
+            self.parts.extend(pool.map(self._add_part, range(len(plan)), itertools.repeat(plan)))
+
+    def _add_part(self, i: int, plan: PartPlan) -> dict[str, Any]:
+        nodes_name, tokens_name = part_files(i)
+        part = plan[i]
+        if isinstance(part, SamePart):
+            self.link(nodes_name, part.folder / part.record["nodes"], part.files[part.record["nodes"]])
+            self.link(tokens_name, part.folder / part.record["tokens"], part.files[part.record["tokens"]])
+            rec = {k: part.record[k] for k in ("rows", "first", "last") if k in part.record}
+        else:
+            part.nodes.write_parquet(self.at(nodes_name))
+            part.tokens.write_parquet(self.at(tokens_name))
+            ids = part.nodes["id"]
+            rec = {
+                "rows": part.nodes.height,
+                "first": ids[0] if len(ids) else None,
+                "last": ids[-1] if len(ids) else None,
+            }
+        return {"nodes": nodes_name, "tokens": tokens_name, **rec}
 
     def add_signature(self, signature: Signature | VersionFiles) -> None:
         if isinstance(signature, VersionFiles):
