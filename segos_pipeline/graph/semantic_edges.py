@@ -31,9 +31,10 @@ from .edges import EDGE_SCHEMA
 # and its per-pair scratch (Jaccard, row, gathered size, masks: about 14 bytes) live in buffers of this
 # many entries that a process reuses from block to block.
 _PAIRS_PER_BLOCK = 8_000_000
-# Below this many candidate pairs in all (about a second of work) a pool costs more than it saves: the
-# real library and every test library join in this process.
-PARALLEL_MIN_PAIRS = 20_000_000
+# Below this many candidate pairs in all (about 6 s of work in one process) a pool costs more than it
+# saves: starting two spawned workers takes 2-3 s here. The 100k synthetic library (156M pairs) joins in
+# 3.3-3.8 s in this process against 5.0-5.4 s with two workers; 1M (1.2G pairs) in 18 s against 33 s.
+PARALLEL_MIN_PAIRS = 300_000_000
 # Candidates are ranked on float32 Jaccard when no skill has more signature tokens than this. Two different
 # Jaccards s/(a+b-s) with a, b <= 2048 differ by at least 1/4095² > 2⁻²⁴, wider than any interval of reals
 # in (0, 1] that rounds to a single float32; rounding is monotone, so float32 orders and ties candidates
