@@ -2,7 +2,9 @@
 
 Intersections come from X·Xᵀ on the binary node × token matrix, one block of rows at a time; blocks are
 sized by an upper bound on the product's non-zeros so peak memory stays bounded on any library size.
-There is no Python loop over pairs of skills.
+There is no Python loop over pairs of skills. Within a block the product runs over chunks of nodes into
+reused buffers, candidates are ranked on float32 Jaccard where that ranks exactly as float64 does, and
+only each row's winners get their float64 weight (docs/algorithms.md, "Semantic edges").
 
 Blocks are independent, so a large join runs them in a pool of spawned processes (one per CPU) that map
 the join matrices from files instead of receiving copies; the result does not depend on the number of
