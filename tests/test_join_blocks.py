@@ -111,3 +111,22 @@ def test_direct_product_equals_scipy_product():
     np.testing.assert_array_equal(indptr, want.indptr)
     np.testing.assert_array_equal(cols, want.indices)
     np.testing.assert_array_equal(shared, want.data)
+
+
+def test_pool_with_several_chunks_equals_reference(monkeypatch):
+    x = _random_sets(11)
+    monkeypatch.setattr(join, "_CHUNK_COLUMNS", 17)  # several chunk files mapped by every worker
+    monkeypatch.setattr(join, "PARALLEL_MIN_PAIRS", 0)  # force the pool on this small join
+    pooled_blocks = []
+    real_pool = join._pool_blocks
+
+    def counted(*args, **kwargs):  # the real pool, its blocks counted: the test fails if none ran there
+        for result in real_pool(*args, **kwargs):
+            pooled_blocks.append(result)
+            yield result
+
+    monkeypatch.setattr(join, "_pool_blocks", counted)
+    config = GraphConfig(knn_k=2, join_block_rows=9)
+    pooled = join.topk_jaccard(sp.csr_matrix(x), config, workers=2)
+    _assert_same(pooled, _reference(x, 2, config.df_cap_min))
+    assert len(pooled_blocks) == 3  # 21 rows in blocks of 9, each block over two chunks of nodes
