@@ -2,7 +2,9 @@
 
 Intersections come from X·Xᵀ on the binary node × token matrix, one block of rows at a time; blocks are
 sized by an upper bound on the product's non-zeros so peak memory stays bounded on any library size.
-There is no Python loop over pairs of skills.
+There is no Python loop over pairs of skills. Within a block the product runs over chunks of nodes into
+reused buffers, candidates are ranked on float32 Jaccard where that ranks exactly as float64 does, and
+only each row's winners get their float64 weight (docs/algorithms.md, "Semantic edges").
 
 Blocks are independent, so a large join runs them in a pool of spawned processes (one per CPU) that map
 the join matrices from files instead of receiving copies; the result does not depend on the number of
@@ -27,11 +29,29 @@ import scipy.sparse as sp
 from ..config import SEMANTIC, GraphConfig
 from .edges import EDGE_SCHEMA
 
-# Upper bound of candidate pairs held at once (~16 bytes each in the block's product and its Jaccard).
+# Upper bound of candidate pairs held at once: the block's product (col + shared count, 8 bytes a pair)
+# and its per-pair scratch (Jaccard, row, gathered size, masks: about 14 bytes) live in buffers of this
+# many entries that a process reuses from block to block.
 _PAIRS_PER_BLOCK = 8_000_000
-# Below this many candidate pairs in all (about a second of work) a pool costs more than it saves: the
-# real library and every test library join in this process.
-PARALLEL_MIN_PAIRS = 20_000_000
+# Below this many candidate pairs in all (about 6 s of work in one process) a pool costs more than it
+# saves: starting two spawned workers takes 2-3 s here. The 100k synthetic library (156M pairs) joins in
+# 3.3-3.8 s in this process against 5.0-5.4 s with two workers; 1M (1.2G pairs) in 18 s against 33 s.
+PARALLEL_MIN_PAIRS = 300_000_000
+# Candidates are ranked on float32 Jaccard when no skill has more signature tokens than this. Two different
+# Jaccards s/(a+b-s) with a, b <= 2048 differ by at least 1/4095² > 2⁻²⁴, wider than any interval of reals
+# in (0, 1] that rounds to a single float32; rounding is monotone, so float32 orders and ties candidates
+# exactly as float64 does (equal fractions round alike in both). Larger sets rank on float64.
+_FLOAT32_EXACT_SIZE = 2048
+# Nodes (columns of X·Xᵀ) one sparse product covers. The product kernel keeps a running sum and a link per
+# column; over 2^18 columns (2 MB) they stay in cache, over a million they miss on most entries: a block
+# of 4,096 rows at 1M skills takes about 0.06 s in four products against 0.12 s in one (2-core EPYC).
+_CHUNK_COLUMNS = 1 << 18
+
+try:  # the kernel behind `csr @ csr`: called directly it skips scipy's symbolic pass (the block's size
+    # bound is known) and writes into buffers reused from block to block instead of fresh arrays
+    from scipy.sparse._sparsetools import csr_matmat as _csr_matmat
+except ImportError:  # pragma: no cover - a scipy that moved it: the public product gives the same entries
+    _csr_matmat = None
 
 
 @dataclass(frozen=True)
@@ -64,23 +84,13 @@ def _row_blocks(cost: np.ndarray, budget: int, max_rows: int) -> list[tuple[int,
     return blocks
 
 
-def _block_jaccard(inter: sp.csr_matrix, offset: int, sizes: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Entries of one block of X·Xᵀ as (local row, col, Jaccard), self-pairs zeroed, in CSR order."""
-    lengths = np.diff(inter.indptr)
-    rows = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
-    cols = inter.indices.astype(np.int64)
-    shared = inter.data.astype(np.float64)
-    jac = shared / (sizes[rows + offset] + sizes[cols] - shared)
-    jac[cols == rows + offset] = 0.0  # a skill is not its own neighbour
-    return rows, cols, jac
-
-
 def _row_topk(
     rows: np.ndarray, cols: np.ndarray, jac: np.ndarray, indptr: np.ndarray, k: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Top-k entries of every row by Jaccard (> 0), ties to the smaller column, without sorting.
 
-    k passes of segmented max / min over the CSR data: linear in the block's entries per pass.
+    k passes of segmented max / min over the CSR data: linear in the block's entries per pass. (The
+    incremental update's few rows; the cold-start join ranks its blocks with `_block_topk`.)
     """
     starts = indptr[:-1][np.diff(indptr) > 0]
     empty = np.empty(0, dtype=np.int64)
@@ -110,19 +120,122 @@ def _row_topk(
     return r[order], c[order], w[order]
 
 
-def _block_topk(
-    x_join: sp.csr_matrix, xt: sp.csr_matrix, sizes: np.ndarray, a: int, b: int, k: int
+# ------------------------------------------------------------------------------------ one block's join
+
+
+@dataclass(frozen=True)
+class _Join:
+    """The join's inputs, shared by every block (memory-mapped in pool workers)."""
+
+    x_join: sp.csr_matrix  # binary node × joined-token matrix, float32 data
+    chunks: tuple[sp.csr_matrix, ...]  # Xᵀ of consecutive node ranges (see _CHUNK_COLUMNS), CSR
+    firsts: tuple[int, ...]  # first node of each chunk
+    sizes: np.ndarray  # float32 signature-set size of every node (capped tokens included)
+    k: int
+    capacity: int  # entries of the largest block's product bound: the product buffers' size
+    rank_dtype: type  # float32 when it ranks exactly (see _FLOAT32_EXACT_SIZE), else float64
+
+
+class _Workspace:
+    """The product's output buffers, reused for every block and chunk: fresh arrays of millions of entries
+    cost page faults on every block. Pages are touched only as far as a product fills them."""
+
+    def __init__(self, capacity: int, index_dtype: np.dtype) -> None:
+        self.cols = np.empty(capacity, dtype=index_dtype)
+        self.shared = np.empty(capacity, dtype=np.float32)
+
+
+def _product(
+    block: tuple[np.ndarray, np.ndarray, np.ndarray], xt: sp.csr_matrix, ws: _Workspace
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Top-k (src, dst, Jaccard) of rows [a, b): one block of X·Xᵀ, never the whole product."""
-    inter = (x_join[a:b] @ xt).tocsr()
-    rows, cols, jac = _block_jaccard(inter, a, sizes)
-    keep_rows, keep_cols, keep_w = _row_topk(rows, cols, jac, inter.indptr, k)
-    return keep_rows + a, keep_cols, keep_w
+    """(indptr, cols, shared counts) of block · xt, the entries as views into the workspace."""
+    indptr_a, indices_a, data_a = block
+    if _csr_matmat is None:  # pragma: no cover - see the import
+        shape = (len(indptr_a) - 1, xt.shape[0])
+        inter = sp.csr_matrix((data_a, indices_a, indptr_a), shape=shape) @ xt
+        return inter.indptr, inter.indices, inter.data
+    indptr = np.empty(len(indptr_a), dtype=ws.cols.dtype)
+    # no bounds checks in the kernel: the buffers hold the block's cost, an upper bound of its entries
+    _csr_matmat(len(indptr_a) - 1, xt.shape[1], indptr_a, indices_a, data_a, xt.indptr, xt.indices,
+                xt.data, indptr, ws.cols, ws.shared)  # fmt: skip
+    nnz = int(indptr[-1])
+    return indptr, ws.cols[:nnz], ws.shared[:nnz]
+
+
+def _row_best(
+    jac: np.ndarray, cols: np.ndarray, indptr: np.ndarray, starts: np.ndarray, lengths: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(position, value) of each non-empty row's largest `jac`, ties to the smaller column.
+
+    One pass finds each row's maximum and one marks the entries equal to it; the tie-break runs on the
+    marked entries only (usually about one a row)."""
+    best = np.maximum.reduceat(jac, starts)
+    ties = np.flatnonzero(jac == np.repeat(best, lengths))
+    tie_cols = cols[ties]
+    first = np.flatnonzero(np.diff(np.searchsorted(indptr, ties, side="right"), prepend=-1))
+    smallest = np.minimum.reduceat(tie_cols, first)
+    winner = tie_cols == np.repeat(smallest, np.diff(first, append=len(ties)))  # unique columns in a row
+    return ties[winner], best
+
+
+def _chunk_topk(
+    join: _Join, c: int, a: int, b: int, block: tuple[np.ndarray, ...], ws: _Workspace
+) -> tuple[np.ndarray, ...]:
+    """(local row, node, rank Jaccard, shared count) of each row's top k among chunk c's nodes."""
+    indptr, cols, shared = _product(block, join.chunks[c], ws)
+    first, width = join.firsts[c], join.chunks[c].shape[1]
+    lengths = np.diff(indptr)
+    jac = np.repeat(join.sizes[a:b], lengths).astype(join.rank_dtype, copy=False)  # |A|
+    jac += np.take(join.sizes[first : first + width], cols, mode="clip")  # |B|
+    jac -= shared
+    np.divide(shared, jac, out=jac)
+    if first < b and a < first + width:  # the block's own nodes are in this chunk: no self-pairs
+        own = np.repeat(np.arange(a - first, b - first, dtype=cols.dtype), lengths)
+        np.copyto(jac, 0, where=own == cols)
+    nonempty = lengths > 0
+    starts, seg_lengths = indptr[:-1][nonempty], lengths[nonempty]
+    picked, values = [], []
+    for i in range(join.k if len(starts) else 0):
+        pos, best = _row_best(jac, cols, indptr, starts, seg_lengths)
+        pos = pos[best > 0]
+        if len(pos) == 0:
+            break
+        picked.append(pos)
+        values.append(jac[pos])
+        if i + 1 < join.k:
+            jac[pos] = 0
+    pos = np.concatenate(picked) if picked else np.empty(0, dtype=np.int64)
+    rows = np.searchsorted(indptr, pos, side="right") - 1
+    rank = np.concatenate(values) if values else np.empty(0, dtype=join.rank_dtype)
+    return rows, cols[pos].astype(np.int64) + first, rank, shared[pos]
+
+
+def _block_topk(join: _Join, a: int, b: int, ws: _Workspace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Top-k (src, dst, Jaccard) of rows [a, b): one block of X·Xᵀ, never the whole product.
+
+    Each chunk of nodes gives its top k of every row; a row's top k over all nodes are among those
+    (one order, Jaccard then smaller node, ranks both). Candidates are ranked in the rank dtype and only
+    the winners get their float64 Jaccard, from the same integer counts."""
+    index = ws.cols.dtype  # a slice may narrow its index dtype: the kernel takes one for all its inputs
+    sliced = join.x_join[a:b]
+    block = (sliced.indptr.astype(index, copy=False), sliced.indices.astype(index, copy=False), sliced.data)
+    parts = [_chunk_topk(join, c, a, b, block, ws) for c in range(len(join.chunks))]
+    rows, cols, rank, shared = (np.concatenate(p) for p in zip(*parts, strict=True))
+    if len(join.chunks) > 1:  # keep each row's best k over the chunks
+        order = np.lexsort((cols, -rank, rows))
+        rows, cols, shared = rows[order], cols[order], shared[order]
+        row_start = np.flatnonzero(np.diff(rows, prepend=-1))
+        within = np.arange(len(rows)) - np.repeat(row_start, np.diff(row_start, append=len(rows)))
+        keep = within < join.k
+        rows, cols, shared = rows[keep], cols[keep], shared[keep]
+    order = np.lexsort((cols, rows))  # by row, then column
+    src, dst, s = rows[order].astype(np.int64) + a, cols[order], shared[order].astype(np.float64)
+    return src, dst, s / (join.sizes[src] + join.sizes[dst] - s)  # the reference's float64 expression
 
 
 # ----------------------------------------------------------------------------------- the process pool
 
-_WORKER: dict[str, object] = {}  # a pool worker's join matrices, mapped once by `_init_worker`
+_WORKER: dict[str, object] = {}  # a pool worker's join and workspace, set up once by `_init_worker`
 
 
 def _save_csr(folder: Path, name: str, m: sp.csr_matrix) -> None:
@@ -140,38 +253,47 @@ def _load_csr(folder: Path, name: str) -> sp.csr_matrix:
     return m
 
 
-def _init_worker(folder: str, k: int) -> None:
+def _save_join(folder: Path, join: _Join) -> None:
+    _save_csr(folder, "x", join.x_join)
+    for c, chunk in enumerate(join.chunks):
+        _save_csr(folder, f"xt{c}", chunk)
+    np.save(folder / "sizes.npy", join.sizes)
+
+
+def _init_worker(folder: str, firsts: tuple[int, ...], k: int, capacity: int, rank_dtype: str) -> None:
     path = Path(folder)
-    _WORKER.update(
-        x_join=_load_csr(path, "x"), xt=_load_csr(path, "xt"), sizes=np.load(path / "sizes.npy"), k=k
+    join = _Join(
+        x_join=_load_csr(path, "x"),
+        chunks=tuple(_load_csr(path, f"xt{c}") for c in range(len(firsts))),
+        firsts=firsts,
+        sizes=np.load(path / "sizes.npy"),
+        k=k,
+        capacity=capacity,
+        rank_dtype=np.dtype(rank_dtype).type,
     )
+    _WORKER.update(join=join, ws=_workspace(join))
 
 
 def _worker_block(block: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    w = _WORKER
-    return _block_topk(w["x_join"], w["xt"], w["sizes"], block[0], block[1], w["k"])  # type: ignore[arg-type]
+    return _block_topk(_WORKER["join"], block[0], block[1], _WORKER["ws"])  # type: ignore[arg-type]
+
+
+def _workspace(join: _Join) -> _Workspace:
+    return _Workspace(join.capacity, join.x_join.indices.dtype)
 
 
 def _pool_blocks(
-    x_join: sp.csr_matrix,
-    xt: sp.csr_matrix,
-    sizes: np.ndarray,
-    blocks: list[tuple[int, int]],
-    k: int,
-    workers: int,
+    join: _Join, blocks: list[tuple[int, int]], workers: int
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Block results in block order from spawned workers (spawned, not forked: polars keeps thread pools
     that a forked child can deadlock on). Raises OSError/BrokenProcessPool when no pool can run here."""
     with tempfile.TemporaryDirectory(prefix="segos-join-") as tmp:
-        folder = Path(tmp)
-        _save_csr(folder, "x", x_join)
-        _save_csr(folder, "xt", xt)
-        np.save(folder / "sizes.npy", sizes)
+        _save_join(Path(tmp), join)
         with ProcessPoolExecutor(
             max_workers=workers,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_init_worker,
-            initargs=(tmp, k),
+            initargs=(tmp, join.firsts, join.k, join.capacity, np.dtype(join.rank_dtype).name),
         ) as pool:
             yield from pool.map(_worker_block, blocks)
 
@@ -199,26 +321,48 @@ def topk_jaccard(
     keep = df <= cap
     x_join = x[:, np.flatnonzero(keep)].tocsr()
     del x
-    xt = x_join.T.tocsr()
-    cost = (x_join @ df[keep]).astype(np.int64)  # upper bound of candidate neighbours per row
+    # upper bound of candidate neighbours per row, summed exactly (float64): it sizes the product buffers
+    cost = np.rint(x_join @ df[keep].astype(np.float64)).astype(np.int64)
     blocks = _row_blocks(cost, _PAIRS_PER_BLOCK, config.join_block_rows)
+    join = _join(x_join, sizes, cost, blocks, config.knn_k)
     workers = default_workers() if workers is None else workers
     results = None
     if workers > 1 and len(blocks) > 1 and int(cost.sum()) >= PARALLEL_MIN_PAIRS:
         try:
-            results = _gather(
-                _pool_blocks(x_join, xt, sizes, blocks, config.knn_k, workers), progress, len(blocks)
-            )
+            results = _gather(_pool_blocks(join, blocks, workers), progress, len(blocks))
         except (BrokenProcessPool, OSError):
             results = None  # no pool here (e.g. no /dev/shm, spawn refused): join in this process
     if results is None:
-        serial = (_block_topk(x_join, xt, sizes, a, b, config.knn_k) for a, b in blocks)
-        results = _gather(serial, progress, len(blocks))
+        ws = _workspace(join)
+        results = _gather((_block_topk(join, a, b, ws) for a, b in blocks), progress, len(blocks))
     src_parts, dst_parts, w_parts = results
     src = np.concatenate(src_parts) if src_parts else np.empty(0, np.int64)
     dst = np.concatenate(dst_parts) if dst_parts else np.empty(0, np.int64)
     weight = np.concatenate(w_parts) if w_parts else np.empty(0, np.float64)
     return src, dst, weight, _stats(n, src, dst, cap, int((~keep).sum()))
+
+
+def _join(
+    x_join: sp.csr_matrix, sizes: np.ndarray, cost: np.ndarray, blocks: list[tuple[int, int]], k: int
+) -> _Join:
+    """The join's inputs: Xᵀ in node chunks, one index dtype for every matrix (the kernel takes one)."""
+    cum = np.concatenate([[0], np.cumsum(cost, dtype=np.int64)])
+    capacity = max([int(cum[b] - cum[a]) for a, b in blocks] + [1])
+    n = x_join.shape[0]
+    largest = max(capacity, n, x_join.shape[1], x_join.nnz)
+    index = np.int32 if largest < np.iinfo(np.int32).max else np.int64
+    x_join.indices, x_join.indptr = (
+        x_join.indices.astype(index, copy=False),
+        x_join.indptr.astype(index, copy=False),
+    )
+    firsts = tuple(range(0, max(n, 1), _CHUNK_COLUMNS))
+    chunks = []
+    for first in firsts:
+        xt = x_join[first : first + _CHUNK_COLUMNS].T.tocsr()
+        xt.indices, xt.indptr = xt.indices.astype(index, copy=False), xt.indptr.astype(index, copy=False)
+        chunks.append(xt)
+    exact32 = n == 0 or float(sizes.max()) <= _FLOAT32_EXACT_SIZE
+    return _Join(x_join, tuple(chunks), firsts, sizes, k, capacity, np.float32 if exact32 else np.float64)
 
 
 def _gather(
