@@ -164,7 +164,7 @@ def test_vocabulary_merge_keeps_to_hashes_on_real_tokens(generated_nodes):
     chunks = [ChunkTokens.of(s) for s in _slices(generated_nodes, [50])]
     vocab = StringIndex()
     merged = CompactTokens(*_merged(chunks, vocab))
-    assert vocab.index is None and len(vocab.keys) == len(merged.vocab) == merged.vocab.n_unique()
+    assert vocab.index is None and vocab.n_keys == len(merged.vocab) == merged.vocab.n_unique()
 
 
 @pytest.mark.parametrize("threads", [1, 3])
@@ -188,3 +188,23 @@ def test_word_cache_stems_each_word_once_and_starts_over_past_its_bound(monkeypa
     monkeypatch.setattr(lexicon, "WORD_CACHE_WORDS", 10)
     assert cache.of(again).equals(word_tokens(again)) and len(cache.words) == 7
     assert cache.of(words).equals(expected) and len(cache.words) == 6  # 7 + 6 > 10: started over
+
+
+@pytest.mark.parametrize("recent_min", [1, 4, 1_000_000])
+def test_string_index_levels_give_first_seen_ids(monkeypatch, recent_min):
+    """New keys wait in a small level and join the large one in merges: ids stay the first-seen order of
+    a plain dictionary through any number of merges, batches that repeat earlier strings included."""
+    from segos_pipeline.text import string_index
+
+    monkeypatch.setattr(string_index, "_RECENT_MIN", recent_min)
+    rng = np.random.default_rng(7)
+    index, reference = string_index.StringIndex(), {}
+    for _ in range(60):
+        batch = list(dict.fromkeys(f"t{v}" for v in rng.integers(0, 400, 25)))
+        got = index.ids(pl.Series(batch, dtype=pl.String))
+        expected = [reference.setdefault(w, len(reference)) for w in batch]
+        assert got.tolist() == expected
+    assert index.index is None and index.n_keys == len(reference) == len(index)
+    assert index.series().to_list() == list(reference)
+    if recent_min == 1:
+        assert len(index.recent) <= max(1, len(index.keys) // 8) and len(index.keys) > 0

@@ -11,6 +11,7 @@ from .lexicon import position_index
 
 # Appended batches a string column keeps before one copy joins them: a gather walks the chunks.
 _MAX_CHUNKS = 32
+_RECENT_MIN = 65_536  # keys the small level of a StringIndex may hold before it joins the large one
 
 
 def _hash(tokens: pl.Series) -> np.ndarray:
@@ -31,6 +32,8 @@ class StringIndex:
         self.tokens = pl.Series("token", [], dtype=pl.String)  # the token of each id
         self.keys = np.zeros(0, dtype=np.uint64)  # sorted
         self.key_ids = np.zeros(0, dtype=np.uint32)  # the id of each of `keys`
+        self.recent = np.zeros(0, dtype=np.uint64)  # keys added since the last merge into `keys`, sorted
+        self.recent_ids = np.zeros(0, dtype=np.uint32)
         self.index: dict[str, int] | None = None  # the exact fallback, once a collision is seen
 
     def ids(self, tokens: pl.Series) -> np.ndarray:
@@ -45,10 +48,7 @@ class StringIndex:
     def _by_key(self, tokens: pl.Series) -> np.ndarray | None:
         """The ids through the sorted keys, or None (nothing changed) if two distinct tokens share one."""
         keys = self.key(tokens)
-        at = np.minimum(np.searchsorted(self.keys, keys), max(0, len(self.keys) - 1))
-        found = self.keys[at] == keys if len(self.keys) else np.zeros(len(keys), dtype=bool)
-        ids = np.empty(len(keys), dtype=np.uint32)
-        ids[found] = self.key_ids[at[found]]
+        found, ids = self._find(keys)
         mask = pl.Series(found)
         if found.any() and not bool((self.tokens.gather(ids[found]) == tokens.filter(mask)).all()):
             return None
@@ -57,12 +57,45 @@ class StringIndex:
             return None
         start = len(self.tokens)
         ids[~found] = np.arange(start, start + len(new_keys), dtype=np.uint32)
-        order = np.argsort(new_keys)
-        where = np.searchsorted(self.keys, new_keys[order])
-        self.keys = np.insert(self.keys, where, new_keys[order])
-        self.key_ids = np.insert(self.key_ids, where, ids[~found][order])
+        self._add(new_keys, ids[~found])
         self._append(tokens.filter(~mask))
         return ids
+
+    def _find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(whether each key is indexed, its id where it is). The keys are looked up in ascending order:
+        numpy's binary search then starts each key where the last one ended, which at a million-token
+        index is several times faster than jumping about it (6.9 → 1 s over a 1M-skill merge)."""
+        order = np.argsort(keys)
+        ordered = keys[order]
+        found = np.zeros(len(keys), dtype=bool)
+        ids = np.zeros(len(keys), dtype=np.uint32)
+        for level, level_ids in ((self.keys, self.key_ids), (self.recent, self.recent_ids)):
+            if not len(level):
+                continue
+            at = np.minimum(np.searchsorted(level, ordered), len(level) - 1)
+            hit = level[at] == ordered
+            found[order[hit]] = True
+            ids[order[hit]] = level_ids[at[hit]]
+        return found, ids
+
+    def _add(self, keys: np.ndarray, ids: np.ndarray) -> None:
+        """Index new keys. They go to a small sorted level first and join the large one only once that
+        level holds an eighth of it: inserting every batch into millions of keys copied them each time
+        (3.5 s over a 1M-skill merge)."""
+        order = np.argsort(keys)
+        where = np.searchsorted(self.recent, keys[order])
+        self.recent = np.insert(self.recent, where, keys[order])
+        self.recent_ids = np.insert(self.recent_ids, where, ids[order])
+        if len(self.recent) > max(_RECENT_MIN, len(self.keys) // 8):
+            where = np.searchsorted(self.keys, self.recent)
+            self.keys = np.insert(self.keys, where, self.recent)
+            self.key_ids = np.insert(self.key_ids, where, self.recent_ids)
+            self.recent = self.recent[:0]
+            self.recent_ids = self.recent_ids[:0]
+
+    @property
+    def n_keys(self) -> int:
+        return len(self.keys) + len(self.recent)
 
     def _by_dict(self, tokens: pl.Series) -> np.ndarray:
         index, before = self.index, len(self.tokens)
