@@ -87,36 +87,12 @@ def _row_blocks(cost: np.ndarray, budget: int, max_rows: int) -> list[tuple[int,
 def _row_topk(
     rows: np.ndarray, cols: np.ndarray, jac: np.ndarray, indptr: np.ndarray, k: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Top-k entries of every row by Jaccard (> 0), ties to the smaller column, without sorting.
-
-    k passes of segmented max / min over the CSR data: linear in the block's entries per pass. (The
-    incremental update's few rows; the cold-start join ranks its blocks with `_block_topk`.)
-    """
-    starts = indptr[:-1][np.diff(indptr) > 0]
-    empty = np.empty(0, dtype=np.int64)
-    if len(starts) == 0:
-        return empty, empty, np.empty(0)
-    segment = np.zeros(len(rows), dtype=np.int64)
-    segment[starts[1:] - starts[0]] = 1
-    segment = np.cumsum(segment)  # index of each entry's non-empty row among `starts`
-    values = jac.copy()
-    big = np.iinfo(np.int64).max
-    out_r, out_c, out_w = [], [], []
-    for _ in range(k):
-        best = np.maximum.reduceat(values, starts - starts[0])
-        is_best = (values == best[segment]) & (values > 0)
-        first_col = np.minimum.reduceat(np.where(is_best, cols, big), starts - starts[0])
-        chosen = is_best & (cols == first_col[segment])
-        if not chosen.any():
-            break
-        out_r.append(rows[chosen])
-        out_c.append(cols[chosen])
-        out_w.append(jac[chosen])
-        values[chosen] = 0.0
-    if not out_r:
-        return empty, empty, np.empty(0)
-    r, c, w = np.concatenate(out_r), np.concatenate(out_c), np.concatenate(out_w)
-    order = np.lexsort((c, r))  # deterministic output order: by row, then column
+    """Top-k (row, col, Jaccard) of every row of CSR entries by Jaccard (> 0), ties to the smaller column,
+    by row then column; `rows` gives each entry's row. (The incremental update's few rows; the cold-start
+    join ranks its blocks with `_block_topk`, on the same passes.)"""
+    pos, w = _top_positions(jac.copy(), cols, indptr, k)
+    r, c = rows[pos], cols[pos]
+    order = np.lexsort((c, r))
     return r[order], c[order], w[order]
 
 
@@ -178,6 +154,28 @@ def _row_best(
     return ties[winner], best
 
 
+def _top_positions(
+    jac: np.ndarray, cols: np.ndarray, indptr: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(position, value) of every row's k best entries by `jac` (> 0), ties to the smaller column: k passes
+    of `_row_best`, each taking every row's best and zeroing it in `jac` (overwritten) for the next."""
+    lengths = np.diff(indptr)
+    nonempty = lengths > 0
+    starts, seg_lengths = indptr[:-1][nonempty], lengths[nonempty]
+    picked, values = [], []
+    for i in range(k if len(starts) else 0):
+        pos, best = _row_best(jac, cols, indptr, starts, seg_lengths)
+        pos = pos[best > 0]
+        if len(pos) == 0:
+            break
+        picked.append(pos)
+        values.append(jac[pos])
+        if i + 1 < k:
+            jac[pos] = 0
+    pos = np.concatenate(picked) if picked else np.empty(0, dtype=np.int64)
+    return pos, np.concatenate(values) if values else np.empty(0, dtype=jac.dtype)
+
+
 def _chunk_topk(
     join: _Join, c: int, a: int, b: int, block: tuple[np.ndarray, ...], ws: _Workspace
 ) -> tuple[np.ndarray, ...]:
@@ -192,21 +190,8 @@ def _chunk_topk(
     if first < b and a < first + width:  # the block's own nodes are in this chunk: no self-pairs
         own = np.repeat(np.arange(a - first, b - first, dtype=cols.dtype), lengths)
         np.copyto(jac, 0, where=own == cols)
-    nonempty = lengths > 0
-    starts, seg_lengths = indptr[:-1][nonempty], lengths[nonempty]
-    picked, values = [], []
-    for i in range(join.k if len(starts) else 0):
-        pos, best = _row_best(jac, cols, indptr, starts, seg_lengths)
-        pos = pos[best > 0]
-        if len(pos) == 0:
-            break
-        picked.append(pos)
-        values.append(jac[pos])
-        if i + 1 < join.k:
-            jac[pos] = 0
-    pos = np.concatenate(picked) if picked else np.empty(0, dtype=np.int64)
+    pos, rank = _top_positions(jac, cols, indptr, join.k)
     rows = np.searchsorted(indptr, pos, side="right") - 1
-    rank = np.concatenate(values) if values else np.empty(0, dtype=join.rank_dtype)
     return rows, cols[pos].astype(np.int64) + first, rank, shared[pos]
 
 
