@@ -104,15 +104,15 @@ def discover_packages(root: Path) -> Iterator[Path]:
     return map(Path, package_folders(str(root)))
 
 
-def _listing(folder: str) -> tuple[bool, list[tuple[str, bool]]]:
+def _listing(folder: str) -> tuple[bool, list[str]]:
     """Whether `folder` holds a SKILL.md (a non-directory entry of that name, as os.walk classifies it),
-    and its subfolders that discovery considers, sorted, each with whether it is a symlink."""
+    and the subfolders discovery descends into (not hidden, not vendored, not symlinks), sorted."""
     try:
         entries = list(os.scandir(folder))
     except OSError:  # unreadable: nothing found below it, as os.walk without onerror
         return False, []
     has_skill = False
-    subs: list[tuple[str, bool]] = []
+    subs: list[str] = []
     for entry in entries:
         name = entry.name
         try:
@@ -123,9 +123,11 @@ def _listing(folder: str) -> tuple[bool, list[tuple[str, bool]]]:
             has_skill = has_skill or name == SKILL_FILE
         elif not name.startswith(".") and name not in _SKIP_DIRS:
             try:
-                subs.append((name, entry.is_symlink()))
+                link = entry.is_symlink()
             except OSError:
-                subs.append((name, False))  # as os.path.islink answers on an error
+                link = False  # as os.path.islink answers on an error
+            if not link:
+                subs.append(name)
     return has_skill, sorted(subs)
 
 
@@ -138,7 +140,7 @@ def package_folders(root: str) -> Iterator[str]:
         has_skill, subs = _listing(folder)
         if has_skill:
             yield folder
-        stack.extend(os.path.join(folder, name) for name, link in reversed(subs) if not link)
+        stack.extend(os.path.join(folder, name) for name in reversed(subs))
 
 
 def _inside(path: str | Path, root: str | Path) -> bool:
@@ -842,7 +844,7 @@ def _units(root: Path, wanted: int) -> list[tuple[str, bool]]:
                 continue
             own, subs = _listing(path)
             split.extend([(path, False)] if own else [])
-            split.extend((os.path.join(path, name), True) for name, link in subs if not link)
+            split.extend((os.path.join(path, name), True) for name in subs)
         units = split
     return units
 

@@ -23,7 +23,7 @@ import polars as pl
 from ..config import FIELDS
 from . import lexicon
 from .lexicon import field_texts
-from .string_index import StringIndex
+from .string_index import StringIndex, appended
 from .tokens import tokenize_column, word_tokens
 
 FIELD_CODE = {f: i for i, f in enumerate(FIELDS)}  # the stored field column: the index in config.FIELDS
@@ -93,11 +93,7 @@ class WordTokens:
             before = len(self.words)
             ids = self.words.ids(words)
             if len(self.words) > before:
-                self.tokens = pl.concat(
-                    [self.tokens, word_tokens(self.words.tokens.slice(before))], rechunk=False
-                )
-                if self.tokens.n_chunks() > 32:
-                    self.tokens = self.tokens.rechunk()
+                self.tokens = appended(self.tokens, word_tokens(self.words.tokens.slice(before)))
             return self.tokens.gather(ids)
 
 
