@@ -2,6 +2,8 @@ import os
 from pathlib import Path
 
 import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from segos_pipeline.config import ParseConfig
 from segos_pipeline.graph.parsing import NODE_SCHEMA, REPORT_SCHEMA, parse_library, split_frontmatter
@@ -225,6 +227,30 @@ def test_pool_that_cannot_start_falls_back_to_serial(tmp_path, monkeypatch):
     assert parse_library(tmp_path, workers=2).nodes.height == 6
 
 
+def test_a_pool_that_breaks_midway_leaves_the_rest_to_this_process(tmp_path, monkeypatch):
+    """Chunks a broken pool did not return are parsed here, each handed on exactly once and in order."""
+    import segos_pipeline.graph.parsing as parsing
+
+    for i in range(9):
+        write_skill(tmp_path, f"s{i}", f"name: s{i}\ndescription: skill {i}", "body")
+    monkeypatch.setattr(parsing, "_PARALLEL_MIN", 9)  # a pool, for chunks of the packages found here
+    monkeypatch.setattr(parsing, "_CHUNK", 2)
+
+    def breaks_after_two(chunks, workers, take):
+        for chunk in chunks[:2]:
+            take(parsing._parse_chunk(chunk))
+
+    monkeypatch.setattr(parsing, "_parse_in_pool", breaks_after_two)
+    handed: list[int] = []
+    heard: list[int] = []
+    parsed = parse_library(
+        tmp_path, workers=2, per_chunk=len, on_chunk=handed.append, progress=lambda n, _: heard.append(n)
+    )
+    assert parsed.nodes["id"].to_list() == [f"s{i}" for i in range(9)]
+    assert handed == [2, 2, 2, 2, 1] and parsed.per_chunk is None
+    assert heard == [2, 4, 6, 8, 9]
+
+
 def test_markdown_headings_and_bullets_read_as_before():
     from segos_pipeline.graph.parsing import markdown_sections, section_items
 
@@ -234,6 +260,27 @@ def test_markdown_headings_and_bullets_read_as_before():
     assert list(sections) == ["title", "c# basics", "spaced"]
     assert sections["spaced"].endswith("####### not a heading")  # seven hashes is text, not a heading
     assert section_items(sections["spaced"]) == ["one", "two", "three"]
+
+
+_TITLE_CHARS = "ExAMPLeSInpuTtK\u212a\u0130i\u0307\u03a3\u03c3 #-"  # Kelvin sign, dotted I, sigma
+_TITLES = ("examples", "example tasks", "example", "inputs", "input", "k", "i", "\u03c3", "kk")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 7), st.text(alphabet=_TITLE_CHARS, max_size=12)),
+        max_size=6,
+    )
+)
+def test_section_lookup_skips_the_split_only_when_no_heading_can_have_the_title(lines):
+    """`_Sections` answers from the lowered body when it can: always as the full split would."""
+    from segos_pipeline.graph.parsing import _Sections, markdown_sections
+
+    body = "\n".join(("#" * hashes + " " if hashes else "") + text for hashes, text in lines)
+    split = markdown_sections(body)
+    for title in (*_TITLES, *split):
+        assert (title in _Sections(body)) == (title in split), (body, title)
 
 
 def test_split_frontmatter_reports_a_refused_frontmatter_and_salvages():

@@ -16,7 +16,7 @@ from ..config import SEMANTIC, BuildConfig, GraphConfig, TransitionConfig
 from ..progress import Progress, Tick
 from ..store.snapshot import REPORT, NewPart, Snapshot, SnapshotStore, split_rows
 from ..text.chunk_tokens import ChunkTokens
-from ..text.compact_tokens import CompactTokens
+from ..text.compact_tokens import CompactTokens, TokenMerger
 from ..text.lexicon import Signature
 from .edges import counts_by_relation
 from .parsing import ParsedLibrary, parse_library
@@ -148,13 +148,16 @@ def commit_cold_start(
     )
 
 
-def parsed_tokens(parsed: ParsedLibrary) -> CompactTokens | None:
-    """The token table of the chunks the parse workers tokenised; None when they did not, or when their
-    chunks were not in id order (nested packages, or a folder name that is another's prefix followed by a
-    character before "/"), and the table has to be tokenised from the sorted node table."""
-    if parsed.per_chunk is None or not parsed.in_order:
+def parsed_tokens(parsed: ParsedLibrary, merged: TokenMerger | None = None) -> CompactTokens | None:
+    """The token table of the chunks the parse workers tokenised (`merged` as they came, else the chunks
+    kept in `parsed.per_chunk`); None when they did not tokenise, or when their chunks were not in id
+    order (nested packages, or a folder name that is another's prefix followed by a character before
+    "/"), and the table has to be tokenised from the sorted node table."""
+    if not parsed.in_order:
         return None
-    return CompactTokens.from_chunks(parsed.per_chunk)
+    if merged is not None:
+        return merged.result()
+    return None if parsed.per_chunk is None else CompactTokens.from_chunks(parsed.per_chunk)
 
 
 def build_cold_start(
@@ -173,11 +176,13 @@ def build_cold_start(
     say = progress or (lambda _msg: None)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
+    merged = TokenMerger()
     parsed = parse_library(
         library,
         config.parse,
         progress=lambda n, total: say(Tick("parse packages", n, total)),
         per_chunk=ChunkTokens.of,  # tokenised where parsed, on every core
+        on_chunk=merged.add,  # and merged here while the workers parse on
     )
     timings["parse"] = time.perf_counter() - t0
     say(f"parsed {parsed.nodes.height} skills; {parsed.n_problems} problem(s) in the build report")
@@ -187,7 +192,7 @@ def build_cold_start(
             "(--allow-empty commits an empty version)"
         )
     t1 = time.perf_counter()
-    tables = graph_tables(parsed.nodes, config, say, tokens=parsed_tokens(parsed))
+    tables = graph_tables(parsed.nodes, config, say, tokens=parsed_tokens(parsed, merged))
     timings["graph"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     manifest = commit_cold_start(store, parsed, tables, config, timings)

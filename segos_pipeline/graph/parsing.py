@@ -337,14 +337,24 @@ def _first(data: dict[str, Any], *keys: str) -> Any:
 
 
 class _Sections:
-    """A body's sections, split only when a field falls back to them (most synthetic and many real
-    frontmatters declare every list field, and splitting is a tenth of a package's parse)."""
+    """A body's sections, split only when a field falls back to them and the body can hold the title
+    (most synthetic and many real frontmatters declare every list field, and splitting is a tenth of a
+    package's parse)."""
 
     def __init__(self, body: str):
         self.body = body
         self._split: dict[str, str] | None = None
+        self._lower: str | None = None
 
     def __contains__(self, title: str) -> bool:
+        if self._split is None and title.isascii():
+            # A heading's title is a stretch of the body, lowercased. `str.lower` maps each character on
+            # its own except Σ (by context, and never to ASCII), so an ASCII title is a substring of the
+            # lowered body wherever a heading has it: absent from it, no need to split.
+            if self._lower is None:
+                self._lower = self.body.lower()
+            if title not in self._lower:
+                return False
         return title in self.split
 
     def __getitem__(self, title: str) -> str:
@@ -800,24 +810,21 @@ def _frame(columns: dict[str, list[Any]]) -> pl.DataFrame:
 def _parse_in_pool(
     chunks: list[tuple[_Chunk, str, ParseConfig, ChunkWork | None]],
     workers: int,
-    done: Callable[[int], None] | None = None,
-) -> list[_ChunkResult]:
-    """Parse chunks in spawned worker processes; [] when a pool cannot run here (the caller then parses
-    serially). Spawned, not forked: polars and Arrow keep thread pools, and a forked child can deadlock on
-    their locks. Spawning needs an importable __main__ (not a script piped on stdin), hence the fallback.
+    take: Callable[[_ChunkResult], None],
+) -> None:
+    """Parse chunks in spawned worker processes, handing each result to `take` in order. Stops quietly
+    when a pool cannot run here or breaks: the caller parses the chunks `take` has not had serially.
+    Spawned, not forked: polars and Arrow keep thread pools, and a forked child can deadlock on their
+    locks. Spawning needs an importable __main__ (not a script piped on stdin), hence the fallback.
     """
     try:
         with ProcessPoolExecutor(
             max_workers=workers, mp_context=multiprocessing.get_context("spawn")
         ) as pool:
-            parts = []
             for part in pool.map(_parse_chunk, chunks):  # in order
-                parts.append(part)
-                if done is not None:
-                    done(part[2])
-            return parts
+                take(part)
     except (BrokenProcessPool, OSError):
-        return []
+        return
 
 
 # Below this many packages a worker pool costs more than it saves.
@@ -878,11 +885,14 @@ def parse_library(
     progress: Callable[[int, int | None], None] | None = None,
     workers: int | None = None,
     per_chunk: ChunkWork | None = None,
+    on_chunk: Callable[[Any], None] | None = None,
 ) -> ParsedLibrary:
     """Parse every package under `root` into the node table (sorted by id) and the build report;
     `progress(done, total)` hears how many packages are parsed so far (total None while workers are still
     finding packages). `per_chunk` is more work on each chunk's node frame done where it was parsed (the
-    build tokenises there, on every core).
+    build tokenises there, on every core). `on_chunk`, if given, is handed each chunk's `per_chunk` result
+    in this process, in order, as soon as it is done (the build merges them while later chunks are still
+    parsed); the results are then not kept in `ParsedLibrary.per_chunk`.
 
     Large libraries are parsed by a process pool (`workers`, default: the CPUs this process may use);
     the result does not depend on the number of workers.
@@ -897,24 +907,28 @@ def parse_library(
     chunks = [(chunk, str(root), config, per_chunk) for chunk in plan]
     items = [item for chunk in plan for item in chunk.items]
     known = None if any(walk for _, walk in items) else len(items)  # None: workers still find packages
+    frames: list[pl.DataFrame] = []
+    problems: list[Problem] = []
+    results: list[Any] = []
     parsed = 0
 
-    def done(n: int) -> None:
+    def take(part: _ChunkResult) -> None:
         nonlocal parsed
-        parsed += n
+        frame, found, count, result = part
+        frames.append(frame)
+        problems.extend(found)
+        parsed += count
+        if on_chunk is not None:
+            on_chunk(result)
+        else:
+            results.append(result)
         if progress is not None:
             progress(parsed, known)
 
-    parts: list[_ChunkResult] = []
     if pooled:
-        parts = _parse_in_pool(chunks, workers, done)
-    if not parts:
-        parsed = 0  # a pool that could not run: parse serially from the start
-        for chunk in chunks:
-            parts.append(_parse_chunk(chunk))
-            done(parts[-1][2])
-    frames = [part[0] for part in parts]
-    problems = [p for part in parts for p in part[1]]
+        _parse_in_pool(chunks, workers, take)
+    for chunk in chunks[len(frames) :]:  # no pool, or what a pool that broke left: parsed here
+        take(_parse_chunk(chunk))
     nodes = pl.concat(frames) if frames else pl.DataFrame(schema=NODE_SCHEMA)
     in_order = nodes["id"].is_sorted()  # ids are unique: the sort below is then the identity
     # one chunk either way: the stored bytes must not depend on how the work was cut (nor on the workers)
@@ -924,7 +938,7 @@ def parse_library(
         nodes=nodes,
         report=report_frame(problems),
         root=root,
-        per_chunk=[part[3] for part in parts] if per_chunk is not None else None,
+        per_chunk=results if per_chunk is not None and on_chunk is None else None,
         in_order=in_order,
     )
 

@@ -29,23 +29,44 @@ from .lexicon import SIGNATURE_FIELDS, TOKEN_SCHEMA, Signature
 from .string_index import StringIndex
 
 
+class TokenMerger:
+    """Consecutive chunks (chunk i's nodes follow chunk i-1's) merged one at a time as they come, e.g. while
+    parse workers are still tokenising later ones: a hash lookup per distinct token of each chunk, then
+    integer gathers."""
+
+    def __init__(self, vocab: StringIndex | None = None) -> None:
+        self.vocab = StringIndex() if vocab is None else vocab
+        self.parts: list[pl.DataFrame] = []
+        self.n_nodes = 0
+
+    def add(self, chunk: ChunkTokens) -> None:
+        ids = self.vocab.ids(chunk.vocab)
+        self.parts.append(
+            chunk.frame.with_columns(
+                (pl.col("node") + self.n_nodes).cast(pl.UInt32), token=ids[chunk.frame["token"].to_numpy()]
+            )
+        )
+        self.n_nodes += chunk.n_nodes
+
+    def result(self) -> CompactTokens:
+        """The table of every chunk added so far."""
+        frame = (
+            pl.concat(self.parts, how="vertical_relaxed", rechunk=True)
+            if self.parts
+            else pl.DataFrame(schema=FRAME_SCHEMA)
+        )
+        return CompactTokens(frame, self.vocab.series().alias("token"), self.n_nodes)
+
+
 def _merged(
     chunks: Iterable[ChunkTokens], vocab: StringIndex | None = None
 ) -> tuple[pl.DataFrame, pl.Series, int]:
     """(the integer rows of consecutive chunks with global nodes and token ids, the vocabulary, nodes)."""
-    vocab, parts, offset = StringIndex() if vocab is None else vocab, [], 0
+    merger = TokenMerger(vocab)
     for chunk in chunks:
-        ids = vocab.ids(chunk.vocab)
-        parts.append(
-            chunk.frame.with_columns(
-                (pl.col("node") + offset).cast(pl.UInt32), token=ids[chunk.frame["token"].to_numpy()]
-            )
-        )
-        offset += chunk.n_nodes
-    frame = (
-        pl.concat(parts, how="vertical_relaxed", rechunk=True) if parts else pl.DataFrame(schema=FRAME_SCHEMA)
-    )
-    return frame, vocab.series().alias("token"), offset
+        merger.add(chunk)
+    merged = merger.result()
+    return merged.frame, merged.vocab, merged.n_nodes
 
 
 def _chunks_of(nodes: pl.DataFrame, step: int, threads: int) -> Iterator[ChunkTokens]:
@@ -91,8 +112,7 @@ class CompactTokens:
 
     @classmethod
     def from_chunks(cls, chunks: Sequence[ChunkTokens]) -> CompactTokens:
-        """The table of consecutive chunks (chunk i's nodes follow chunk i-1's), e.g. tokenised by parse
-        workers: a hash lookup per distinct token of each chunk, then integer gathers."""
+        """The table of consecutive chunks (chunk i's nodes follow chunk i-1's): `TokenMerger` of them."""
         return cls(*_merged(chunks))
 
     @property
