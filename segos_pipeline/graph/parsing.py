@@ -865,18 +865,21 @@ def _plan(root: Path, workers: int) -> tuple[list[_Chunk], bool]:
     found: list[str] = []
     pending: list[tuple[str, bool]] = []
     walked = 0
+    pooled = False  # enough packages for a pool: the rest is left to its workers
     for path, walk in _units(root, workers * _UNITS_PER_WORKER):
-        if len(found) >= _PARALLEL_MIN and workers > 1:
+        if pooled:
             pending.append((path, walk))
-        elif walk:
+            continue
+        if walk:
             walked += 1
             found.extend(package_folders(path))
         else:
             found.append(path)
+        pooled = len(found) >= _PARALLEL_MIN and workers > 1
     chunks = [_Chunk(tuple((p, False) for p in found[i : i + _CHUNK])) for i in range(0, len(found), _CHUNK)]
     per_unit = max(1, round(_CHUNK * walked / max(1, len(found))))  # folders of the size seen so far
     chunks.extend(_Chunk(tuple(pending[i : i + per_unit])) for i in range(0, len(pending), per_unit))
-    return chunks, len(found) >= _PARALLEL_MIN and workers > 1
+    return chunks, pooled
 
 
 def parse_library(

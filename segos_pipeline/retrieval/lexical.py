@@ -33,7 +33,7 @@ from ..config import RetrievalConfig
 from ..store.cache import cache_root, write_entry
 from ..text.lexicon import Vocabulary
 from ..text.tokens import tokenize
-from .sets import contains, merged, scattered, top_k, union_positions, unique, value_at
+from .sets import contains, merged, merged_columns, scattered, top_k, union_positions, unique, value_at
 from .token_rows import CODED_FIELDS, NAME, EncodedTokens, TokenRows, field_codes, sorted_rows
 
 if TYPE_CHECKING:
@@ -471,9 +471,15 @@ class LexicalIndex:
         if not len(new):
             return ev
         # none of them is named (every named skill is held): evidence = score / top + 0, as for the rest
-        out, node_score = merged(ev.nodes, ev.node_score, new, score)
-        _, evidence = merged(ev.nodes, ev.node_evidence, new, score / ev.top + 0.0)
-        _, name_match = merged(ev.nodes, ev.node_name_match, new, np.zeros(len(new), dtype=bool))
+        out, (node_score, evidence, name_match) = merged_columns(
+            ev.nodes,
+            new,
+            [
+                (ev.node_score, score),
+                (ev.node_evidence, score / ev.top + 0.0),
+                (ev.node_name_match, np.zeros(len(new), dtype=bool)),
+            ],
+        )
         return replace(
             ev, nodes=out, node_score=node_score, node_name_match=name_match, node_evidence=evidence
         )

@@ -7,6 +7,8 @@ the larger of two sorted sets, does the same work in a fraction of it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 
@@ -83,10 +85,21 @@ def merged(
     a: np.ndarray, a_values: np.ndarray, b: np.ndarray, b_values: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """The union of two disjoint sorted sets with the values each carries, in union order."""
-    u, at_a, at_b = union_positions(a, b)
-    values = np.zeros(len(u), dtype=np.result_type(a_values, b_values))
-    values[at_a], values[at_b] = a_values, b_values
+    u, (values,) = merged_columns(a, b, [(a_values, b_values)])
     return u, values
+
+
+def merged_columns(
+    a: np.ndarray, b: np.ndarray, columns: Sequence[tuple[np.ndarray, np.ndarray]]
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """`merged` of several value columns over the same two sets, with one union."""
+    u, at_a, at_b = union_positions(a, b)
+    out = []
+    for a_values, b_values in columns:
+        values = np.zeros(len(u), dtype=np.result_type(a_values, b_values))
+        values[at_a], values[at_b] = a_values, b_values
+        out.append(values)
+    return u, out
 
 
 def top_k(values: np.ndarray, candidates: np.ndarray, k: int) -> np.ndarray:
