@@ -393,6 +393,9 @@ def spawn(mode: str, args: dict[str, Any], result: Path, env: dict[str, str] | N
     out["tree_peak_rss_bytes"] = tree.peak or None
     out["cpu_user_s"] = round(usage.ru_utime, 2)
     out["cpu_sys_s"] = round(usage.ru_stime, 2)
+    # What came from the disk rather than the page cache (summed over the tree; 512-byte blocks): a build
+    # that reads its library cold is bound by this machine's disk, not by its own code.
+    out["disk_read_bytes"] = usage.ru_inblock * 512
     out["busy_cpus_before"] = busy_before
     if cpu0 is not None and cpu1 is not None:
         others = max(0.0, cpu1 - cpu0 - usage.ru_utime - usage.ru_stime)
@@ -731,6 +734,9 @@ def bar_rows(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     None,
                 )
             )
+            read = b["runs"][0].get("disk_read_bytes")  # page-cache misses: how cold the library was
+            read_gib = read / GIB if read else None
+            rows.append(_row(name, "read from disk during the build", read_gib, "GiB", None))
             base = c.get("baseline")
             if base:
                 brun = base["runs"][0]
