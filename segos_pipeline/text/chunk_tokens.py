@@ -2,8 +2,8 @@
 
 `ChunkTokens.of` tokenises a node frame with no global state, so parse workers can run it on their own
 chunk and send back a few integer columns and one small string column (polars pickles as Arrow IPC). The
-heavy work is on integers: every word occurrence is hashed (u64), each distinct word is stemmed once (a
-cached Python call), and the rows are counted and ordered by one sort of packed u64 keys
+heavy work is on integers: every word occurrence is hashed (u64), each distinct word is stemmed once
+(vectorised, `tokens.word_tokens`), and the rows are counted and ordered by one sort of packed u64 keys
 (node, field, token). The token part of the key is the token's rank among the chunk's distinct token
 strings, so integer order is exactly `lexicon.token_table`'s order (node, field name, token string) and
 no string is ever sorted row by row.
@@ -14,16 +14,13 @@ collision (two distinct words, one hash) falls back to keying on the strings the
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
 from ..config import FIELDS
-from . import lexicon
 from .lexicon import field_texts
-from .string_index import StringIndex, appended
 from .tokens import tokenize_column, word_tokens
 
 FIELD_CODE = {f: i for i, f in enumerate(FIELDS)}  # the stored field column: the index in config.FIELDS
@@ -69,40 +66,9 @@ def word_codes(words: pl.Series, key: pl.Series) -> tuple[pl.Series, np.ndarray]
     return distinct["word"], codes.to_numpy()
 
 
-class WordTokens:
-    """The token of each word met so far in this process (a memo: results never depend on it).
-
-    The Python stemmer is the one per-word step left; with 2,000-skill chunks most of a chunk's words
-    were in an earlier one. Looked up by hash (`StringIndex`), so a chunk costs a binary search of its
-    distinct words plus the stemming of the unseen ones; bounded by `lexicon.WORD_CACHE_WORDS`. Locked:
-    `CompactTokens.of` tokenises chunks on threads."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._start()
-
-    def _start(self) -> None:
-        self.words = StringIndex()
-        self.tokens = pl.Series("token", [], dtype=pl.String)  # the token of each word id, null: dropped
-
-    def of(self, words: pl.Series) -> pl.Series:
-        """`word_tokens` of distinct words."""
-        with self._lock:
-            if len(self.words) + len(words) > lexicon.WORD_CACHE_WORDS:
-                self._start()
-            before = len(self.words)
-            ids = self.words.ids(words)
-            if len(self.words) > before:
-                self.tokens = appended(self.tokens, word_tokens(self.words.tokens.slice(before)))
-            return self.tokens.gather(ids)
-
-
-_WORDS = WordTokens()
-
-
 def _vocabulary(words: pl.Series) -> tuple[pl.Series, np.ndarray]:
     """(the sorted distinct tokens of `words`, each word's index in them or _DROPPED)."""
-    tokens = _WORDS.of(words)
+    tokens = word_tokens(words)
     rank = tokens.rank("dense")  # 1-based rank in the sorted distinct tokens; null for a dropped word
     lut = (rank - 1).fill_null(_DROPPED).cast(pl.UInt32).to_numpy()
     return tokens.drop_nulls().unique().sort(), lut
