@@ -77,9 +77,11 @@ def _steps(files: list[str]) -> dict[str, float]:
         skills += nodes.height
         for name, fn in (("field_texts", lambda n=nodes: field_texts(n)),):
             spent[name] = spent.get(name, 0.0) + _cpu(fn)[1]
-        words, cpu = _cpu(lambda n=nodes: chunk_tokens._word_rows(n))
+        rows, cpu = _cpu(lambda n=nodes: chunk_tokens._word_rows(n))
         spent["word_rows"] = spent.get("word_rows", 0.0) + cpu
-        (codes, cpu) = _cpu(lambda w=words: chunk_tokens.word_codes(w["word"], w["word"].hash()))
+        # a frame with a word column before this branch, (slots, words) since
+        words = rows[1] if isinstance(rows, tuple) else rows["word"]
+        (codes, cpu) = _cpu(lambda w=words: chunk_tokens.word_codes(w, w.hash()))
         spent["word_codes (with hash)"] = spent.get("word_codes (with hash)", 0.0) + cpu
         distinct += len(codes[0])
         _, cpu = _cpu(lambda d=codes[0]: chunk_tokens._vocabulary(d))
