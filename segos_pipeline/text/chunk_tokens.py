@@ -2,14 +2,15 @@
 
 `ChunkTokens.of` tokenises a node frame with no global state, so parse workers can run it on their own
 chunk and send back a few integer columns and one small string column (polars pickles as Arrow IPC). The
-heavy work is on integers: every word occurrence is hashed (u64), each distinct word is stemmed once
-(vectorised, `tokens.word_tokens`), and the rows are counted and ordered by one sort of packed u64 keys
-(node, field, token). The token part of the key is the token's rank among the chunk's distinct token
-strings, so integer order is exactly `lexicon.token_table`'s order (node, field name, token string) and
-no string is ever sorted row by row.
+heavy work is on integers and bytes: the words are cut out of ASCII texts with numpy
+(`tokens.text_words`), every occurrence is hashed (u64) and resolved to the chunk's distinct words by one
+sort, each distinct word is stemmed once (vectorised, `tokens.word_tokens`), and the rows are counted and
+ordered by one sort of packed u64 keys (node, field, token). The token part of the key is the token's
+rank among the chunk's distinct token strings, so integer order is exactly `lexicon.token_table`'s order
+(node, field name, token string) and no string is ever sorted row by row.
 
 Word hashes are only a shortcut: each occurrence is compared with the word its hash was resolved to, and a
-collision (two distinct words, one hash) falls back to keying on the strings themselves.
+collision (two distinct words, one hash prefix) falls back to keying on the strings themselves.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .tokens import text_words, word_tokens
 
 FIELD_CODE = {f: i for i, f in enumerate(FIELDS)}  # the stored field column: the index in config.FIELDS
 # The token table sorts by field *name*: the sort key carries the name's rank, decoded back to the code.
-_FIELD_RANK = {f: i for i, f in enumerate(sorted(FIELDS))}
+_FIELD_RANK = pl.Enum(sorted(FIELDS))  # its physical code is the rank
 _CODE_OF_RANK = np.array([FIELD_CODE[f] for f in sorted(FIELDS)], dtype=np.uint8)
 _FIELD_BITS = max(1, (len(FIELDS) - 1).bit_length())
 _U16_MAX = np.iinfo(np.uint16).max
@@ -44,7 +45,7 @@ def _word_rows(nodes: pl.DataFrame) -> tuple[np.ndarray, pl.Series]:
     rank, so slots order as `lexicon.token_table` does (node, field name). The occurrences of
     `lexicon._chunk_tokens` before stemming, not in its order (the counting sort makes order moot)."""
     texts = field_texts(nodes)
-    field = texts["field"].replace_strict(_FIELD_RANK, return_dtype=pl.UInt8).to_numpy()
+    field = texts["field"].cast(_FIELD_RANK).to_physical().to_numpy()
     slot = (texts["node"].to_numpy().astype(np.uint64) << np.uint64(_FIELD_BITS)) | field
     words, rows = text_words(texts["text"])
     return slot[rows], words
