@@ -123,47 +123,62 @@ def tokenize_column(texts: pl.Expr) -> pl.Expr:
 
 def text_words(texts: pl.Series) -> tuple[pl.Series, np.ndarray]:
     """(the words of every text in one column, the index of the text each word is from): the words of
-    `tokenize_column` exploded, each text's in order; texts in ASCII come first, the others after.
+    `tokenize_column` exploded, each text's (not in their order).
 
-    ASCII text is split on its bytes with numpy: there lowercasing is ASCII's and `[\\p{L}\\p{N}]` is
-    `[A-Za-z0-9]`, and a few passes over the bytes replace the regex's cost per match (a property test
-    holds the two equal on any text). Any other text takes `tokenize_column` itself."""
+    Cut on the UTF-8 bytes with numpy: an ASCII byte other than a letter or digit is never part of a word,
+    so those bytes split the text into runs holding whole words. A run of ASCII letters and digits is one
+    word (lowercased on its bytes); only a run holding a non-ASCII character goes through the regex, its
+    text lowercased by polars first (Unicode lowercasing looks at the context: a final sigma). A few passes
+    over the bytes cost less than the regex's work per match; a property test holds the two equal on any
+    text."""
     offsets, data = _utf8_buffers(texts)
-    if not len(data) or int(data.max()) < 0x80:
-        return _ascii_words(offsets, data)
-    ascii_text = pc.string_is_ascii(texts.fill_null("").to_arrow()).to_numpy(zero_copy_only=False)
-    plain, other = np.flatnonzero(ascii_text), np.flatnonzero(~ascii_text)
-    words, rows = _ascii_words(*_utf8_buffers(texts.gather(plain)))
-    rest = (
-        texts.gather(other)
-        .to_frame("text")
-        .select(row=pl.int_range(pl.len(), dtype=pl.UInt32), word=tokenize_column(pl.col("text")))
+    high = None
+    if len(data) and int(data.max()) >= 0x80:
+        other = np.flatnonzero(
+            ~pc.string_is_ascii(texts.fill_null("").to_arrow()).to_numpy(zero_copy_only=False)
+        )
+        lowered = texts.clone()  # a scatter into the clone leaves `texts` as it was
+        offsets, data = _utf8_buffers(lowered.scatter(other, texts.gather(other).str.to_lowercase()))
+        high = data >= 0x80
+    # uint8 arithmetic wraps, so each range test is one subtraction and one compare; | 32 maps A-Z to a-z
+    word = (((data | np.uint8(32)) - np.uint8(ord("a"))) < 26) | ((data - np.uint8(ord("0"))) < 10)
+    runs, starts = _runs(offsets, data, word if high is None else word | high)
+    per_text = np.diff(np.searchsorted(starts, offsets))
+    rows = np.repeat(np.arange(len(offsets) - 1), per_text)
+    if high is None:
+        return runs, rows
+    mixed = np.zeros(len(starts), dtype=bool)  # the runs holding a non-ASCII byte (each such byte is in one)
+    mixed[np.searchsorted(starts, np.flatnonzero(high), side="right") - 1] = True
+    split = (
+        runs.filter(mixed)
+        .to_frame()
+        .select(row=pl.Series(rows[mixed]), word=pl.col("word").str.extract_all(POLARS_TOKEN_PATTERN))
         .explode("word")
         .drop_nulls("word")
     )
     return (
-        pl.concat([words, rest["word"]], rechunk=True),
-        np.concatenate([plain[rows], other[rest["row"].to_numpy()]]),
+        pl.concat([runs.filter(~mixed), split["word"]], rechunk=True),
+        np.concatenate([rows[~mixed], split["row"].to_numpy()]),
     )
 
 
-def _ascii_words(offsets: np.ndarray, data: np.ndarray) -> tuple[pl.Series, np.ndarray]:
-    """`text_words` of ASCII texts given as (offsets, bytes)."""
-    # uint8 arithmetic wraps, so each range test is one subtraction and one compare; | 32 maps A-Z to a-z
-    word = (((data | np.uint8(32)) - np.uint8(ord("a"))) < 26) | ((data - np.uint8(ord("0"))) < 10)
-    inside = offsets[(offsets > 0) & (offsets < len(data))]  # where one text ends and the next starts
-    after_word = np.concatenate(([False], word[:-1]))
-    after_word[inside] = False
-    before_word = np.concatenate((word[1:], [False]))
-    before_word[inside - 1] = False
-    starts = np.flatnonzero(word & ~after_word)
-    lengths = np.flatnonzero(word & ~before_word) + 1 - starts
-    word_offsets = np.concatenate(([0], np.cumsum(lengths)))
-    chars = np.compress(word, data)
+def _runs(
+    offsets: np.ndarray, data: np.ndarray, inside: np.ndarray
+) -> tuple[pl.Series, np.ndarray, np.ndarray]:
+    """(the maximal runs of `inside` bytes, none across two texts, as strings with ASCII letters in lower
+    case; where each starts; its length in bytes)."""
+    seams = offsets[(offsets > 0) & (offsets < len(data))]  # where one text ends and the next starts
+    after = np.concatenate(([False], inside[:-1]))
+    after[seams] = False
+    before = np.concatenate((inside[1:], [False]))
+    before[seams - 1] = False
+    starts = np.flatnonzero(inside & ~after)
+    lengths = np.flatnonzero(inside & ~before) + 1 - starts
+    run_offsets = np.concatenate(([0], np.cumsum(lengths)))
+    chars = np.compress(inside, data)
     chars |= ((chars - np.uint8(ord("A"))) < 26).view(np.uint8) << 5  # lower case: A-Z + 32 = a-z
-    array = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(word_offsets), pa.py_buffer(chars))
-    per_text = np.diff(np.searchsorted(starts, offsets))
-    return pl.Series("word", array, dtype=pl.String), np.repeat(np.arange(len(offsets) - 1), per_text)
+    array = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(run_offsets), pa.py_buffer(chars))
+    return pl.Series("word", array, dtype=pl.String), starts
 
 
 def word_tokens(words: pl.Series) -> pl.Series:
