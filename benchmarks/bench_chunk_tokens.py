@@ -1,6 +1,6 @@
 """CPU per skill of `ChunkTokens.of` and of its steps, as a parse worker meets 2,000-skill chunks.
 
-    .venv/bin/python benchmarks/bench_chunk_tokens.py --library LIB --cache /tmp/tok-chunks \
+    .venv/bin/python benchmarks/bench_chunk_tokens.py --library LIB --cache DIR \
         [--chunks 9] [--chunk 2000] [--save DIR]
 
 Parses the first `chunks` × `chunk` packages of LIB (read-only) once into parquet files under `--cache`
