@@ -4,7 +4,7 @@
         [--chunks 9] [--chunk 2000] [--save DIR]
 
 Parses the first `chunks` × `chunk` packages of LIB (read-only) once into parquet files under `--cache`
-(reused on later runs). Then, in two fresh processes each (as a worker: nothing memoised), it tokenises
+(reused on later runs). Then, in each of two fresh processes (as a worker: nothing memoised), it tokenises
 chunk 0 to warm up and times chunks 1.. : one process times `ChunkTokens.of` whole, the other its steps
 one after the other (field texts, word rows, word codes, vocabulary), each step meeting the chunk's
 unseen words for the first time. Process CPU time (polars threads included), µs per skill.

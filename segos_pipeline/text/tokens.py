@@ -1,9 +1,13 @@
-"""Tokenisation shared by indexing (vectorised, in polars) and querying (plain Python).
+"""Tokenisation shared by indexing (vectorised, in polars and numpy) and querying (plain Python).
 
 Both paths must produce identical tokens for identical text, so the rules live here once: lowercase,
 split on anything that is not a letter or digit, drop stopwords and pure numbers, then a light stemmer
 that folds plurals and -ing/-ed forms without mangling words ("class" stays "class", unlike GoS' strip of
 every trailing "s"). Short technical tokens (`3d`, `ai`, `js`, `csv`) are kept.
+
+Indexing restates the ASCII case of these rules on UTF-8 bytes with numpy (`text_words` cuts the words,
+`word_tokens` stems them) and leaves anything else to the polars regex and the Python stemmer; property
+tests (tests/test_word_tokens.py) hold the byte rules equal to the regex and to `_token_of`.
 """
 
 from __future__ import annotations
@@ -162,11 +166,9 @@ def text_words(texts: pl.Series) -> tuple[pl.Series, np.ndarray]:
     )
 
 
-def _runs(
-    offsets: np.ndarray, data: np.ndarray, inside: np.ndarray
-) -> tuple[pl.Series, np.ndarray, np.ndarray]:
+def _runs(offsets: np.ndarray, data: np.ndarray, inside: np.ndarray) -> tuple[pl.Series, np.ndarray]:
     """(the maximal runs of `inside` bytes, none across two texts, as strings with ASCII letters in lower
-    case; where each starts; its length in bytes)."""
+    case; where each starts in `data`)."""
     seams = offsets[(offsets > 0) & (offsets < len(data))]  # where one text ends and the next starts
     after = np.concatenate(([False], inside[:-1]))
     after[seams] = False
