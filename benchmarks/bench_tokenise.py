@@ -9,8 +9,7 @@ Reads the nodes of a built store (read-only). Times, on the same nodes and in th
 2. INTEGER: `CompactTokens.of` now (ChunkTokens.of per 20k-skill chunk, two chunks at a time on
    threads, merged), and again on one thread;
 3. PER CHUNK: `ChunkTokens.of` on 2,000-skill chunks (the parse workers' chunk), once in a fresh spawned
-   process (as a worker: nothing cached) and once after the runs above with the per-process word memo
-   emptied (the Python stemmer's own small cache stays warm), and the
+   process (as a worker: nothing cached) and once after the runs above in this process, and the
    `CompactTokens.from_chunks` merge of all of them.
 CPU (process time) and wall for each; checks that both paths give equal rows and signature. The machine is
 shared: compare A/B within one run. Writes tokenise.json and tokenise.md.
@@ -31,7 +30,7 @@ import numpy as np
 import polars as pl
 
 from segos_pipeline import SnapshotStore
-from segos_pipeline.text import chunk_tokens, lexicon
+from segos_pipeline.text import lexicon
 from segos_pipeline.text.chunk_tokens import FIELD_CODE
 from segos_pipeline.text.compact_tokens import ChunkTokens, CompactTokens
 
@@ -126,7 +125,6 @@ def run(nodes: pl.DataFrame, repeat: int, chunk: int) -> dict[str, Any]:
             out["vocab"] = len(new.vocab)
             out["frame_bytes_per_row"] = new.frame.estimated_size() / max(1, new.height)
     slices = [nodes.slice(s, chunk) for s in range(0, nodes.height, chunk)]
-    chunk_tokens._WORDS = chunk_tokens.WordTokens()  # as a fresh parse worker: no word stemmed yet
     chunks, chunk_cpu, chunk_wall = _timed(lambda: [ChunkTokens.of(s) for s in slices])
     merged, merge_cpu, merge_wall = _timed(lambda: CompactTokens.from_chunks(chunks))
     out["per_chunk"] = {
@@ -171,7 +169,7 @@ def _markdown(res: dict[str, Any]) -> str:
         "",
         f"ChunkTokens.of on {pc['chunks']} chunks of {pc['chunk_skills']:,} skills, in a fresh process: "
         f"{pc['cold_process_cpu_us_per_skill']:.0f} µs CPU / {pc['cold_process_wall_us_per_skill']:.0f} µs "
-        f"wall per skill; after the runs above, word memo emptied: "
+        f"wall per skill; after the runs above in this process: "
         f"{pc['cpu_us_per_skill']:.0f} µs CPU / {pc['wall_us_per_skill']:.0f} µs wall per skill; mean chunk "
         f"vocabulary {pc['mean_chunk_vocab']:,.0f}; pickled {pc['pickled_bytes_per_skill']:.0f} B per skill.",
         f"CompactTokens.from_chunks of them: {pc['merge_cpu_s']:.2f} s CPU / "

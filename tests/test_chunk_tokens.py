@@ -11,11 +11,10 @@ from segos_pipeline.evaluation.synthetic import generate_library
 from segos_pipeline.graph.parsing import parse_library
 from segos_pipeline.paths import DEFAULT_LIBRARY
 from segos_pipeline.text import lexicon
-from segos_pipeline.text.chunk_tokens import ChunkTokens, WordTokens, word_codes
+from segos_pipeline.text.chunk_tokens import ChunkTokens, word_codes
 from segos_pipeline.text.compact_tokens import CompactTokens, _merged
 from segos_pipeline.text.lexicon import Signature, token_table
 from segos_pipeline.text.string_index import StringIndex
-from segos_pipeline.text.tokens import word_tokens
 
 from .conftest import SHARED_DATA, write_skill
 
@@ -176,18 +175,6 @@ def test_threads_keep_the_order_and_report_progress(monkeypatch, threads):
     got = CompactTokens.of(nodes, heard.append)
     assert heard == [*range(7, nodes.height, 7), nodes.height]
     _assert_same(got, token_table(nodes), nodes)
-
-
-def test_word_cache_stems_each_word_once_and_starts_over_past_its_bound(monkeypatch):
-    words = pl.Series(["parsing", "the", "ledgers", "2024", "classes", "ai"])
-    cache = WordTokens()
-    expected = word_tokens(words)
-    assert cache.of(words).equals(expected) and len(cache.words) == 6
-    again = pl.Series(["classes", "zebras", "parsing"])
-    assert cache.of(again).equals(word_tokens(again)) and len(cache.words) == 7  # only "zebras" is new
-    monkeypatch.setattr(lexicon, "WORD_CACHE_WORDS", 10)
-    assert cache.of(again).equals(word_tokens(again)) and len(cache.words) == 7
-    assert cache.of(words).equals(expected) and len(cache.words) == 6  # 7 + 6 > 10: started over
 
 
 @pytest.mark.parametrize("recent_min", [1, 4, 1_000_000])

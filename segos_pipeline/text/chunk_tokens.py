@@ -2,33 +2,31 @@
 
 `ChunkTokens.of` tokenises a node frame with no global state, so parse workers can run it on their own
 chunk and send back a few integer columns and one small string column (polars pickles as Arrow IPC). The
-heavy work is on integers: every word occurrence is hashed (u64), each distinct word is stemmed once (a
-cached Python call), and the rows are counted and ordered by one sort of packed u64 keys
-(node, field, token). The token part of the key is the token's rank among the chunk's distinct token
-strings, so integer order is exactly `lexicon.token_table`'s order (node, field name, token string) and
-no string is ever sorted row by row.
+heavy work is on integers and bytes: the words are cut out of ASCII texts with numpy
+(`tokens.text_words`), every occurrence is hashed (u64) and resolved to the chunk's distinct words by one
+sort, each distinct word is stemmed once (vectorised, `tokens.word_tokens`), and the rows are counted and
+ordered by one sort of packed u64 keys (node, field, token). The token part of the key is the token's
+rank among the chunk's distinct token strings, so integer order is exactly `lexicon.token_table`'s order
+(node, field name, token string) and no string is ever sorted row by row.
 
 Word hashes are only a shortcut: each occurrence is compared with the word its hash was resolved to, and a
-collision (two distinct words, one hash) falls back to keying on the strings themselves.
+collision (two distinct words, one hash prefix) falls back to keying on the strings themselves.
 """
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
 from ..config import FIELDS
-from . import lexicon
 from .lexicon import field_texts
-from .string_index import StringIndex, appended
-from .tokens import tokenize_column, word_tokens
+from .tokens import text_words, word_tokens
 
 FIELD_CODE = {f: i for i, f in enumerate(FIELDS)}  # the stored field column: the index in config.FIELDS
 # The token table sorts by field *name*: the sort key carries the name's rank, decoded back to the code.
-_FIELD_RANK = {f: i for i, f in enumerate(sorted(FIELDS))}
+_FIELD_RANK = pl.Enum(sorted(FIELDS))  # its physical code is the rank
 _CODE_OF_RANK = np.array([FIELD_CODE[f] for f in sorted(FIELDS)], dtype=np.uint8)
 _FIELD_BITS = max(1, (len(FIELDS) - 1).bit_length())
 _U16_MAX = np.iinfo(np.uint16).max
@@ -42,70 +40,56 @@ FRAME_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
-def _word_rows(nodes: pl.DataFrame) -> pl.DataFrame:
-    """One row per word occurrence: node (local), field rank, raw word — as `lexicon._chunk_tokens`."""
-    return (
-        field_texts(nodes)
-        .select(
-            "node",
-            field=pl.col("field").replace_strict(_FIELD_RANK, return_dtype=pl.UInt8),
-            word=tokenize_column(pl.col("text")),
-        )
-        .explode("word")
-        .drop_nulls("word")
-    )
+def _word_rows(nodes: pl.DataFrame) -> tuple[np.ndarray, pl.Series]:
+    """(the slot of each word occurrence, the raw word): a slot is node (local) << _FIELD_BITS | field
+    rank, so slots order as `lexicon.token_table` does (node, field name). The occurrences of
+    `lexicon._chunk_tokens` before stemming, not in its order (the counting sort makes order moot)."""
+    texts = field_texts(nodes)
+    field = texts["field"].cast(_FIELD_RANK).to_physical().to_numpy()
+    slot = (texts["node"].to_numpy().astype(np.uint64) << np.uint64(_FIELD_BITS)) | field
+    words, rows = text_words(texts["text"])
+    return slot[rows], words
 
 
 def word_codes(words: pl.Series, key: pl.Series) -> tuple[pl.Series, np.ndarray]:
-    """(the distinct words, the index of each occurrence in them), found by joining on `key` (a hash of
+    """(the distinct words, the index of each occurrence in them), found by sorting on `key` (a hash of
     each word). Exact whatever the key: if two distinct words share a key, it joins on the words."""
-    rows = pl.DataFrame({"key": key, "word": words})
-    distinct = rows.unique(subset="key").with_row_index("code")
-    codes = rows.join(distinct.select("key", "code"), on="key", how="left", maintain_order="left")["code"]
-    if bool((distinct["word"].gather(codes) == words).all()):
-        return distinct["word"], codes.to_numpy()
-    distinct = rows.select("word").unique().with_row_index("code")
-    codes = rows.join(distinct, on="word", how="left", maintain_order="left")["code"]
-    return distinct["word"], codes.to_numpy()
+    distinct, codes = _codes_by_key(words, key.to_numpy().astype(np.uint64, copy=False))
+    if len(words) == 0 or bool((distinct.gather(codes) == words).all()):
+        return distinct, codes
+    rows = pl.DataFrame({"word": words})
+    by_word = rows.unique().with_row_index("code")
+    codes = rows.join(by_word, on="word", how="left", maintain_order="left")["code"]
+    return by_word["word"], codes.to_numpy()
 
 
-class WordTokens:
-    """The token of each word met so far in this process (a memo: results never depend on it).
-
-    The Python stemmer is the one per-word step left; with 2,000-skill chunks most of a chunk's words
-    were in an earlier one. Looked up by hash (`StringIndex`), so a chunk costs a binary search of its
-    distinct words plus the stemming of the unseen ones; bounded by `lexicon.WORD_CACHE_WORDS`. Locked:
-    `CompactTokens.of` tokenises chunks on threads."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._start()
-
-    def _start(self) -> None:
-        self.words = StringIndex()
-        self.tokens = pl.Series("token", [], dtype=pl.String)  # the token of each word id, null: dropped
-
-    def of(self, words: pl.Series) -> pl.Series:
-        """`word_tokens` of distinct words."""
-        with self._lock:
-            if len(self.words) + len(words) > lexicon.WORD_CACHE_WORDS:
-                self._start()
-            before = len(self.words)
-            ids = self.words.ids(words)
-            if len(self.words) > before:
-                self.tokens = appended(self.tokens, word_tokens(self.words.tokens.slice(before)))
-            return self.tokens.gather(ids)
-
-
-_WORDS = WordTokens()
+def _codes_by_key(words: pl.Series, key: np.ndarray) -> tuple[pl.Series, np.ndarray]:
+    """`word_codes` taking words with equal key prefixes for one word (checked by the caller). Each key's
+    high bits and the occurrence's position share one u64, so a plain sort of values orders the
+    occurrences by key (an argsort of the keys was several times slower)."""
+    position_bits = max(1, len(key).bit_length())
+    if position_bits > 32:
+        raise ValueError(f"{len(key)} word occurrences in one chunk: tokenise it in smaller chunks")
+    low = np.uint64((1 << position_bits) - 1)
+    packed = np.sort((key & ~low) | np.arange(len(key), dtype=np.uint64))
+    order = (packed & low).astype(np.int64)
+    first = np.empty(len(packed), dtype=bool)
+    first[:1] = True
+    np.not_equal(packed[1:] & ~low, packed[:-1] & ~low, out=first[1:])
+    codes = np.empty(len(packed), dtype=np.int64)
+    codes[order] = np.cumsum(first) - 1
+    return words.gather(order[first]), codes
 
 
 def _vocabulary(words: pl.Series) -> tuple[pl.Series, np.ndarray]:
     """(the sorted distinct tokens of `words`, each word's index in them or _DROPPED)."""
-    tokens = _WORDS.of(words)
+    tokens = word_tokens(words)
     rank = tokens.rank("dense")  # 1-based rank in the sorted distinct tokens; null for a dropped word
     lut = (rank - 1).fill_null(_DROPPED).cast(pl.UInt32).to_numpy()
-    return tokens.drop_nulls().unique().sort(), lut
+    kept = np.flatnonzero(lut != _DROPPED)
+    first = np.empty(int(rank.max() or 0), dtype=np.int64)  # dense ranks: every rank up to the largest occurs
+    first[lut[kept]] = kept  # a word of each token, placed by its rank: the tokens in sorted order
+    return tokens.gather(first), lut
 
 
 def _counted(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -129,11 +113,10 @@ class ChunkTokens:
     @classmethod
     def of(cls, nodes: pl.DataFrame) -> ChunkTokens:
         """Tokenise a node frame on its own (node i is `nodes` row i)."""
-        words = _word_rows(nodes)
-        distinct, codes = word_codes(words["word"], words["word"].hash())
+        slots, words = _word_rows(nodes)
+        distinct, codes = word_codes(words, words.hash())
         vocab, lut = _vocabulary(distinct)
         token = lut[codes]
-        kept = token != _DROPPED
         token_bits = max(1, len(vocab).bit_length())
         node_bits = max(1, nodes.height.bit_length())
         if node_bits + _FIELD_BITS + token_bits > 64:
@@ -141,11 +124,7 @@ class ChunkTokens:
                 f"a chunk of {nodes.height} skills with {len(vocab)} distinct tokens does not fit a "
                 "64-bit sort key: tokenise it in smaller chunks"
             )
-        keys = (
-            (words["node"].to_numpy()[kept].astype(np.uint64) << np.uint64(_FIELD_BITS + token_bits))
-            | (words["field"].to_numpy()[kept].astype(np.uint64) << np.uint64(token_bits))
-            | token[kept].astype(np.uint64)
-        )
+        keys = ((slots << np.uint64(token_bits)) | token)[token != _DROPPED]
         keys, tf = _counted(keys)
         tf_type = pl.UInt16 if not len(tf) or int(tf.max()) <= _U16_MAX else pl.UInt32
         frame = pl.DataFrame(

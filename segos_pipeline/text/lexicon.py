@@ -66,9 +66,6 @@ TOKEN_CHUNK = 20_000
 # extraction is single-threaded in polars); the peak memory grows with it, a chunk's words each (~100 MB
 # at 20k skills). The gain in wall time needs idle cores: on the shared, loaded machine it was not seen.
 TOKEN_THREADS = 2
-# Distinct words whose tokens a process remembers across chunks (text/chunk_tokens.WordTokens), so a word
-# is stemmed once, not once per chunk; past this many the memory (~50 bytes a word) starts over.
-WORD_CACHE_WORDS = 1_000_000
 
 
 def _chunk_tokens(nodes: pl.DataFrame, offset: int) -> pl.DataFrame:

@@ -1,17 +1,25 @@
-"""Tokenisation shared by indexing (vectorised, in polars) and querying (plain Python).
+"""Tokenisation shared by indexing (vectorised, in polars and numpy) and querying (plain Python).
 
 Both paths must produce identical tokens for identical text, so the rules live here once: lowercase,
 split on anything that is not a letter or digit, drop stopwords and pure numbers, then a light stemmer
 that folds plurals and -ing/-ed forms without mangling words ("class" stays "class", unlike GoS' strip of
 every trailing "s"). Short technical tokens (`3d`, `ai`, `js`, `csv`) are kept.
+
+Indexing restates the ASCII case of these rules on UTF-8 bytes with numpy (`text_words` cuts the words,
+`word_tokens` stems them) and leaves anything else to the polars regex and the Python stemmer; property
+tests (tests/test_word_tokens.py) hold the byte rules equal to the regex and to `_token_of`.
 """
 
 from __future__ import annotations
 
 import re
+import string
 from functools import lru_cache
 
+import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 
 # Letters and digits of any script; underscores split words (snake_case names become two tokens).
 # Python's `[^\W_]` is exactly "str.isalnum()", i.e. Unicode categories L* and N*, which the Rust regex
@@ -117,22 +125,176 @@ def tokenize_column(texts: pl.Expr) -> pl.Expr:
     return texts.str.to_lowercase().str.extract_all(POLARS_TOKEN_PATTERN)
 
 
+def text_words(texts: pl.Series) -> tuple[pl.Series, np.ndarray]:
+    """(the words of every text in one column, the index of the text each word is from): the words of
+    `tokenize_column` exploded, each text's (not in their order).
+
+    Cut on the UTF-8 bytes with numpy: an ASCII byte other than a letter or digit is never part of a word,
+    so those bytes split the text into runs holding whole words. A run of ASCII letters and digits is one
+    word (lowercased on its bytes); only a run holding a non-ASCII character goes through the regex, its
+    text lowercased by polars first (Unicode lowercasing looks at the context: a final sigma). A few passes
+    over the bytes cost less than the regex's work per match; a property test holds the two equal on any
+    text."""
+    offsets, data = _utf8_buffers(texts)
+    high = None
+    if len(data) and int(data.max()) >= 0x80:
+        other = np.flatnonzero(
+            ~pc.string_is_ascii(texts.fill_null("").to_arrow()).to_numpy(zero_copy_only=False)
+        )
+        lowered = texts.clone()  # a scatter into the clone leaves `texts` as it was
+        offsets, data = _utf8_buffers(lowered.scatter(other, texts.gather(other).str.to_lowercase()))
+        high = data >= 0x80
+    # uint8 arithmetic wraps, so each range test is one subtraction and one compare; | 32 maps A-Z to a-z
+    word = (((data | np.uint8(32)) - np.uint8(ord("a"))) < 26) | ((data - np.uint8(ord("0"))) < 10)
+    runs, starts = _runs(offsets, data, word if high is None else word | high)
+    per_text = np.diff(np.searchsorted(starts, offsets))
+    rows = np.repeat(np.arange(len(offsets) - 1), per_text)
+    if high is None:
+        return runs, rows
+    mixed = np.zeros(len(starts), dtype=bool)  # the runs holding a non-ASCII byte (each such byte is in one)
+    mixed[np.searchsorted(starts, np.flatnonzero(high), side="right") - 1] = True
+    split = (
+        runs.filter(mixed)
+        .to_frame()
+        .select(row=pl.Series(rows[mixed]), word=pl.col("word").str.extract_all(POLARS_TOKEN_PATTERN))
+        .explode("word")
+        .drop_nulls("word")
+    )
+    return (
+        pl.concat([runs.filter(~mixed), split["word"]], rechunk=True),
+        np.concatenate([rows[~mixed], split["row"].to_numpy()]),
+    )
+
+
+def _runs(offsets: np.ndarray, data: np.ndarray, inside: np.ndarray) -> tuple[pl.Series, np.ndarray]:
+    """(the maximal runs of `inside` bytes, none across two texts, as strings with ASCII letters in lower
+    case; where each starts in `data`)."""
+    seams = offsets[(offsets > 0) & (offsets < len(data))]  # where one text ends and the next starts
+    after = np.concatenate(([False], inside[:-1]))
+    after[seams] = False
+    before = np.concatenate((inside[1:], [False]))
+    before[seams - 1] = False
+    starts = np.flatnonzero(inside & ~after)
+    lengths = np.flatnonzero(inside & ~before) + 1 - starts
+    run_offsets = np.concatenate(([0], np.cumsum(lengths)))
+    chars = np.compress(inside, data)
+    chars |= ((chars - np.uint8(ord("A"))) < 26).view(np.uint8) << 5  # lower case: A-Z + 32 = a-z
+    array = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(run_offsets), pa.py_buffer(chars))
+    return pl.Series("word", array, dtype=pl.String), starts
+
+
 def word_tokens(words: pl.Series) -> pl.Series:
-    """The token each word becomes (null for a word that carries no signal), in order. Meant for distinct
-    words: it is the one Python step of indexing, and `_token_of`'s cache makes a word seen before (in any
-    earlier chunk of this process) a dictionary lookup rather than a stemming."""
-    return pl.Series("token", [_token_of(w) for w in words.to_list()], dtype=pl.String)
+    """`_token_of` of each word (null for a word that carries no signal, or a null), in order.
+
+    Words of ASCII letters and digits (nearly every word of a library) are stemmed on their UTF-8 bytes
+    with numpy, the rules of `keep_word` and `stem` restated on byte positions; any other word takes the
+    Python path, exactly as `normalize_names` splits ASCII from non-ASCII. Meant for distinct words."""
+    offsets, data = _utf8_buffers(words)
+    n = np.diff(offsets)
+    # letters in the low half of one running count, digits in the high half: one pass over the bytes
+    letter = (data - np.uint8(ord("a"))) < 26  # uint8 wrap-around: one compare per range
+    digit = (data - np.uint8(ord("0"))) < 10
+    running = np.concatenate(([0], np.cumsum(letter | (digit.astype(np.int64) << 32))))
+    counts = running[offsets[1:]] - running[offsets[:-1]]
+    letters, digits = counts & 0xFFFFFFFF, counts >> 32
+    present = words.is_not_null().to_numpy()
+    plain = (letters + digits == n) & present
+    keep = plain & (n > 1) & (digits < n) & ~words.is_in(_STOPWORDS.implode()).fill_null(False).to_numpy()
+    length, ies = _stem_lengths(data, offsets, n, keep & (letters == n) & (n > 4))
+    tokens = _prefixes(data, offsets[:-1], np.where(keep, length, 0), ies, keep)
+    rows = np.flatnonzero(~plain & present)
+    if not len(rows):
+        return tokens
+    slow = [_token_of(w) for w in words.gather(rows).to_list()]
+    return tokens.scatter(rows, pl.Series(slow, dtype=pl.String))
+
+
+_STOPWORDS = pl.Series(sorted(STOPWORDS), dtype=pl.String)
+# The consonants whose doubling `stem` undoes after -ing/-ed (derived from its own regex and exceptions).
+_UNDOUBLE = np.zeros(256, dtype=bool)
+_UNDOUBLE[
+    [ord(c) for c in string.ascii_lowercase if _DOUBLE_CONSONANT.search(c * 2) and c * 2 not in _KEEP_DOUBLE]
+] = True
+
+
+def _utf8_buffers(words: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, bytes): word i is bytes[offsets[i]:offsets[i + 1]] (a null is empty), offsets from 0."""
+    array = words.cast(pl.String).fill_null("").rechunk().to_arrow().cast(pa.large_string())
+    _, offsets_buffer, data_buffer = array.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int64)[array.offset : array.offset + len(array) + 1]
+    data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
+    return offsets - offsets[0], data[offsets[0] : offsets[-1]]
+
+
+def _at(data: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """The bytes at `positions`, 0 where a position falls outside the text (a word shorter than asked)."""
+    inside = (positions >= 0) & (positions < len(data))
+    return np.where(inside, data[np.where(inside, positions, 0)] if len(data) else 0, 0)
+
+
+def _ends(tails: np.ndarray, *suffixes: str) -> np.ndarray:
+    """Whether each word ends with one of `suffixes`, given its last bytes (`_tails`)."""
+    out = np.zeros(tails.shape[1], dtype=bool)
+    for suffix in suffixes:
+        out |= (tails[: len(suffix)] == np.frombuffer(suffix[::-1].encode(), np.uint8)[:, None]).all(axis=0)
+    return out
+
+
+def _tails(data: np.ndarray, offsets: np.ndarray, n: np.ndarray, k: int) -> np.ndarray:
+    """Row i: each word's i-th last byte (0 past its start), for i < k."""
+    back = np.arange(1, k + 1)[:, None]
+    return np.where(back <= n, _at(data, offsets[1:] - back), 0).astype(np.uint8)
+
+
+def _stem_lengths(
+    data: np.ndarray, offsets: np.ndarray, n: np.ndarray, stems: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(the length of each word's token, whether it ends in a "y" put in place of "ies"), `stem` on bytes
+    for the `stems` words (alphabetic, longer than four) and the word itself for the others. The rules'
+    order is `stem`'s elif chain: np.select takes the first that holds."""
+    tails = _tails(data, offsets, n, 4)
+    rule = np.select(
+        [
+            _ends(tails, "ies") & (n > 5),
+            _ends(tails, "sses", "xes", "ches", "shes", "zzes"),
+            _ends(tails, "s") & ~_ends(tails, "ss", "us", "is", "ys", "as", "os"),
+            _ends(tails, "ing") & (n >= 7),
+            _ends(tails, "ed") & (n >= 6) & ~_ends(tails, "eed"),
+        ],
+        [1, 2, 3, 4, 5],
+        0,
+    )
+    rule = np.where(stems, rule, 0)
+    kept = n - np.array([0, 3, 2, 1, 3, 2])[rule]
+    start = offsets[:-1]
+    last, before = _at(data, start + kept - 1), _at(data, start + kept - 2)
+    kept -= (rule >= 4) & (last == before) & _UNDOUBLE[last]  # -ing/-ed after a doubled consonant
+    ies = rule == 1
+    kept += ies  # the "y"
+    kept -= stems & ~ies & (kept > 4) & (_at(data, start + kept - 1) == ord("e"))
+    return kept, ies
+
+
+def _prefixes(
+    data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, ies: np.ndarray, valid: np.ndarray
+) -> pl.Series:
+    """The string column of each word's first `lengths` bytes, its last byte a "y" where `ies`; null where
+    not `valid`."""
+    offsets = np.concatenate(([0], np.cumsum(lengths, dtype=np.int64)))
+    source = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1], dtype=np.int64)
+    out = data[source] if len(source) else np.zeros(0, dtype=np.uint8)
+    out[offsets[1:][ies & valid] - 1] = ord("y")
+    array = pa.LargeStringArray.from_buffers(
+        len(lengths),
+        pa.py_buffer(offsets),
+        pa.py_buffer(out),
+        pa.py_buffer(np.packbits(valid, bitorder="little")),
+    )
+    return pl.Series("token", array, dtype=pl.String)
 
 
 def stem_frame(words: pl.Series) -> pl.DataFrame:
-    """Map each distinct raw word to its token, dropping words that carry no signal.
-
-    Runs the Python stemmer once per distinct word, not once per occurrence, which keeps indexing of
-    large libraries vectorised.
-    """
-    unique = words.unique().drop_nulls()
-    kept = [w for w in unique.to_list() if keep_word(w)]
-    return pl.DataFrame(
-        {"word": kept, "token": [stem(w) for w in kept]},
-        schema={"word": pl.String, "token": pl.String},
-    )
+    """Map each distinct raw word to its token, dropping words that carry no signal (stemmed once per
+    distinct word, not once per occurrence)."""
+    unique = words.unique().drop_nulls().alias("word")
+    return pl.DataFrame([unique, word_tokens(unique)]).drop_nulls("token")

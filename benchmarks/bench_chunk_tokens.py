@@ -1,0 +1,115 @@
+"""CPU per skill of `ChunkTokens.of` and of its steps, as a parse worker meets 2,000-skill chunks.
+
+    .venv/bin/python benchmarks/bench_chunk_tokens.py --library LIB --cache DIR \
+        [--chunks 9] [--chunk 2000] [--save DIR]
+
+Parses the first `chunks` × `chunk` packages of LIB (read-only) once into parquet files under `--cache`
+(reused on later runs). Then, in each of two fresh processes (as a worker: nothing memoised), it tokenises
+chunk 0 to warm up and times chunks 1.. : one process times `ChunkTokens.of` whole, the other its steps
+one after the other (field texts, word rows, word codes, vocabulary), each step meeting the chunk's
+unseen words for the first time. Process CPU time (polars threads included), µs per skill.
+
+`--save DIR` writes each chunk's frame and vocab, so two trees' outputs can be compared file by file.
+To compare two trees A/B, run this same script with each tree's interpreter in one shell command: the
+machine is shared and timings drift between runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from segos_pipeline.config import ParseConfig
+from segos_pipeline.graph import parsing
+from segos_pipeline.text import chunk_tokens
+from segos_pipeline.text.lexicon import field_texts
+
+
+def prepare(library: Path, cache: Path, chunks: int, chunk: int) -> list[Path]:
+    """Node frames of the first chunks of the library, parsed once and kept as parquet."""
+    files = [cache / f"chunk-{chunk}-{i:03d}.parquet" for i in range(chunks)]
+    if all(f.exists() for f in files):
+        return files
+    cache.mkdir(parents=True, exist_ok=True)
+    packages: list[str] = []
+    for domain in sorted(library.iterdir()):
+        packages.extend(str(p) for p in parsing.discover_packages(domain))
+        if len(packages) >= chunks * chunk:
+            break
+    for i, f in enumerate(files):
+        part = parsing._Chunk(tuple((p, False) for p in packages[i * chunk : (i + 1) * chunk]))
+        parsing._parse_chunk((part, str(library), ParseConfig(), None))[0].write_parquet(f)
+    return files
+
+
+def _cpu(fn: Callable[[], Any]) -> tuple[Any, float]:
+    start = time.process_time()
+    out = fn()
+    return out, time.process_time() - start
+
+
+def _whole(files: list[str], save: str | None) -> dict[str, float]:
+    frames = [pl.read_parquet(f) for f in files]
+    chunk_tokens.ChunkTokens.of(frames[0])
+    total, skills = 0.0, 0
+    for i, nodes in enumerate(frames[1:], 1):
+        got, cpu = _cpu(lambda n=nodes: chunk_tokens.ChunkTokens.of(n))
+        total, skills = total + cpu, skills + nodes.height
+        if save:
+            got.frame.write_parquet(Path(save) / f"frame-{i:03d}.parquet")
+            got.vocab.to_frame().write_parquet(Path(save) / f"vocab-{i:03d}.parquet")
+    return {"of total": 1e6 * total / skills}
+
+
+def _steps(files: list[str]) -> dict[str, float]:
+    frames = [pl.read_parquet(f) for f in files]
+    chunk_tokens.ChunkTokens.of(frames[0])
+    spent: dict[str, float] = {}
+    skills, distinct = 0, 0
+    for nodes in frames[1:]:
+        skills += nodes.height
+        for name, fn in (("field_texts", lambda n=nodes: field_texts(n)),):
+            spent[name] = spent.get(name, 0.0) + _cpu(fn)[1]
+        rows, cpu = _cpu(lambda n=nodes: chunk_tokens._word_rows(n))
+        spent["word_rows"] = spent.get("word_rows", 0.0) + cpu
+        # a frame with a word column before this branch, (slots, words) since
+        words = rows[1] if isinstance(rows, tuple) else rows["word"]
+        (codes, cpu) = _cpu(lambda w=words: chunk_tokens.word_codes(w, w.hash()))
+        spent["word_codes (with hash)"] = spent.get("word_codes (with hash)", 0.0) + cpu
+        distinct += len(codes[0])
+        _, cpu = _cpu(lambda d=codes[0]: chunk_tokens._vocabulary(d))
+        spent["vocabulary"] = spent.get("vocabulary", 0.0) + cpu
+    out = {k: 1e6 * v / skills for k, v in spent.items()}
+    out["distinct words per chunk"] = distinct / (len(frames) - 1)
+    return out
+
+
+def _fresh(fn: Callable[..., dict[str, float]], *args: Any) -> dict[str, float]:
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(fn, args)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--library", type=Path, required=True)
+    ap.add_argument("--cache", type=Path, required=True, help="where the parsed node chunks are kept")
+    ap.add_argument("--chunks", type=int, default=9)
+    ap.add_argument("--chunk", type=int, default=2_000)
+    ap.add_argument("--save", type=Path, default=None, help="write each chunk's frame and vocab here")
+    args = ap.parse_args()
+    files = [str(f) for f in prepare(args.library, args.cache, args.chunks, args.chunk)]
+    if args.save:
+        args.save.mkdir(parents=True, exist_ok=True)
+    res = _fresh(_steps, files) | _fresh(_whole, files, str(args.save) if args.save else None)
+    print(json.dumps({"module": chunk_tokens.__file__, **{k: round(v, 1) for k, v in res.items()}}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
