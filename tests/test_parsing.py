@@ -341,3 +341,53 @@ def test_planned_chunks_find_exactly_the_walk_of_the_library(tmp_path, monkeypat
         assert parse_library(tmp_path / "wide", workers=2).in_order
     finally:
         locked.chmod(0o755)
+
+
+def test_read_ahead_hands_every_package_in_order_and_passes_errors_on(tmp_path):
+    import threading
+
+    from segos_pipeline.graph.parsing import _read_ahead
+
+    for n in (0, 1, 7, 8, 9, 100):
+        paths = [str(tmp_path / f"p{i}") for i in range(n)]  # missing folders: warming them is a no-op
+        assert list(_read_ahead(iter(paths))) == paths
+
+    def failing():
+        yield str(tmp_path / "a")
+        raise PermissionError("walk failed")
+
+    got = []
+    try:
+        for pkg in _read_ahead(failing()):
+            got.append(pkg)
+    except PermissionError as exc:
+        assert str(exc) == "walk failed"
+    else:
+        raise AssertionError("the walk's error was not raised")
+    assert got == [str(tmp_path / "a")]
+
+    endless = (str(tmp_path / f"p{i}") for i in range(10**9))
+    consumer = _read_ahead(endless)
+    assert [next(consumer) for _ in range(3)] == [str(tmp_path / f"p{i}") for i in range(3)]
+    consumer.close()  # a consumer that stops early: the thread stops too
+    assert not any(t.name == "segos-read-ahead" for t in threading.enumerate())
+
+
+def test_warming_never_opens_what_the_parse_would_not(tmp_path):
+    """A FIFO named SKILL.md would block an open for reading; a symlink may leave the root."""
+    import time
+
+    from segos_pipeline.graph.parsing import _warm
+
+    fifo = tmp_path / "fifo" / "SKILL.md"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    outside = tmp_path / "outside.md"
+    outside.write_text("---\nname: x\n---\n")
+    link = tmp_path / "link" / "SKILL.md"
+    link.parent.mkdir()
+    link.symlink_to(outside)
+    started = time.monotonic()
+    for path in (fifo, link, tmp_path / "missing" / "SKILL.md", outside):
+        _warm(str(path))
+    assert time.monotonic() - started < 5
