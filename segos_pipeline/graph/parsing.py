@@ -9,11 +9,9 @@ from __future__ import annotations
 import hashlib
 import multiprocessing
 import os
-import queue
 import re
 import reprlib
 import stat
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -781,7 +779,7 @@ def _parse_chunk(args: tuple[_Chunk, str, ParseConfig, ChunkWork | None]) -> _Ch
     columns: dict[str, list[Any]] = {name: [] for name in NODE_SCHEMA}
     problems: list[Problem] = []
     count = 0
-    for pkg in _read_ahead(chunk.packages()):
+    for pkg in chunk.packages():
         count += 1
         row, found = parse_package(pkg, root, config)
         problems.extend(found)
@@ -790,78 +788,6 @@ def _parse_chunk(args: tuple[_Chunk, str, ParseConfig, ChunkWork | None]) -> _Ch
                 columns[name].append(row[name])
     frame = _frame(columns)
     return frame, problems, count, per_chunk(frame) if per_chunk is not None else None
-
-
-# Packages a thread finds and asks the kernel to read ahead of the parse, handed over this many at a time.
-_READ_AHEAD = 64
-_READ_AHEAD_BATCH = 8
-_FADVISE = getattr(os, "posix_fadvise", None)
-
-
-def _read_ahead(packages: Iterator[str]) -> Iterator[str]:
-    """`packages`, in order, found by a thread that walks ahead of the caller and has the kernel read each
-    one's SKILL.md meanwhile. A library that is not in the page cache (a large one never is on a machine
-    that pages out idle files) otherwise leaves the core idle on every folder listing and file read: on
-    cold 40k-package samples of the 1M synthetic library, two workers took 476-506 µs a package instead
-    of 584-612. Warm, the thread costs 5-10% more CPU. It only warms the page cache; the parse reads and
-    checks every file itself."""
-    handed: queue.Queue[list[str] | BaseException | None] = queue.Queue(_READ_AHEAD // _READ_AHEAD_BATCH)
-    stop = threading.Event()
-
-    def hand(item: list[str] | BaseException | None) -> bool:
-        while not stop.is_set():
-            try:
-                handed.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def find() -> None:
-        batch: list[str] = []
-        end: BaseException | None = None
-        try:
-            for pkg in packages:
-                _warm(os.path.join(pkg, SKILL_FILE))
-                batch.append(pkg)
-                if len(batch) == _READ_AHEAD_BATCH:
-                    if not hand(batch):
-                        return
-                    batch = []
-        except BaseException as exc:  # e.g. a walk that fails: raised where the packages are consumed
-            end = exc
-        if hand(batch):
-            hand(end)
-
-    finder = threading.Thread(target=find, name="segos-read-ahead", daemon=True)
-    finder.start()
-    try:
-        while (item := handed.get()) is not None:
-            if isinstance(item, BaseException):
-                raise item
-            yield from item
-    finally:
-        stop.set()  # a consumer that stops early must not leave the thread waiting to hand more
-        finder.join()
-
-
-def _warm(path: str) -> None:
-    """Ask the kernel to read a regular SKILL.md into the page cache, without waiting for it. Nothing else
-    is opened: a symlink, FIFO or device is left to the parse, which reports it."""
-    if _FADVISE is None:
-        return
-    try:
-        if not stat.S_ISREG(os.lstat(path).st_mode):
-            return
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        _FADVISE(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _frame(columns: dict[str, list[Any]]) -> pl.DataFrame:
