@@ -153,7 +153,7 @@ def test_vocabulary_merge_is_exact_when_token_keys_collide(key):
     nodes = parse_library(DEFAULT_LIBRARY).nodes
     chunks = [ChunkTokens.of(s) for s in _slices(nodes, [7])]
     vocab = StringIndex(key)
-    merged = CompactTokens(*_merged(chunks, vocab))
+    merged = _merged(chunks, vocab)
     assert vocab.index is not None  # the exact fallback took over
     _assert_same(merged, token_table(nodes), nodes)
     assert merged.vocab.n_unique() == len(merged.vocab)
@@ -162,7 +162,7 @@ def test_vocabulary_merge_is_exact_when_token_keys_collide(key):
 def test_vocabulary_merge_keeps_to_hashes_on_real_tokens(generated_nodes):
     chunks = [ChunkTokens.of(s) for s in _slices(generated_nodes, [50])]
     vocab = StringIndex()
-    merged = CompactTokens(*_merged(chunks, vocab))
+    merged = _merged(chunks, vocab)
     assert vocab.index is None and vocab.n_keys == len(merged.vocab) == merged.vocab.n_unique()
 
 

@@ -58,15 +58,12 @@ class TokenMerger:
         return CompactTokens(frame, self.vocab.series().alias("token"), self.n_nodes)
 
 
-def _merged(
-    chunks: Iterable[ChunkTokens], vocab: StringIndex | None = None
-) -> tuple[pl.DataFrame, pl.Series, int]:
-    """(the integer rows of consecutive chunks with global nodes and token ids, the vocabulary, nodes)."""
+def _merged(chunks: Iterable[ChunkTokens], vocab: StringIndex | None = None) -> CompactTokens:
+    """The table of consecutive chunks, merged through `vocab` (a new index by default)."""
     merger = TokenMerger(vocab)
     for chunk in chunks:
         merger.add(chunk)
-    merged = merger.result()
-    return merged.frame, merged.vocab, merged.n_nodes
+    return merger.result()
 
 
 def _chunks_of(nodes: pl.DataFrame, step: int, threads: int) -> Iterator[ChunkTokens]:
@@ -108,12 +105,12 @@ class CompactTokens:
         """Tokenise `nodes` chunk by chunk; `done(n)` hears how many skills are tokenised so far."""
         # read at call time: tests shrink them to exercise many chunks and the serial path
         chunks = _chunks_of(nodes, lexicon.TOKEN_CHUNK, lexicon.TOKEN_THREADS)
-        return cls(*_merged(_counted(chunks, done)))
+        return _merged(_counted(chunks, done))
 
     @classmethod
     def from_chunks(cls, chunks: Sequence[ChunkTokens]) -> CompactTokens:
         """The table of consecutive chunks (chunk i's nodes follow chunk i-1's): `TokenMerger` of them."""
-        return cls(*_merged(chunks))
+        return _merged(chunks)
 
     @property
     def height(self) -> int:

@@ -14,12 +14,6 @@ _MAX_CHUNKS = 32
 _RECENT_MIN = 65_536  # keys the small level of a StringIndex may hold before it joins the large one
 
 
-def appended(series: pl.Series, more: pl.Series) -> pl.Series:
-    """`series` with `more` appended as a new chunk, joined into one copy past _MAX_CHUNKS chunks."""
-    out = pl.concat([series, more], rechunk=False)
-    return out.rechunk() if out.n_chunks() > _MAX_CHUNKS else out
-
-
 def _hash(tokens: pl.Series) -> np.ndarray:
     return tokens.hash().to_numpy()
 
@@ -116,7 +110,9 @@ class StringIndex:
         return self.tokens.rechunk()
 
     def _append(self, tokens: pl.Series) -> None:
-        self.tokens = appended(self.tokens, tokens)
+        self.tokens.append(tokens)
+        if self.tokens.n_chunks() > _MAX_CHUNKS:
+            self.tokens = self.tokens.rechunk()
 
     def __len__(self) -> int:
         return len(self.tokens)
