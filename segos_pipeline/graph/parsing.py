@@ -6,6 +6,7 @@ as far as possible and recorded; it never aborts the build and is never dropped 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import multiprocessing
 import os
@@ -104,14 +105,24 @@ def discover_packages(root: Path) -> Iterator[Path]:
     return map(Path, package_folders(str(root)))
 
 
-def _listing(folder: str) -> tuple[bool, list[str]]:
-    """Whether `folder` holds a SKILL.md (a non-directory entry of that name, as os.walk classifies it),
-    and the subfolders discovery descends into (not hidden, not vendored, not symlinks), sorted."""
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """What a walk's listing of a package folder already tells its parse, which then need not ask the
+    filesystem again (two system calls of about sixteen a package)."""
+
+    skill_is_file: bool  # SKILL.md is a regular file, not a symlink
+    scripts_is_dir: bool  # scripts/ is a folder, not a symlink
+
+
+def _listing(folder: str) -> tuple[Listed | None, list[str]]:
+    """What `folder`'s own SKILL.md and scripts/ are (None when it holds no SKILL.md: a non-directory entry
+    of that name, as os.walk classifies it), and the subfolders discovery descends into (not hidden, not
+    vendored, not symlinks), sorted."""
     try:
         entries = list(os.scandir(folder))
     except OSError:  # unreadable: nothing found below it, as os.walk without onerror
-        return False, []
-    has_skill = False
+        return None, []
+    has_skill = skill_is_file = scripts_is_dir = False
     subs: list[str] = []
     for entry in entries:
         name = entry.name
@@ -120,7 +131,12 @@ def _listing(folder: str) -> tuple[bool, list[str]]:
         except OSError:
             is_dir = False
         if not is_dir:
-            has_skill = has_skill or name == SKILL_FILE
+            if name == SKILL_FILE:
+                has_skill = True
+                try:  # the entry's type: no system call where the filesystem reports it
+                    skill_is_file = entry.is_file(follow_symlinks=False)
+                except OSError:
+                    skill_is_file = False
         elif not name.startswith(".") and name not in _SKIP_DIRS:
             try:
                 link = entry.is_symlink()
@@ -128,18 +144,24 @@ def _listing(folder: str) -> tuple[bool, list[str]]:
                 link = False  # as os.path.islink answers on an error
             if not link:
                 subs.append(name)
-    return has_skill, sorted(subs)
+                scripts_is_dir = scripts_is_dir or name == "scripts"
+    return (Listed(skill_is_file, scripts_is_dir) if has_skill else None), sorted(subs)
 
 
 def package_folders(root: str) -> Iterator[str]:
     """`discover_packages` as path strings: the order of os.walk(root) with sorted folder names, without
     its per-folder lstat and path objects (a million packages are two million folders to list)."""
+    return (folder for folder, _ in listed_packages(root))
+
+
+def listed_packages(root: str) -> Iterator[tuple[str, Listed]]:
+    """`package_folders` with what the listing of each package folder showed (see `Listed`)."""
     stack = [root]
     while stack:
         folder = stack.pop()
-        has_skill, subs = _listing(folder)
-        if has_skill:
-            yield folder
+        listed, subs = _listing(folder)
+        if listed is not None:
+            yield folder, listed
         stack.extend(os.path.join(folder, name) for name in reversed(subs))
 
 
@@ -473,16 +495,21 @@ def shown_path(text: str) -> str:
     return os.fsencode(text).decode("utf-8", errors="backslashreplace")
 
 
-def _entrypoints(pkg: str | Path, root: str | Path) -> tuple[list[str], list[str]]:
-    """Entrypoint paths (package-relative) and the paths skipped because their names are not UTF-8.
+def _entrypoints(
+    pkg: str | Path, root: str | Path, scripts_is_dir: bool | None = None
+) -> tuple[list[str], list[str]]:
+    """Entrypoint paths (package-relative) and the paths skipped because their names are not UTF-8;
+    `scripts_is_dir`, when the caller's listing already knows it, spares an lstat.
 
     Walked with `os.scandir`: a directory entry knows whether it is a symlink or a directory without a
     further system call, which matters at a million packages (one scripts folder each)."""
     scripts = os.path.join(pkg, "scripts")
-    try:
-        if not stat.S_ISDIR(os.lstat(scripts).st_mode):  # missing, a file, or a symlink: no entrypoints
-            return [], []
-    except OSError:
+    if scripts_is_dir is None:
+        try:
+            scripts_is_dir = stat.S_ISDIR(os.lstat(scripts).st_mode)
+        except OSError:
+            scripts_is_dir = False
+    if not scripts_is_dir:  # missing, a file, or a symlink: no entrypoints
         return [], []
     found: list[str] = []
     undecodable: list[str] = []
@@ -590,9 +617,10 @@ def _check_list_fields(data: dict[str, Any], report: Any) -> None:
 
 
 def parse_package(
-    pkg: str | Path, root: str | Path, config: ParseConfig | None = None
+    pkg: str | Path, root: str | Path, config: ParseConfig | None = None, listed: Listed | None = None
 ) -> tuple[dict[str, Any] | None, list[Problem]]:
-    """Parse one package folder into a node row (None when it cannot be read at all) and its problems."""
+    """Parse one package folder into a node row (None when it cannot be read at all) and its problems;
+    `listed`, what a walk's listing of the folder showed, spares asking the filesystem again."""
     config = config or ParseConfig()
     pkg, root = os.fspath(pkg), os.fspath(root)  # strings: path objects cost more than a small SKILL.md
     rel = _relative(pkg, root)
@@ -613,10 +641,12 @@ def parse_package(
             "error",
         )
         return None, problems
-    try:
-        link_mode: int | None = os.lstat(skill_path).st_mode
-    except OSError:
-        link_mode = None  # reported by the read below
+    link_mode: int | None = None  # unknown: an unreadable SKILL.md is reported by the read below
+    if listed is not None and listed.skill_is_file:
+        link_mode = stat.S_IFREG  # the read checks the opened file again
+    else:
+        with contextlib.suppress(OSError):
+            link_mode = os.lstat(skill_path).st_mode
     linked = link_mode is not None and stat.S_ISLNK(link_mode)
     if linked and not _inside(skill_path, root):
         report(
@@ -700,7 +730,7 @@ def parse_package(
     capability = " ".join(capability.split()) if capability is not None else first_sentence(description)
     _check_list_fields(data, report)
 
-    entrypoints, undecodable = _entrypoints(pkg, root)
+    entrypoints, undecodable = _entrypoints(pkg, root, None if listed is None else listed.scripts_is_dir)
     for path in undecodable:
         report(
             "undecodable_path",
@@ -749,19 +779,25 @@ def _opt_str(value: Any, key: str, report: Any) -> str | None:
 # -------------------------------------------------------------------------------------------------- library
 
 
+# A unit of discovery: a package folder with its listing, or (None) a folder whose every package is parsed.
+_Unit = tuple[str, Listed | None]
+
+
 @dataclass(frozen=True)
 class _Chunk:
-    """A worker's unit of work, in discovery order: package folders (walk False) and folders whose every
-    package is parsed (walk True)."""
+    """A worker's unit of work: units in discovery order."""
 
-    items: tuple[tuple[str, bool], ...]
+    items: tuple[_Unit, ...]
+
+    def listed(self) -> Iterator[tuple[str, Listed]]:
+        for path, listed in self.items:
+            if listed is None:
+                yield from listed_packages(path)
+            else:
+                yield path, listed
 
     def packages(self) -> Iterator[str]:
-        for path, walk in self.items:
-            if walk:
-                yield from package_folders(path)
-            else:
-                yield path
+        return (path for path, _ in self.listed())
 
 
 _ChunkResult = tuple[pl.DataFrame, list[Problem], int, Any]
@@ -779,9 +815,9 @@ def _parse_chunk(args: tuple[_Chunk, str, ParseConfig, ChunkWork | None]) -> _Ch
     columns: dict[str, list[Any]] = {name: [] for name in NODE_SCHEMA}
     problems: list[Problem] = []
     count = 0
-    for pkg in chunk.packages():
+    for pkg, listed in chunk.listed():
         count += 1
-        row, found = parse_package(pkg, root, config)
+        row, found = parse_package(pkg, root, config, listed)
         problems.extend(found)
         if row is not None:
             for name in NODE_SCHEMA:
@@ -836,22 +872,22 @@ _UNITS_PER_WORKER = 16
 _SPLIT_LEVELS = 3
 
 
-def _units(root: Path, wanted: int) -> list[tuple[str, bool]]:
-    """`root` cut into units in discovery order: (package folder, False) or (folder to walk, True).
+def _units(root: Path, wanted: int) -> list[_Unit]:
+    """`root` cut into units in discovery order (see `_Unit`).
 
     Walking the units in order finds exactly the packages of `discover_packages(root)`, in its order."""
-    units: list[tuple[str, bool]] = [(str(root), True)]
+    units: list[_Unit] = [(str(root), None)]
     for _ in range(_SPLIT_LEVELS):
-        if sum(walk for _, walk in units) >= wanted:
+        if sum(listed is None for _, listed in units) >= wanted:
             break
-        split: list[tuple[str, bool]] = []
-        for path, walk in units:
-            if not walk:
-                split.append((path, walk))
+        split: list[_Unit] = []
+        for path, listed in units:
+            if listed is not None:
+                split.append((path, listed))
                 continue
             own, subs = _listing(path)
-            split.extend([(path, False)] if own else [])
-            split.extend((os.path.join(path, name), True) for name in subs)
+            split.extend([(path, own)] if own is not None else [])
+            split.extend((os.path.join(path, name), None) for name in subs)
         units = split
     return units
 
@@ -862,21 +898,21 @@ def _plan(root: Path, workers: int) -> tuple[list[_Chunk], bool]:
     The main process finds packages itself only until it has `_PARALLEL_MIN` of them: past that the
     remaining folders are walked by the workers (discovery costs a sixth of parsing, and would be serial).
     """
-    found: list[str] = []
-    pending: list[tuple[str, bool]] = []
+    found: list[_Unit] = []
+    pending: list[_Unit] = []
     walked = 0
     pooled = False  # enough packages for a pool: the rest is left to its workers
-    for path, walk in _units(root, workers * _UNITS_PER_WORKER):
+    for path, listed in _units(root, workers * _UNITS_PER_WORKER):
         if pooled:
-            pending.append((path, walk))
+            pending.append((path, listed))
             continue
-        if walk:
+        if listed is None:
             walked += 1
-            found.extend(package_folders(path))
+            found.extend(listed_packages(path))
         else:
-            found.append(path)
+            found.append((path, listed))
         pooled = len(found) >= _PARALLEL_MIN and workers > 1
-    chunks = [_Chunk(tuple((p, False) for p in found[i : i + _CHUNK])) for i in range(0, len(found), _CHUNK)]
+    chunks = [_Chunk(tuple(found[i : i + _CHUNK])) for i in range(0, len(found), _CHUNK)]
     per_unit = max(1, round(_CHUNK * walked / max(1, len(found))))  # folders of the size seen so far
     chunks.extend(_Chunk(tuple(pending[i : i + per_unit])) for i in range(0, len(pending), per_unit))
     return chunks, pooled
@@ -909,7 +945,7 @@ def parse_library(
     plan, pooled = _plan(root, workers)
     chunks = [(chunk, str(root), config, per_chunk) for chunk in plan]
     items = [item for chunk in plan for item in chunk.items]
-    known = None if any(walk for _, walk in items) else len(items)  # None: workers still find packages
+    known = None if any(listed is None for _, listed in items) else len(items)  # None: workers still find
     frames: list[pl.DataFrame] = []
     problems: list[Problem] = []
     results: list[Any] = []
