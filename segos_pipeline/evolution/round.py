@@ -190,7 +190,7 @@ def l3_stage(
             # spliced in: the index the revised table gives, without coding the library's strings again.
             if not encoded:
                 encoded.append(EncodedTokens.of_table(state.tokens, state.nodes.height))
-            fresh = new_tokens.filter(pl.col("node").is_in(pl.Series(changed, dtype=pl.UInt32)))
+            fresh = new_tokens.filter(pl.col("node").is_in(pl.Series(changed, dtype=pl.UInt32).implode()))
             lexical = LexicalIndex.of(encoded[0].revised(fresh), retrieval)
             revised = replace(
                 draft,
