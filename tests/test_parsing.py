@@ -327,7 +327,7 @@ def test_planned_chunks_find_exactly_the_walk_of_the_library(tmp_path, monkeypat
             monkeypatch.setattr(parsing, "_SPLIT_LEVELS", levels)
             monkeypatch.setattr(parsing, "_CHUNK", 3)
             chunks, pooled = parsing._plan(tmp_path, workers=2)
-            assert [p for c in chunks for p in c.packages()] == walk
+            assert [p for c in chunks for p, _ in c.listed()] == walk
             assert pooled == (minimum <= len(walk))
         monkeypatch.setattr(parsing, "_PARALLEL_MIN", 1)
         parallel = parse_library(tmp_path, workers=2, per_chunk=len)

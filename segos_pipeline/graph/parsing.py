@@ -796,9 +796,6 @@ class _Chunk:
             else:
                 yield path, listed
 
-    def packages(self) -> Iterator[str]:
-        return (path for path, _ in self.listed())
-
 
 _ChunkResult = tuple[pl.DataFrame, list[Problem], int, Any]
 ChunkWork = Callable[[pl.DataFrame], Any]  # a module-level function: it is pickled to the workers
@@ -945,7 +942,8 @@ def parse_library(
     plan, pooled = _plan(root, workers)
     chunks = [(chunk, str(root), config, per_chunk) for chunk in plan]
     items = [item for chunk in plan for item in chunk.items]
-    known = None if any(listed is None for _, listed in items) else len(items)  # None: workers still find
+    # None: some folders are left for the workers to walk, so how many packages there are is not known yet
+    known = None if any(listed is None for _, listed in items) else len(items)
     frames: list[pl.DataFrame] = []
     problems: list[Problem] = []
     results: list[Any] = []
