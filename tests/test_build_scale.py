@@ -48,6 +48,11 @@ def test_compact_tokens_decode_to_the_string_table(synthetic_nodes, monkeypatch)
     expected, got = Signature.of(strings, synthetic_nodes.height), compact.signature()
     assert got.vocab.equals(expected.vocab)
     assert got.matrix.shape == expected.matrix.shape and (got.matrix != expected.matrix).nnz == 0
+    # the stored bytes too: the same row pointers, column order within rows and values (all 1)
+    assert got.matrix.has_canonical_format
+    assert np.array_equal(got.matrix.indptr, expected.matrix.indptr)
+    assert np.array_equal(got.matrix.indices, expected.matrix.indices)
+    assert np.array_equal(got.matrix.data, expected.matrix.data)
 
 
 def test_term_counts_past_u16_are_kept(tmp_path):

@@ -139,18 +139,26 @@ class CompactTokens:
     def signature(self) -> Signature:
         """`Signature.of` the string table: the binary skill × signature-token matrix, columns in the
         sorted order of the tokens that occur in a signature field."""
-        # numpy over the integer columns, no hashing of (node, token) pairs: a pair repeated across fields is
-        # summed by the COO → CSR conversion (rows are short) and set back to 1
-        field = self.frame["field"].to_numpy()
-        keep = np.isin(field, [FIELD_CODE[f] for f in SIGNATURE_FIELDS])
+        # numpy over the integer columns, no hashing of (node, token) pairs. The rows are sorted by node, so
+        # the CSR row pointers are counts; a token in two signature fields of a skill is one entry once
+        # `sum_duplicates` has sorted each (short) row, and is set back to 1. The COO route this replaced
+        # spent twice as long (7 s of a 1M build) converting and checking 50M entries.
+        wanted = np.zeros(256, dtype=bool)  # indexed by field code (u8)
+        wanted[[FIELD_CODE[f] for f in SIGNATURE_FIELDS]] = True
+        keep = wanted[self.frame["field"].to_numpy()]
         rows = self.frame["node"].to_numpy()[keep]
         tokens = self.frame["token"].to_numpy()[keep]
-        ids = pl.Series(np.flatnonzero(np.bincount(tokens, minlength=len(self.vocab))), dtype=pl.UInt32)
+        present = np.zeros(len(self.vocab), dtype=bool)
+        present[tokens] = True
+        ids = pl.Series(np.flatnonzero(present), dtype=pl.UInt32)
         words = self.vocab.gather(ids)
         order = words.arg_sort()  # column j holds the j-th token string in sorted order
-        col_of = np.zeros(len(self.vocab), dtype=np.int64)
-        col_of[ids.gather(order).to_numpy()] = np.arange(len(ids))
+        col_of = np.zeros(len(self.vocab), dtype=np.int32)
+        col_of[ids.gather(order).to_numpy()] = np.arange(len(ids), dtype=np.int32)
+        indptr = np.zeros(self.n_nodes + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=self.n_nodes), out=indptr[1:])
         data = np.ones(len(rows), dtype=np.float32)
-        matrix = sp.csr_matrix((data, (rows, col_of[tokens])), shape=(self.n_nodes, len(ids)))
+        matrix = sp.csr_matrix((data, col_of[tokens], indptr), shape=(self.n_nodes, len(ids)))
+        matrix.sum_duplicates()
         matrix.data[:] = 1.0
         return Signature(matrix, words.gather(order).alias("token"))
