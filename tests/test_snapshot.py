@@ -2,8 +2,10 @@ import json
 import os
 import stat
 
+import numpy as np
 import polars as pl
 import pytest
+import scipy.sparse as sp
 
 from segos_pipeline import build_cold_start
 from segos_pipeline.graph.build import commit_derived
@@ -119,6 +121,45 @@ def test_parts_load_back_as_whole_tables(parted):
     matrix, vocab = signature_matrix(snap.tokens, snap.nodes.height)
     stored = snap.signature()
     assert stored.vocab.equals(vocab.tokens) and (stored.matrix != matrix).nnz == 0
+
+
+def test_a_part_is_stored_as_the_bytes_of_its_rows_alone(tmp_path, monkeypatch):
+    # A part is a slice of the whole table. Sliced from a table of 50k rows assembled from chunks (as the
+    # parse assembles a node table), its list columns used to carry every row's items, and polars stored
+    # them in other bytes (no dictionary pages) than the same rows on their own.
+    monkeypatch.setattr(snapshot_mod, "PART_ROWS", 5_000)
+
+    def chunk(a: int, b: int) -> pl.DataFrame:
+        return pl.DataFrame(
+            {
+                "id": [f"s{i:06d}" for i in range(a, b)],
+                "tags": [[f"tag-{i % 50}", "common"] for i in range(a, b)],
+                "own": [[f"word-{i}"] for i in range(a, b)],
+            }
+        )
+
+    n = 50_000
+    nodes = pl.concat([chunk(a, a + 2_000) for a in range(0, n, 2_000)]).rechunk()
+    tokens = pl.DataFrame(
+        {"node": [0], "field": ["name"], "token": ["s"], "tf": [1]},
+        schema={"node": pl.UInt32, "field": pl.String, "token": pl.String, "tf": pl.UInt32},
+    )
+    st = SnapshotStore(tmp_path / "store")
+    m = st.write(
+        nodes=nodes,
+        tokens=tokens,
+        edges=pl.DataFrame(schema={"src": pl.String, "dst": pl.String}),
+        transition=sp.csr_matrix((n, n), dtype=np.float32),
+        manifest={"kind": "test"},
+    )
+    folder = st.versions_dir / m["version"]
+    assert len(m["parts"]) == 10
+    for record in m["parts"][::3]:
+        stored = folder / record["nodes"]
+        alone = pl.read_parquet(stored)  # the part's rows, in a table of their own
+        again = tmp_path / "again.parquet"
+        alone.write_parquet(again, **snapshot_mod.PART_PARQUET)
+        assert again.read_bytes() == stored.read_bytes(), record["nodes"]
 
 
 def test_unchanged_parts_are_linked_with_the_parents_hashes(parted):
