@@ -9,9 +9,10 @@ import scipy.sparse as sp
 
 from segos_pipeline import build_cold_start
 from segos_pipeline.graph.build import commit_derived
+from segos_pipeline.graph.edges import EDGE_SCHEMA
 from segos_pipeline.store import snapshot as snapshot_mod
 from segos_pipeline.store.snapshot import MANIFEST, DamagedSnapshot, SnapshotStore, UnknownVersion
-from segos_pipeline.text.lexicon import signature_matrix, token_table
+from segos_pipeline.text.lexicon import TOKEN_SCHEMA, signature_matrix, token_table
 
 from .conftest import damage, simple_library, write_format1
 
@@ -140,15 +141,12 @@ def test_a_part_is_stored_as_the_bytes_of_its_rows_alone(tmp_path, monkeypatch):
 
     n = 50_000
     nodes = pl.concat([chunk(a, a + 2_000) for a in range(0, n, 2_000)]).rechunk()
-    tokens = pl.DataFrame(
-        {"node": [0], "field": ["name"], "token": ["s"], "tf": [1]},
-        schema={"node": pl.UInt32, "field": pl.String, "token": pl.String, "tf": pl.UInt32},
-    )
+    tokens = pl.DataFrame({"node": [0], "field": ["name"], "token": ["s"], "tf": [1]}, schema=TOKEN_SCHEMA)
     st = SnapshotStore(tmp_path / "store")
     m = st.write(
         nodes=nodes,
         tokens=tokens,
-        edges=pl.DataFrame(schema={"src": pl.String, "dst": pl.String}),
+        edges=pl.DataFrame(schema=EDGE_SCHEMA),
         transition=sp.csr_matrix((n, n), dtype=np.float32),
         manifest={"kind": "test"},
     )

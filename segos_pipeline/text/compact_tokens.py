@@ -142,7 +142,7 @@ class CompactTokens:
         # numpy over the integer columns, no hashing of (node, token) pairs. The rows are sorted by node, so
         # the CSR row pointers are counts; a token in two signature fields of a skill is one entry once
         # `sum_duplicates` has sorted each (short) row, and is set back to 1. The COO route this replaced
-        # spent twice as long (7 s of a 1M build) converting and checking 50M entries.
+        # took 6.9 s of a 1M build against 4.5, converting and checking tens of millions of entries.
         wanted = np.zeros(256, dtype=bool)  # indexed by field code (u8)
         wanted[[FIELD_CODE[f] for f in SIGNATURE_FIELDS]] = True
         keep = wanted[self.frame["field"].to_numpy()]
