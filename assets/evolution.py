@@ -50,6 +50,7 @@ from segos_pipeline.graph.edges import EDGE_SCHEMA, counts_by_relation, violatio
 from segos_pipeline.pipeline.stages import (
     commit_round,
     content_hash,
+    experience_stage,
     l1_stage,
     l2_stage,
     l3_stage,
@@ -275,7 +276,9 @@ def evolution_round(
     yield from _stage_output("edge_weights", state.edges, ids, {"counters": state.counters.get("l2", {})})
 
     l3_stage(state, config, retrieval)
+    experience_stage(state, config, retrieval)
     l3 = state.counters.get("l3", {})
+    experience = state.counters.get("experience", {})
     yield Output(
         state.revisions,
         output_name="descriptions",
@@ -285,6 +288,11 @@ def evolution_round(
             "committed": int(state.revisions["committed"].sum()) if state.revisions.height else 0,
             "counters": MetadataValue.json(l3),
             "committed_revisions": revisions_table(state.revisions),
+            # the round's experience and its held-out check (SPEC §8)
+            "experience": MetadataValue.json(experience),
+            "experience_committed": bool(experience.get("committed", False)),
+            "held_out_mrr_before": float(experience.get("gate", {}).get("mrr_before", 0.0)),
+            "held_out_mrr_after": float(experience.get("gate", {}).get("mrr_after", 0.0)),
         },
     )
     yield checks.check_unique_ids("descriptions", state.nodes)

@@ -170,6 +170,14 @@ class RetrievalConfig(_Overridable):
     # Below this λ the query is not embedded: a long task text (λ < 0.05 past about 130 tokens) is decided
     # by its words, and its embedding would cost more than the rest of the query (about 1 ms).
     semantic_min_weight: float = 0.05
+    # Experience evidence (SPEC §8; segos' own, retrieval/experience.py), added to ρ: the semantic kernel vote
+    # of the query's neighbours among every skill's text and every witnessing request (temperature T over
+    # cosine), and the lexical share of the query's idf mass the best witness holds, above a floor. Zero on
+    # a version without experience. Chosen on MetaTool dev splits (benchmarks/results/learning.md).
+    experience_weight: float = 2.0
+    experience_temperature: float = 0.05
+    experience_lexical_weight: float = 1.0
+    experience_lexical_floor: float = 0.2
     reverse: bool = True  # False gives forward-only propagation (an evaluation baseline)
     propagate: bool = True  # False gives lexical seeds without graph propagation (a baseline)
 
@@ -190,6 +198,14 @@ class EvolutionConfig(_Overridable):
     attenuation: float = 0.5
     blend: bool = False  # confidence blending w = λ·w̃ + (1−λ)·w0, λ = n_e/(n_e+n0); off as in the paper
     blend_n0: float = 5.0
+    # Experience (SPEC §8, segos' L3 node update): witnessing requests kept per skill (most tasks first),
+    # characters kept of each, and the share of the window's traces (by trace-id hash) held out to check the
+    # round before it commits, at most `experience_gate_traces` of them replayed.
+    experience: bool = True
+    experience_per_skill: int = 32
+    experience_chars: int = 1_000
+    experience_holdout: float = 0.1
+    experience_gate_traces: int = 2_000
     l3_max_candidates: int = 200  # (skill, witnessing query) pairs examined per round, most evident first
     l3_max_terms: int = 6  # words the grounded editor may add to one description
     editor: str = "grounded"  # "grounded" (no model) or "openai" (an OpenAI-compatible endpoint)

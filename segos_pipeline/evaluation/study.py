@@ -597,7 +597,7 @@ def _trace_counts(frame: pl.DataFrame) -> dict[str, int]:
 
 
 def _draft(parent: Snapshot, state: RoundState, label: str) -> Snapshot:
-    snap = draft_snapshot(parent, state.nodes, state.tokens, state.edges)
+    snap = draft_snapshot(parent, state.nodes, state.tokens, state.edges, state.experience)
     snap.version = label
     snap.manifest = {**snap.manifest, "round": state.round}  # so a next round numbers itself right
     return snap

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, fields
 
 import polars as pl
 
-from ..config import RetrievalConfig
+from ..config import EvolutionConfig, RetrievalConfig
 
 PAIR = {"src": pl.String, "dst": pl.String}
 COUNT = pl.Int64  # summed counts: a 1B-trace window can pass the UInt32 that polars counts in
@@ -50,6 +50,13 @@ COUNTS_SCHEMA = dict.fromkeys(TRACE_COUNTS, COUNT)
 # witnessing trace), and every (skill, query text) of a trace that used the skill.
 WITNESS_SCHEMA = {"skill": pl.String, "text": pl.String, "trace_id": pl.String}
 USAGE_SCHEMA = {"skill": pl.String, "text": pl.String}
+# Experience (SPEC §8): per (skill, witnessing query text) of the successful traces learned from, the
+# distinct (task, agent) pairs (additive: a task lies in one partition); and the successful traces held out
+# from learning by trace-id hash, one row per (trace, query text, used skill), that check the round.
+EXPERIENCE_PARTIAL_SCHEMA = {"skill": pl.String, "text": pl.String, "tasks": COUNT}
+HOLDOUT_SCHEMA = {"trace_id": pl.String, "text": pl.String, "skill": pl.String}
+# Held-out shares are taken in thousandths of the hash space.
+_HOLDOUT_SCALE = 1000
 # What a round adds to a selected trace of its window: the outcome, and the queries only where their
 # retrieval was reconstructed (null: the window's own queries hold).
 ADDED_SCHEMA: dict[str, pl.DataType] = {
@@ -264,6 +271,39 @@ def l3_partials(traces: pl.DataFrame, top_n: int) -> tuple[pl.DataFrame, pl.Data
     return witnesses, usage.select(list(USAGE_SCHEMA)).unique()
 
 
+def held_out(share: float) -> pl.Expr:
+    """True for the traces held out from learning: a fixed share of the trace-id hash space."""
+    return (pl.col("trace_id").hash(seed=7) % _HOLDOUT_SCALE) < round(share * _HOLDOUT_SCALE)
+
+
+def experience_partials(
+    selected: pl.DataFrame, holdout: float, max_chars: int
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(experience, holdout) of a table of selected traces: the witnessing requests of the successful traces
+    learned from, and the successful traces held out (see the schemas). Texts are stripped and clipped to
+    `max_chars`, so that one skill's experience is bounded whatever a trace holds."""
+    rows = (
+        selected.filter(pl.col("success"))
+        .select("trace_id", "task_id", "agent", "used", "queries")
+        .explode("queries")
+        .drop_nulls("queries")
+        .with_columns(text=pl.col("queries").struct.field("text").str.strip_chars().str.slice(0, max_chars))
+        .filter(pl.col("text").str.len_chars() > 0)
+        .explode("used")
+        .drop_nulls("used")
+        .select("trace_id", "task_id", "agent", "text", skill="used", held=held_out(holdout))
+    )
+    experience = (
+        rows.filter(~pl.col("held"))
+        .group_by("skill", "text")
+        .agg(tasks=pl.struct("task_id", "agent").n_unique())
+        .pipe(_wide)
+        .select(list(EXPERIENCE_PARTIAL_SCHEMA))
+    )
+    holdout_rows = rows.filter(pl.col("held")).select(list(HOLDOUT_SCHEMA)).unique()
+    return experience, holdout_rows
+
+
 def added_rows(selected: pl.DataFrame) -> pl.DataFrame:
     """What the round adds to each selected trace (ADDED_SCHEMA), in trace-id order."""
     return (
@@ -308,6 +348,8 @@ class Partial:
     witnesses: pl.DataFrame
     usage: pl.DataFrame
     added: pl.DataFrame
+    experience: pl.DataFrame
+    holdout: pl.DataFrame
     seconds: dict[str, float] = field(default_factory=dict)  # time of each step on this partition
 
     @classmethod
@@ -321,14 +363,18 @@ def partition_evidence(
     pool: bool,
     success_threshold: float,
     top_n: int = RetrievalConfig.top_n,
+    holdout: float = EvolutionConfig.experience_holdout,
+    experience_chars: int = EvolutionConfig.experience_chars,
 ) -> Partial:
     """Everything a round computes from one partition of a window (all of a task's traces inside it);
-    `top_n` is the retrieval's bundle size, which L3's witnesses are counted against."""
+    `top_n` is the retrieval's bundle size, which L3's witnesses are counted against; `holdout` the share
+    of traces held out from experience, `experience_chars` what is kept of a witnessing request."""
     t = time.perf_counter()
     selected = select_attempts(traces, pool).with_columns(success=pl.col("reward") >= success_threshold)
     selected = fill_retrieval(selected, reconstruct)
     t_select = time.perf_counter()
     witnesses, usage = l3_partials(selected, top_n)
+    experience, held = experience_partials(selected, holdout, experience_chars)
     partial = Partial(
         selected=selected,
         workflow=workflow_partial(selected),
@@ -339,6 +385,8 @@ def partition_evidence(
         witnesses=witnesses,
         usage=usage,
         added=added_rows(selected),
+        experience=experience,
+        holdout=held,
     )
     partial.seconds = {"select_and_reconstruct": t_select - t, "evidence": time.perf_counter() - t_select}
     return partial
@@ -359,6 +407,8 @@ class WindowEvidence:
     witnesses: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=WITNESS_SCHEMA))
     usage: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=USAGE_SCHEMA))
     added: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ADDED_SCHEMA))
+    experience: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=EXPERIENCE_PARTIAL_SCHEMA))
+    holdout: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=HOLDOUT_SCHEMA))
 
 
 def _sum_by(frames: Iterable[pl.DataFrame], keys: list[str], schema: dict[str, pl.DataType]) -> pl.DataFrame:
@@ -390,6 +440,8 @@ def sum_partials(partials: list[Partial]) -> Partial:
         usage=_union((p.usage for p in partials), USAGE_SCHEMA),
         # a trace lies in one partition: its rows are concatenated, never merged
         added=pl.concat([p.added.cast(ADDED_SCHEMA) for p in partials], how="vertical").sort("trace_id"),
+        experience=_sum_by((p.experience for p in partials), ["skill", "text"], EXPERIENCE_PARTIAL_SCHEMA),
+        holdout=_union((p.holdout for p in partials), HOLDOUT_SCHEMA),
     )
 
 
@@ -410,6 +462,8 @@ def finish(total: Partial, surfaced_min: int) -> WindowEvidence:
         witnesses=total.witnesses,
         usage=total.usage,
         added=total.added,
+        experience=total.experience,
+        holdout=total.holdout,
     )
 
 

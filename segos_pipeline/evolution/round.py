@@ -27,6 +27,7 @@ from ..retrieval.ranker import Retriever
 from ..retrieval.token_rows import EncodedTokens
 from ..store.remote import RemoteStore
 from ..store.snapshot import (
+    EXPERIENCE,
     REVISIONS,
     ROUND_TRACES,
     WINDOW_FILES,
@@ -39,6 +40,7 @@ from .engines import Engine, TraceInput, make_engine
 from .engines.round_parts import RoundParts, bucket_count, buckets_of_table, round_scratch
 from .engines.store_window import store_window
 from .evidence import WindowEvidence, fill_retrieval, select_attempts
+from .experience import gate, held_out_pairs, merged_experience
 from .ingest import TraceStore
 from .topology import topology_update
 from .weights import weight_update
@@ -47,9 +49,14 @@ __all__ = ["fill_retrieval", "select_attempts"]  # the kernels live in evidence.
 
 
 def draft_snapshot(
-    parent: Snapshot, nodes: pl.DataFrame, tokens: pl.DataFrame, edges: pl.DataFrame
+    parent: Snapshot,
+    nodes: pl.DataFrame,
+    tokens: pl.DataFrame,
+    edges: pl.DataFrame,
+    experience: pl.DataFrame | None = None,
 ) -> Snapshot:
-    """An in-memory version (not committed) for replaying queries inside a round."""
+    """An in-memory version (not committed) for replaying queries inside a round (with the parent's
+    experience unless given)."""
     tconf = TransitionConfig(**parent.manifest.get("config", {}).get("transition", {}))
     return Snapshot(
         version=f"{parent.version}+draft",
@@ -59,6 +66,7 @@ def draft_snapshot(
         token_table=tokens,
         edges=edges,
         transition=transition_matrix(edges, nodes["id"], tconf),
+        experience_table=parent.experience if experience is None else experience,
     )
 
 
@@ -86,6 +94,7 @@ class RoundState:
     files: list[Path] | None = None  # the window's Parquet files, when it was read from files
     window_refs: list[dict[str, Any]] | None = None  # those files as hashed by an engine that read a URI
     round_parts: RoundParts | None = None  # the version's round bucket files, written by the engine
+    experience: pl.DataFrame | None = None  # the next version's experience (None: the parent's, unchanged)
 
     @property
     def added(self) -> pl.DataFrame:
@@ -212,6 +221,45 @@ def l3_stage(
     return state
 
 
+def experience_stage(state: RoundState, config: EvolutionConfig, retrieval: RetrievalConfig) -> RoundState:
+    """The round's experience (SPEC §8), checked on the held-out traces before it is kept (in place)."""
+    t = time.perf_counter()
+    if config.experience and config.l3_descriptions and state.evidence is not None:
+        parent, ev = state.parent, state.evidence
+        learned = merged_experience(
+            parent.experience, ev.experience, state.nodes["id"], state.round, config.experience_per_skill
+        )
+        before = Retriever(parent, retrieval)
+        same_text = state.tokens is parent.tokens
+        draft = draft_snapshot(parent, state.nodes, state.tokens, state.edges, learned)
+        after = Retriever(draft, retrieval, lexical=before.lexical if same_text else None)
+        depth = max(_GATE_DEPTH, retrieval.top_n)
+        pairs = held_out_pairs(ev.holdout, config.experience_gate_traces)
+        checked = gate(
+            pairs,
+            lambda text: before.ranked_ids(text, depth),
+            lambda text: after.ranked_ids(text, depth),
+            depth,
+            retrieval.top_n,
+        )
+        state.experience = learned if checked.passed else parent.experience
+        state.counters["experience"] = {
+            "witnesses_in_window": ev.experience.height,
+            "held_out_rows": ev.holdout.height,
+            "rows_before": parent.experience.height,
+            "rows_after": state.experience.height,
+            "skills_with_experience": state.experience["skill"].n_unique(),
+            "committed": checked.passed,
+            "gate": checked.as_dict(),
+        }
+    state.timings["experience"] = time.perf_counter() - t
+    return state
+
+
+# Held-out used skills are looked for among this many ranked skills (reciprocal rank 0 below it).
+_GATE_DEPTH = 20
+
+
 def commit_round(
     store: SnapshotStore,
     state: RoundState,
@@ -257,7 +305,11 @@ def commit_round(
             **refs,
             **(extra or {}),
         },
-        extra_tables={**traces, REVISIONS: state.revisions},
+        extra_tables={
+            **traces,
+            REVISIONS: state.revisions,
+            **({EXPERIENCE: state.experience} if state.experience is not None else {}),
+        },
     )
     if parts is not None:
         parts.remove()  # in the version now; a failed commit leaves them to the round's end
@@ -297,6 +349,15 @@ def evolve_round(
     if "l3" in state.counters:
         c = state.counters["l3"]
         say(f"L3: {c['committed']} description(s) committed of {c['examined']} examined")
+    experience_stage(state, config, retrieval)
+    if "experience" in state.counters:
+        c = state.counters["experience"]
+        g = c["gate"]
+        verdict = "kept" if c["committed"] else "NOT kept (held-out ranks worse)"
+        say(
+            f"experience: {c['rows_after']} request(s) on {c['skills_with_experience']} skill(s), {verdict}; "
+            f"held-out MRR {g['mrr_before']:.3f} -> {g['mrr_after']:.3f} over {g['pairs']} pair(s)"
+        )
     return state
 
 

@@ -45,6 +45,7 @@ from ..progress import Progress
 from ..store import snapshot as snapshot_mod
 from ..store.snapshot import (
     EDGES,
+    EXPERIENCE,
     REPORT,
     SIGNATURE,
     TRANSITION,
@@ -720,7 +721,7 @@ def apply_change(
         edges=patched.edges,
         transition=patched.transition,
         manifest=manifest,
-        extra_tables={REPORT: report},
+        extra_tables={REPORT: report, **_carried_experience(parent, patched.keys["id"])},
     )
     timings["write"] = time.perf_counter() - t
     timings["total"] = time.perf_counter() - t0
@@ -736,6 +737,15 @@ def apply_change(
         timings_s={k: round(v, 4) for k, v in timings.items()},
         problems=[{"file": p.file, "problem": p.problem, "action": p.action} for p in problems],
     )
+
+
+def _carried_experience(parent: VersionFiles, ids: pl.Series) -> dict[str, pl.DataFrame]:
+    """The parent's experience for the skills the new version holds: an updated skill keeps what it learned
+    from the requests it served, a removed one takes its experience with it."""
+    if EXPERIENCE not in parent.manifest.get("files", {}):
+        return {}
+    table = parent.read_extra(EXPERIENCE)
+    return {EXPERIENCE: table.filter(pl.col("skill").is_in(ids.implode()))}
 
 
 def _stored_row(parent: VersionFiles, keys: pl.DataFrame, skill_id: str) -> dict[str, Any] | None:

@@ -22,7 +22,15 @@ from ..config import BuildConfig, RetrievalConfig
 from ..evaluation.replay import load_queries, replay
 
 # The round's stages live with the round itself; re-exported here for orchestrators.
-from ..evolution.round import RoundState, commit_round, l1_stage, l2_stage, l3_stage, prepare_round
+from ..evolution.round import (
+    RoundState,
+    commit_round,
+    experience_stage,
+    l1_stage,
+    l2_stage,
+    l3_stage,
+    prepare_round,
+)
 from ..graph import build
 from ..graph.build import GraphTables
 from ..graph.parsing import ParsedLibrary
@@ -131,6 +139,7 @@ __all__ = [
     "commit_round",
     "content_hash",
     "duplicate_ids",
+    "experience_stage",
     "l1_stage",
     "l2_stage",
     "l3_stage",

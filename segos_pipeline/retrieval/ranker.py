@@ -35,6 +35,7 @@ from ..config import AVOID, RetrievalConfig, TransitionConfig, retrieval_for
 from ..graph.transition import edge_indices, transition_matrix
 from ..store.snapshot import Snapshot
 from ..text.names import SkillNames
+from .experience import ExperienceEvidence, ExperienceIndex, experience_index
 from .lexical import Evidence, LexicalIndex, index_for
 from .push import PushOperator
 from .semantic import SemanticIndex, semantic_index
@@ -55,6 +56,7 @@ class BundleSkill:
     capability: str
     text: str = ""
     semantic: float = 0.0  # embedding evidence in [0, 1] (0 when semantic evidence is off)
+    experience: float = 0.0  # what the skill's past successful requests added to ρ (0 without experience)
 
 
 @dataclass
@@ -113,6 +115,7 @@ class Ranking:
         evidence: Evidence,
         semantic_nodes: np.ndarray | None = None,
         semantic_z: np.ndarray | None = None,
+        experience: ExperienceEvidence | None = None,
     ):
         self.n = n
         self.candidates = candidates
@@ -121,6 +124,7 @@ class Ranking:
         self.graph_nodes, self.graph_mass = graph_nodes, graph_mass  # s* where it is positive
         self.evidence = evidence  # lexical
         self.semantic_nodes, self.semantic_z = semantic_nodes, semantic_z  # None: the query was not embedded
+        self.experience = experience  # None: the version has no experience
         self.complete = evidence.complete
 
     def top(self, n: int) -> np.ndarray:
@@ -139,6 +143,10 @@ class Ranking:
     def graph_of(self, node: int) -> float:
         """s* of one skill."""
         return value_at(self.graph_nodes, self.graph_mass, node)
+
+    def experience_of(self, node: int) -> float:
+        """What experience added to ρ of one skill."""
+        return self.experience.at(node) if self.experience is not None else 0.0
 
     def semantic_of(self, node: int) -> float:
         """z of one skill (0 when the query was not embedded)."""
@@ -223,6 +231,9 @@ class Retriever:
         self.names = SkillNames(nodes)
         self.lexical = lexical if lexical is not None else index_for(snapshot, self.config)
         self.semantic: SemanticIndex | None = semantic_index(snapshot, self.config)
+        self.experience: ExperienceIndex | None = experience_index(
+            snapshot.experience, self.ids, self.config, self.semantic
+        )
         if self.config.reverse:
             operator = snapshot.transition
         else:
@@ -338,9 +349,14 @@ class Retriever:
         patch = patch or RowPatch()
         cut = None if patch.lexical or patch.vectors else depth
         ev = self.lexical.evidence(query, patch.lexical, max(cut, cfg.seed_k) if cut else None)
-        lam, sem_nodes, sem_z = 0.0, None, None
-        if self.semantic is not None and (lam := self.fusion_weight(ev)) >= cfg.semantic_min_weight:
-            sem_nodes, sem_z = self.semantic.evidence_nodes(query, patch.vectors)
+        lam, sem_nodes, sem_z, q_vec = 0.0, None, None, None
+        if (
+            self.semantic is not None
+            and query.strip()
+            and (lam := self.fusion_weight(ev)) >= cfg.semantic_min_weight
+        ):
+            q_vec = self.semantic.query_vector(query)
+            sem_nodes, sem_z = self.semantic.evidence_nodes_of(q_vec, patch.vectors)
             ev = self.lexical.extend(ev, sem_nodes)
         nodes, m = _fused(ev, sem_nodes, sem_z, lam)
         local = top_k(m, np.arange(len(nodes)), cfg.seed_k)  # ties to the smaller id: nodes are sorted
@@ -350,7 +366,9 @@ class Retriever:
             g_nodes, g_mass = self.graph_mass(seeds, weights)
         else:
             g_nodes, g_mass = seeds[:0], np.zeros(0)
-        extended = self.lexical.extend(ev, g_nodes)  # graph candidates outside a cut get their evidence
+        xp = self.experience.evidence(query, q_vec) if self.experience is not None else None
+        reached = g_nodes if xp is None else union_positions(g_nodes, xp.nodes)[0]
+        extended = self.lexical.extend(ev, reached)  # candidates outside a cut get their evidence
         if extended is not ev:
             ev = extended
             nodes, m = _fused(ev, sem_nodes, sem_z, lam)
@@ -359,9 +377,12 @@ class Retriever:
         graph[at_g] = g_mass
         fused = np.zeros(len(cand))
         fused[at_m] = m
-        return Ranking(
-            self.n, cand, graph + cfg.rerank_mu * fused, seeds, g_nodes, g_mass, ev, sem_nodes, sem_z
-        )
+        scores = graph + cfg.rerank_mu * fused
+        if xp is not None and len(xp.nodes):
+            cand, at_c, at_x = union_positions(cand, xp.nodes)
+            scores = scattered(len(cand), at_c, scores)
+            scores[at_x] += xp.value
+        return Ranking(self.n, cand, scores, seeds, g_nodes, g_mass, ev, sem_nodes, sem_z, xp)
 
     def select(self, ranking: Ranking, top_n: int) -> tuple[list[int], list[dict[str, str]]]:
         """The top-N after avoid pruning: a candidate whose avoid partner is already chosen is dropped,
@@ -419,6 +440,7 @@ class Retriever:
                     lexical=ranking.evidence.at(i),
                     graph=ranking.graph_of(i),
                     semantic=ranking.semantic_of(i),
+                    experience=ranking.experience_of(i),
                     source_path=row["source_path"],
                     capability=row["capability"] or "",
                     text=text,

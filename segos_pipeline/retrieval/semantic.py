@@ -506,6 +506,18 @@ class SemanticIndex:
         ranked = np.argsort(nodes, kind="stable")
         return nodes[ranked].astype(np.int64, copy=False), z[ranked]
 
+    def top_similarities(self, q: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+        """(node ids, cosine) of the m skills most similar to the unit query vector `q`, by the same search
+        as the evidence (exact, funnel or lists)."""
+        rows, sims = self._scored(q, None)
+        if len(sims) > m:
+            head = np.argpartition(-sims, m - 1)[:m]
+            sims = sims[head]
+            rows = head if rows is None else rows[head]
+        elif rows is None:
+            rows = np.arange(len(sims))
+        return np.asarray(rows, dtype=np.int64), sims
+
     def _scored(
         self, q: np.ndarray, patch: dict[int, np.ndarray] | None
     ) -> tuple[np.ndarray | None, np.ndarray]:

@@ -46,18 +46,31 @@ def description_diff(before: pl.DataFrame, after: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def experience_diff(before: pl.DataFrame, after: pl.DataFrame) -> pl.DataFrame:
+    """Witnessing requests added (tasks_before null), dropped (tasks_after null) or re-counted."""
+    keys = ["skill", "text"]
+    joined = before.select(*keys, tasks_before="tasks").join(
+        after.select(*keys, tasks_after="tasks"), on=keys, how="full", coalesce=True
+    )
+    return joined.filter(pl.col("tasks_before").ne_missing(pl.col("tasks_after"))).sort(keys)
+
+
 def diff_versions(a: Snapshot, b: Snapshot) -> dict[str, Any]:
-    """The SPEC §9 JSON shape, from version `a` to version `b`."""
+    """The SPEC §9 JSON shape, from version `a` to version `b`, with `experience` (what the skills learned
+    from traces) beside `descriptions`."""
     edges = edge_diff(a.edges, b.edges)
     descriptions = description_diff(a.nodes, b.nodes)
+    experience = experience_diff(a.experience, b.experience)
     return {
         "from": a.version,
         "to": b.version,
         "edges": {name: frame.to_dicts() for name, frame in edges.items()},
         "descriptions": descriptions.to_dicts(),
+        "experience": experience.to_dicts(),
         "counts": {
             **{name: frame.height for name, frame in edges.items()},
             "descriptions": descriptions.height,
+            "experience": experience.height,
         },
     }
 
@@ -133,14 +146,33 @@ def to_markdown(diff: dict[str, Any], limit: int = 15) -> str:
         lines += ["## Descriptions", ""]
         for d in diff["descriptions"][:limit]:
             lines += [f"- `{d['skill']}`", f"  - before: {d['before']}", f"  - after: {d['after']}"]
+        lines.append("")
+    if diff.get("experience"):
+        lines += [
+            "## Experience (witnessing requests of successful traces)",
+            "",
+            "| skill | request | tasks before | tasks after |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| `{e['skill']}` | {_cell(e['text'])} | {e['tasks_before'] or 0} | {e['tasks_after'] or 0} |"
+            for e in diff["experience"][:limit]
+        ]
     return "\n".join(lines) + "\n"
+
+
+def _cell(text: str, chars: int = 80) -> str:
+    """A request as one Markdown table cell: one line, pipes escaped, clipped."""
+    one = " ".join(text.split()).replace("|", "\\|")
+    return one if len(one) <= chars else one[: chars - 1] + "…"
 
 
 def to_table(diff: dict[str, Any], limit: int = 15) -> str:
     c = diff["counts"]
     lines = [
         f"{diff['from']} -> {diff['to']}: +{c['added']} -{c['removed']} ~{c['reweighted']} edges, "
-        f"{c['retyped']} retyped, {c['descriptions']} description(s) changed"
+        f"{c['retyped']} retyped, {c['descriptions']} description(s) changed, "
+        f"{c.get('experience', 0)} experience row(s) changed"
     ]
     for rel, v in sorted(counts_by_relation(diff).items()):
         lines.append(f"  {rel:<12} +{v['added']:<6} -{v['removed']:<6} ~{v['reweighted']}")

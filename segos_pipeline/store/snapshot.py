@@ -78,6 +78,18 @@ EDGES, TRANSITION, REPORT = "edges.parquet", "transition.npz", "report.parquet"
 SIGNATURE, VOCAB = "signature.npz", "vocab.parquet"
 # an evolved version's round: the traces it consumed (execution order mines their lineage), L3's revisions
 ROUND_TRACES, REVISIONS = "traces.parquet", "revisions.parquet"
+# What each skill learned from the successful traces that used it (SPEC §8, "Experience"): one row per
+# (skill, witnessing query text), its own table beside the node table so that the package text is never
+# changed. `tasks` counts distinct successful (task, agent) pairs over every round so far; `first_round` and
+# `last_round` are the rounds that first and last saw the text. Written by evolution, read by retrieval.
+EXPERIENCE = "experience.parquet"
+EXPERIENCE_SCHEMA: dict[str, pl.DataType] = {
+    "skill": pl.String(),
+    "text": pl.String(),
+    "tasks": pl.Int64(),
+    "first_round": pl.Int64(),
+    "last_round": pl.Int64(),
+}
 ROUND_ADDED = "round.parquet"  # per selected trace what the round adds, one file (versions before buckets)
 # ... in buckets by a hash of trace id (`evolution/engines/round_parts.py`), what versions store now
 ROUND_PART_RE = re.compile(r"^round-(\d{5,})\.parquet$")
@@ -501,6 +513,19 @@ class Snapshot:
     # The URI of the store it was loaded from (`RemoteStore.load`); None for a local store or a draft.
     # Work that runs on other machines (Spark executors) opens the store by it rather than by `path`.
     store_uri: str | None = None
+    # The experience table (EXPERIENCE_SCHEMA); None until first asked for on a stored version.
+    experience_table: pl.DataFrame | None = field(default=None, repr=False)
+
+    @property
+    def experience(self) -> pl.DataFrame:
+        """What the version's skills learned from traces (empty for a cold start)."""
+        if self.experience_table is None:
+            files = self.files
+            if files is not None and EXPERIENCE in self.manifest.get("files", {}):
+                self.experience_table = files.read_extra(EXPERIENCE).cast(EXPERIENCE_SCHEMA)
+            else:
+                self.experience_table = pl.DataFrame(schema=EXPERIENCE_SCHEMA)
+        return self.experience_table
 
     @property
     def tokens(self) -> pl.DataFrame:

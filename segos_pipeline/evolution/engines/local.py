@@ -81,7 +81,13 @@ class LocalEngine:
 
         def run(part: pl.DataFrame) -> Partial:
             return partition_evidence(
-                part, replay, config.pool_attempts, config.success_threshold, retrieval.top_n
+                part,
+                replay,
+                config.pool_attempts,
+                config.success_threshold,
+                retrieval.top_n,
+                config.experience_holdout,
+                config.experience_chars,
             )
 
         parts: RoundParts | None = None

@@ -162,6 +162,7 @@ def partition_kernel(
     retrieval: dict[str, Any],
     pool: bool,
     threshold: float,
+    experience: tuple[float, int],
     scratch: str,
     keep_selected: bool,
     buckets: int,
@@ -189,7 +190,8 @@ def partition_kernel(
         assert isinstance(traces, pl.DataFrame)
         del batches, arrow
         replay = executor_replay(store, version, retrieval, cache)
-        partial = partition_evidence(traces, replay, pool, threshold, RetrievalConfig(**retrieval).top_n)
+        top_n = RetrievalConfig(**retrieval).top_n
+        partial = partition_evidence(traces, replay, pool, threshold, top_n, *experience)
         part = TaskContext.get().partitionId()
         folder = Scratch(scratch)
         # the driver needs the traces back only when the version cannot reference them
@@ -280,6 +282,7 @@ class SparkEngine:
                 asdict(retrieval),
                 config.pool_attempts,
                 config.success_threshold,
+                (config.experience_holdout, config.experience_chars),
                 scratch.uri,
                 not window.referenced,
                 buckets,

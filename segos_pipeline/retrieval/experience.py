@@ -1,0 +1,173 @@
+"""Experience evidence: what a skill's past successful requests say about a new one (SPEC §8, "Experience").
+
+A skill's experience is the set of requests it served on successful traces (its *witnesses*). A new
+request asked in other words than the skill's text is often close to one of them, so they are evidence of
+their own, in two channels, each built once per version:
+
+- **lexical**: for each witness, the share of the query's idf mass (idf over the witnesses) that the witness
+  holds; a skill gets the best share among its witnesses, counted above `experience_lexical_floor` only.
+  A share, not a raw BM25 sum, so that it is comparable across queries and does not grow with the number of
+  witnesses a skill has.
+- **semantic** (when the query is embedded): a kernel vote. Everything known to answer requests (every
+  witness, and every skill's own text as one witness of itself) is a neighbour of the query with weight
+  exp((cos − best cos) / T); a skill's evidence is the share of the total weight of its own neighbours.
+  A skill without experience competes with its own text, so a skill with experience gains only where its
+  requests are closer to the query than the other skills' texts are: new and rarely used skills are not
+  pushed aside by skills that merely have more history (the half-traced check of
+  benchmarks/bench_learning.py).
+
+Both channels are zero for every skill of a version without experience: a cold start ranks as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+import scipy.sparse as sp
+
+from ..config import RetrievalConfig
+from ..text.tokens import tokenize
+from .semantic import SemanticIndex, _unit
+
+
+@dataclass(frozen=True)
+class ExperienceEvidence:
+    """Per-query experience evidence over the skills that have any (sorted node indices)."""
+
+    nodes: np.ndarray
+    value: np.ndarray  # what is added to ρ: weighted lexical share plus weighted semantic vote
+    lexical: np.ndarray  # the lexical share above the floor, rescaled to [0, 1]
+    semantic: np.ndarray  # the semantic vote in [0, 1]
+    # How close each witness is to the query (lexical share + cosine; 0 where neither), for explanations.
+    closeness: np.ndarray
+
+    def at(self, node: int) -> float:
+        pos = int(np.searchsorted(self.nodes, node))
+        return float(self.value[pos]) if pos < len(self.nodes) and self.nodes[pos] == node else 0.0
+
+
+_NO_EVIDENCE = ExperienceEvidence(*(np.zeros(0) for _ in range(5)))
+
+
+def _idf(n: int, df: np.ndarray) -> np.ndarray:
+    return np.log(1 + (n - df + 0.5) / (df + 0.5))
+
+
+class ExperienceIndex:
+    """The experience of one version, ready for queries: witnesses as token rows and (lazily) vectors."""
+
+    def __init__(
+        self,
+        experience: pl.DataFrame,
+        node_ids: np.ndarray,
+        config: RetrievalConfig,
+        semantic: SemanticIndex | None = None,
+    ):
+        self.config = config
+        self.semantic = semantic
+        position = {str(s): i for i, s in enumerate(node_ids.tolist())}
+        table = experience.filter(pl.col("skill").is_in(list(position))) if experience.height else experience
+        table = table.sort("skill", "text")
+        self.table = table
+        self.texts: list[str] = table["text"].to_list()
+        self.tasks = table["tasks"].to_numpy() if table.height else np.zeros(0, dtype=np.int64)
+        self.skill = np.fromiter((position[s] for s in table["skill"].to_list()), np.int64, table.height)
+        self.n = len(node_ids)
+        self._by_skill = np.argsort(self.skill, kind="stable")
+        self._start = np.searchsorted(self.skill[self._by_skill], np.arange(self.n + 1))
+        vocab: dict[str, int] = {}
+        rows, cols = [], []
+        for r, text in enumerate(self.texts):
+            for tok in set(tokenize(text)):
+                rows.append(r)
+                cols.append(vocab.setdefault(tok, len(vocab)))
+        self.vocab = vocab
+        shape = (len(self.texts), len(vocab))
+        data = np.ones(len(rows))
+        self.matrix = sp.csc_matrix((data, (np.array(rows, int), np.array(cols, int))), shape=shape)
+        self.idf = _idf(len(self.texts), np.diff(self.matrix.indptr))
+        self.unknown_idf = float(_idf(len(self.texts), np.zeros(1))[0])
+        self._vectors: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @property
+    def vectors(self) -> np.ndarray:
+        """Unit vectors of the witnesses, embedded on first use (once per version and process)."""
+        if self._vectors is None:
+            assert self.semantic is not None
+            dim = self.semantic.matrix.shape[1]
+            self._vectors = (
+                _unit(self.semantic.backend.embed(self.texts)).astype(np.float32)
+                if self.texts
+                else np.zeros((0, dim), dtype=np.float32)
+            )
+        return self._vectors
+
+    def lexical_shares(self, query: str) -> tuple[np.ndarray, np.ndarray]:
+        """(witness rows, share of the query's idf mass each holds) for the witnesses the query touches."""
+        tokens = set(tokenize(query))
+        cols = np.array([self.vocab[t] for t in tokens if t in self.vocab], dtype=np.int64)
+        if not len(cols):
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        total = float(self.idf[cols].sum()) + self.unknown_idf * (len(tokens) - len(cols))
+        sub = self.matrix[:, cols]
+        held = sub @ self.idf[cols]
+        rows = np.flatnonzero(held)
+        return rows, held[rows] / total
+
+    def evidence(self, query: str, query_vector: np.ndarray | None) -> ExperienceEvidence:
+        """Experience evidence of every skill for `query`; `query_vector` (unit) when it was embedded."""
+        cfg = self.config
+        if not len(self.texts) or (cfg.experience_weight <= 0 and cfg.experience_lexical_weight <= 0):
+            return _NO_EVIDENCE
+        n = self.n
+        lexical = np.zeros(n)
+        closeness = np.zeros(len(self.texts))
+        if cfg.experience_lexical_weight > 0:
+            rows, share = self.lexical_shares(query)
+            floor = cfg.experience_lexical_floor
+            if len(rows):
+                np.maximum.at(lexical, self.skill[rows], np.maximum(share - floor, 0.0) / (1.0 - floor))
+                closeness[rows] = share
+        semantic = np.zeros(n)
+        if query_vector is not None and self.semantic is not None and cfg.experience_weight > 0:
+            cos = (self.vectors @ query_vector).astype(np.float64)
+            own_nodes, own_cos = self.semantic.top_similarities(query_vector, cfg.semantic_candidates)
+            top = max(float(cos.max()), float(own_cos.max()) if len(own_cos) else -1.0)
+            t = cfg.experience_temperature
+            kw, ko = np.exp((cos - top) / t), np.exp((own_cos - top) / t)
+            total = float(kw.sum() + ko.sum())
+            semantic = np.bincount(self.skill, weights=kw, minlength=n) / total
+            semantic[own_nodes] += ko / total
+            semantic[semantic < _MIN_VOTE] = 0.0
+            closeness += np.maximum(cos, 0.0)
+        value = cfg.experience_lexical_weight * lexical + cfg.experience_weight * semantic
+        nodes = np.flatnonzero(value > 0)
+        return ExperienceEvidence(nodes, value[nodes], lexical[nodes], semantic[nodes], closeness)
+
+    def explain(self, node: int, evidence: ExperienceEvidence) -> tuple[int, str] | None:
+        """(distinct successful tasks, the closest witnessing request) of a skill, None without experience."""
+        rows = self._by_skill[self._start[node] : self._start[node + 1]]
+        if not len(rows):
+            return None
+        close = evidence.closeness[rows] if len(evidence.closeness) else np.zeros(len(rows))
+        best = rows[np.lexsort((rows, -close))[0]]
+        return int(self.tasks[rows].sum()), self.texts[best]
+
+
+# A vote below this share of the neighbourhood's weight is no evidence: it keeps the candidate set to the
+# query's neighbourhood (exp(-0.35 / 0.05) ≈ 1e-3 of the best neighbour's weight).
+_MIN_VOTE = 1e-3
+
+
+def experience_index(
+    experience: pl.DataFrame, node_ids: np.ndarray, config: RetrievalConfig, semantic: SemanticIndex | None
+) -> ExperienceIndex | None:
+    """The index of a version's experience (None when it has none: nothing to add to any ranking)."""
+    if experience.height == 0:
+        return None
+    return ExperienceIndex(experience, node_ids, config, semantic)

@@ -1,0 +1,211 @@
+"""Experience (SPEC §8): what skills learn from the requests of successful traces, how retrieval uses it, the
+round's held-out check, and how versions, diffs and incremental changes carry it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from segos_pipeline import Retriever, SnapshotStore, build_cold_start
+from segos_pipeline.config import EvolutionConfig, RetrievalConfig
+from segos_pipeline.evolution.evidence import EXPERIENCE_PARTIAL_SCHEMA, experience_partials, held_out
+from segos_pipeline.evolution.experience import merged_experience
+from segos_pipeline.evolution.ingest import TraceStore
+from segos_pipeline.evolution.round import evolve
+from segos_pipeline.graph.incremental import apply_change
+from segos_pipeline.store.diff import diff_versions, to_markdown
+from segos_pipeline.store.snapshot import EXPERIENCE_SCHEMA
+
+from .conftest import simple_library
+
+SKILLS = {
+    "pdf-merger": "merge several pdf documents into one pdf file",
+    "pdf-splitter": "split a pdf document into single page pdf files",
+    "csv-loader": "load a csv table into a dataframe",
+    "chart-plotter": "plot a line chart or bar chart from tabular data",
+    "mail-sender": "send an email message over smtp",
+}
+# A request in words none of the skills' texts hold ("stitch", "dossiers", "booklet"): only experience can
+# bring it to the merger.
+LEARNED = "stitch my scanned dossiers together as a booklet"
+PARAPHRASE = "stitch these dossiers into a booklet please"
+
+
+def _trace(i: int, text: str, used: list[str], reward: float = 1.0, task: str | None = None) -> dict:
+    return {
+        "trace_id": f"t-{i:05d}",
+        "task_id": task or f"task-{i:05d}",
+        "agent": "agent-a",
+        "attempt": 1,
+        "timestamp": "2026-11-29T02:00:00Z",
+        "queries": [{"text": text}],
+        "used": used,
+        "reward": reward,
+    }
+
+
+def _learned_ids(n: int, share: float, held: bool) -> list[int]:
+    """Trace numbers whose id the round holds out (held) or learns from (not held)."""
+    ids = pl.DataFrame({"trace_id": [f"t-{i:05d}" for i in range(n)]})
+    flags = ids.select(held_out(share))["trace_id"].to_list()
+    return [i for i, f in enumerate(flags) if f == held]
+
+
+def _store_with(tmp_path: Path, traces: list[dict], semantic: str = "none") -> tuple[SnapshotStore, Path]:
+    lib = simple_library(tmp_path / "lib", SKILLS)
+    store = SnapshotStore(tmp_path / "store")
+    build_cold_start(lib, store)
+    path = tmp_path / "traces.jsonl"
+    path.write_text("".join(json.dumps(t) + "\n" for t in traces))
+    TraceStore(store).ingest_path(path, window="w1")
+    return store, lib
+
+
+def _retriever(store: SnapshotStore, version: str, semantic: str = "none") -> Retriever:
+    return Retriever(store.load(version), RetrievalConfig(semantic=semantic))
+
+
+# ------------------------------------------------------------------------------------- the kernels
+
+
+def test_only_successful_traces_add_experience_and_tasks_count_distinct_pairs():
+    selected = pl.DataFrame(
+        [
+            {**_trace(1, "join my pdfs", ["pdf-merger"], task="a"), "success": True},
+            {**_trace(2, "join my pdfs", ["pdf-merger"], task="b"), "success": True},
+            {**_trace(3, "join my pdfs", ["pdf-merger"], task="b"), "success": True},  # same (task, agent)
+            {**_trace(4, "split pdf", ["pdf-splitter"], reward=0.0), "success": False},
+        ]
+    )
+    experience, _ = experience_partials(selected, 0.0, 1_000)
+    assert experience.to_dicts() == [{"skill": "pdf-merger", "text": "join my pdfs", "tasks": 2}]
+
+
+def test_experience_is_bounded_per_skill_and_deterministic():
+    rows = [{"skill": "s", "text": f"request {k:03d}", "tasks": k % 7 + 1} for k in range(200)]
+    rows += [{"skill": "t", "text": "x" * 50, "tasks": 1}]
+    window = pl.DataFrame(rows, schema=EXPERIENCE_PARTIAL_SCHEMA)
+    skills = pl.Series(["s", "t"])
+    parent = pl.DataFrame(schema=EXPERIENCE_SCHEMA)
+    one = merged_experience(parent, window, skills, 1, 16)
+    shuffled = merged_experience(parent, window.sample(fraction=1.0, shuffle=True, seed=3), skills, 1, 16)
+    assert one.equals(shuffled)
+    per_skill = dict(one.group_by("skill").len().iter_rows())
+    assert per_skill == {"s": 16, "t": 1}
+    assert one.filter(pl.col("skill") == "s")["tasks"].min() == 7  # the most evidenced are kept
+    # kept across rounds: counts add, the first round stays, the last moves
+    again = merged_experience(one, window, skills, 2, 16)
+    row = again.filter(pl.col("text") == "x" * 50).row(0, named=True)
+    assert (row["tasks"], row["first_round"], row["last_round"]) == (2, 1, 2)
+    # a skill the version does not hold is dropped
+    assert merged_experience(parent, window, pl.Series(["t"]), 1, 16)["skill"].to_list() == ["t"]
+
+
+def test_witnessing_requests_are_clipped():
+    selected = pl.DataFrame([{**_trace(1, "  " + "y" * 5_000, ["pdf-merger"]), "success": True}])
+    experience, _ = experience_partials(selected, 0.0, 300)
+    assert experience["text"].str.len_chars().to_list() == [300]
+
+
+# --------------------------------------------------------------------------------------- the round
+
+
+def test_a_round_learns_a_vocabulary_the_skill_text_lacks(tmp_path):
+    learned = _learned_ids(40, 0.1, held=False)[:20]
+    traces = [_trace(i, LEARNED, ["pdf-merger"]) for i in learned]
+    store, _ = _store_with(tmp_path, traces)
+    manifest = evolve(store, "w1", retrieval=RetrievalConfig(semantic="none"))
+    cold, evolved = _retriever(store, "v0001"), _retriever(store, manifest["version"])
+    assert "pdf-merger" not in cold.ranked_ids(PARAPHRASE, 5)
+    bundle = evolved.retrieve(PARAPHRASE)
+    assert bundle.ids[0] == "pdf-merger"
+    assert bundle.skills[0].experience > 0
+    # the package text is untouched; the experience is its own table
+    assert store.load(manifest["version"]).nodes.equals(store.load("v0001").nodes)
+    assert store.load(manifest["version"]).experience.height == 1
+    assert manifest["counters"]["experience"]["committed"] is True
+
+
+def test_a_skill_with_experience_does_not_push_aside_a_better_matching_one(tmp_path):
+    # the merger learns many requests about pdf pages; a request that names the splitter's own words keeps
+    # the splitter first
+    learned = _learned_ids(200, 0.1, held=False)[:60]
+    texts = [f"put pdf pages {k} together in one document" for k in range(len(learned))]
+    store, _ = _store_with(
+        tmp_path, [_trace(i, t, ["pdf-merger"]) for i, t in zip(learned, texts, strict=True)]
+    )
+    manifest = evolve(store, "w1", retrieval=RetrievalConfig(semantic="wordllama"))
+    query = "split a pdf document into single page files"
+    for version in ("v0001", manifest["version"]):
+        assert _retriever(store, version, "wordllama").ranked_ids(query, 5)[0] == "pdf-splitter"
+
+
+def test_the_held_out_check_refuses_a_round_that_makes_ranks_worse(tmp_path):
+    # the learned traces say the request needs the mailer; the held-out ones, asking the same, used the
+    # merger, which the cold start already ranks first: the new experience would push it down
+    text = "merge pdf documents into one pdf and mail it"
+    learned = _learned_ids(400, 0.1, held=False)[:30]
+    held = _learned_ids(400, 0.1, held=True)[:10]
+    traces = [_trace(i, text, ["mail-sender"]) for i in learned] + [
+        _trace(i, text, ["pdf-merger"]) for i in held
+    ]
+    store, _ = _store_with(tmp_path, traces)
+    assert _retriever(store, "v0001").ranked_ids(text, 5)[0] == "pdf-merger"
+    manifest = evolve(store, "w1", retrieval=RetrievalConfig(semantic="none"))
+    c = manifest["counters"]["experience"]
+    assert c["committed"] is False and c["gate"]["passed"] is False
+    assert c["gate"]["traces"] == 10 and c["gate"]["mrr_after"] < c["gate"]["mrr_before"]
+    assert store.load(manifest["version"]).experience.height == 0
+    assert _retriever(store, manifest["version"]).ranked_ids(text, 5)[0] == "pdf-merger"
+
+
+def test_experience_off_commits_none(tmp_path):
+    store, _ = _store_with(tmp_path, [_trace(i, LEARNED, ["pdf-merger"]) for i in range(10)])
+    manifest = evolve(
+        store, "w1", config=EvolutionConfig(experience=False), retrieval=RetrievalConfig(semantic="none")
+    )
+    assert "experience" not in manifest["counters"]
+    assert store.load(manifest["version"]).experience.height == 0
+
+
+# ------------------------------------------------------------------------------ diff and incremental
+
+
+@pytest.fixture
+def evolved(tmp_path):
+    learned = _learned_ids(40, 0.1, held=False)[:12]
+    traces = [_trace(i, LEARNED, ["pdf-merger"]) for i in learned[:6]]
+    traces += [_trace(i, "graph my monthly ledger", ["chart-plotter"]) for i in learned[6:]]
+    store, lib = _store_with(tmp_path, traces)
+    manifest = evolve(store, "w1", retrieval=RetrievalConfig(semantic="none"))
+    return store, lib, manifest["version"]
+
+
+def test_diff_shows_what_skills_learned(evolved):
+    store, _, version = evolved
+    diff = diff_versions(store.load("v0001"), store.load(version))
+    assert diff["counts"]["experience"] == 2
+    assert {(e["skill"], e["text"], e["tasks_before"], e["tasks_after"]) for e in diff["experience"]} == {
+        ("pdf-merger", LEARNED, None, 6),
+        ("chart-plotter", "graph my monthly ledger", None, 6),
+    }
+    assert "## Experience" in to_markdown(diff) and LEARNED in to_markdown(diff)
+    # the spec's keys are all still there
+    assert {"from", "to", "edges", "descriptions", "counts"} <= set(diff)
+
+
+def test_incremental_update_keeps_experience_and_remove_drops_it(evolved):
+    store, lib, version = evolved
+    pkg = lib / "pdf-merger"
+    md = pkg / "SKILL.md"
+    md.write_text(md.read_text() + "\nAlso keeps bookmarks.\n")
+    updated = apply_change(store, "update", pkg, from_version=version)
+    assert store.load(updated.version).experience.equals(store.load(version).experience)
+    shutil.rmtree(pkg)
+    removed = apply_change(store, "remove", pkg, from_version=updated.version)
+    left = store.load(removed.version).experience
+    assert left["skill"].to_list() == ["chart-plotter"]
