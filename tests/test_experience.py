@@ -209,3 +209,16 @@ def test_incremental_update_keeps_experience_and_remove_drops_it(evolved):
     removed = apply_change(store, "remove", pkg, from_version=updated.version)
     left = store.load(removed.version).experience
     assert left["skill"].to_list() == ["chart-plotter"]
+
+
+def test_a_bundle_says_when_experience_put_a_skill_there(tmp_path):
+    from segos_pipeline.service.api import SegosService
+
+    learned = _learned_ids(40, 0.1, held=False)[:5]
+    store, _ = _store_with(tmp_path, [_trace(i, LEARNED, ["pdf-merger"]) for i in learned])
+    evolve(store, "w1", retrieval=RetrievalConfig(semantic="none"))
+    bundle = SegosService(store, landing=tmp_path / "landing").retrieve_bundle(PARAPHRASE)
+    merger = next(s for s in bundle["skills"] if s["id"] == "pdf-merger")
+    assert merger["experience"] > 0
+    assert merger["why"] == f"used on 5 successful task(s) like '{LEARNED}'"
+    assert merger["reasons"][0]["kind"] == "experience" and merger["reasons"][0]["tasks"] == 5

@@ -144,6 +144,9 @@ def test_local_engine_any_partition_count_commits_the_same_version(demo, pool):
 def test_spark_engine_commits_the_local_version_on_demo_traces(demo, spark):
     local, on_spark = rounds(demo, WINDOW, [make_engine(), spark_engine(spark)])
     assert on_spark["engine"]["engine"] == "spark" and on_spark["engine"]["partitions"] == 3
+    # the same experience too (it is part of the version's bytes), and there is some to compare
+    assert local["counters"]["experience"]["rows_after"] > 0
+    assert on_spark["counters"]["experience"] == local["counters"]["experience"]
     assert on_spark["engine"]["traces"] == local["counters"]["traces"]["in_window"]
     assert_same_version(demo, local, on_spark)
 
@@ -381,12 +384,14 @@ def test_executors_open_a_uri_store_by_its_uri(spark, uri_store, tmp_path):
     assert shipped == {"workflow", "ordered", "couse", "surfacing", "counts"}
     assert engine_record["collected_bytes"] >= engine_record["payload_bytes"]
     # The round's bucket files were written by the executors at the URI (nothing in the driver's cache
-    # but the version), and the driver read back L3's tables only, never `added`.
+    # but the version), and the driver read back L3's and the experience stage's tables only, never `added`.
     assert engine_record["round_buckets"] == 1 and round_part_names(on_spark["files"]) == [
         "round-00000.parquet"
     ]
     written = engine_record["written_parquet_bytes"]
-    assert engine_record["driver_read_bytes"] == written["witnesses"] + written["usage"]
+    assert engine_record["driver_read_bytes"] == sum(
+        written[k] for k in ("witnesses", "usage", "experience", "holdout")
+    )
     assert not list((driver.root / ".spark").glob("*/*"))
     assert not list((tmp_path / "remote" / ".spark").glob("*/*"))
 

@@ -61,6 +61,7 @@ _STABLE_AFTER_NS = 2_000_000_000  # a versions/ mtime older than this cannot hid
 
 # Why a skill is in a bundle, strongest first (the first that applies is the headline `why`).
 REASON_PRIORITY = (
+    "experience",
     "seed",
     "prerequisite",
     "consumer",
@@ -451,6 +452,8 @@ class SegosService:
                     "seed": i in seeds,
                     "lexical": round(ranking.evidence.at(i), 6),
                     "graph": round(ranking.graph_of(i), 6),
+                    "semantic": round(ranking.semantic_of(i), 6),
+                    "experience": round(ranking.experience_of(i), 6),
                     "capability": row["capability"] or "",
                     "source_path": row["source_path"],
                     "inputs": row["inputs"],
@@ -473,7 +476,7 @@ class SegosService:
         skills = []
         for pos, sid in enumerate(order.order, start=1):
             s = by_id[sid]
-            reasons = _reasons(sid, s, link, lo.touching(sid))
+            reasons = _reasons(sid, s, link, lo.touching(sid), _learned(r, ranking, sid))
             skills.append({"position": pos, **s, "why": _headline(reasons), "reasons": reasons})
             skills[-1]["after"] = sorted(c.before for c in order.constraints if c.after == sid)
         return {
@@ -733,6 +736,7 @@ def _max_chars(config: RetrievalConfig, max_chars: int | None) -> int:
 
 
 _PHRASE = {
+    "experience": "used on {tasks} successful task(s) like '{request}'",
     "seed": "lexical seed: matches the query best",
     "lexical": "matches the query's terms",
     "prerequisite": "prerequisite of {via}: its outputs feed it (dependency edge)",
@@ -744,10 +748,44 @@ _PHRASE = {
 }
 
 
-def _reasons(sid: str, skill: dict[str, Any], link: set[str], touching: list[Edge]) -> list[dict[str, Any]]:
-    """Every reason a bundle member is there: its own query evidence, then its edges to other members or
-    to the query's seeds."""
-    out: list[dict[str, Any]] = []
+def _learned(retriever: Any, ranking: Any, sid: str) -> dict[str, Any] | None:
+    """The experience reason of a bundle member: when what it learned from traces counted for this query
+    as much as its own text did, the tasks and the closest request it served."""
+    index, evidence = retriever.experience, ranking.experience
+    if index is None or evidence is None:
+        return None
+    node = int(retriever.names.row_of(sid))
+    value = evidence.at(node)
+    if value <= 0 or value < retriever.config.rerank_mu * ranking.evidence.at(node):
+        return None
+    explained = index.explain(node, evidence)
+    if explained is None:
+        return None
+    tasks, request = explained
+    clipped = request if len(request) <= _REQUEST_CHARS else request[: _REQUEST_CHARS - 1] + "…"
+    return {
+        "kind": "experience",
+        "via": None,
+        "relation": None,
+        "weight": value,
+        "tasks": tasks,
+        "request": clipped,
+    }
+
+
+_REQUEST_CHARS = 80  # of a witnessing request quoted in a `why`
+
+
+def _reasons(
+    sid: str,
+    skill: dict[str, Any],
+    link: set[str],
+    touching: list[Edge],
+    learned: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Every reason a bundle member is there: what it learned from traces, its own query evidence, then its
+    edges to other members or to the query's seeds."""
+    out: list[dict[str, Any]] = [learned] if learned else []
     if skill["seed"]:
         out.append({"kind": "seed", "via": None, "relation": None, "weight": skill["lexical"]})
     elif skill["lexical"] > 0:
@@ -781,7 +819,7 @@ def _reasons(sid: str, skill: dict[str, Any], link: set[str], touching: list[Edg
 
 def _headline(reasons: list[dict[str, Any]]) -> str:
     top = reasons[0]
-    return _PHRASE[top["kind"]].format(via=top["via"])
+    return _PHRASE[top["kind"]].format(**top)
 
 
 def _ordering_summary(order: ExecutionOrder, precedence: Precedence) -> dict[str, Any]:

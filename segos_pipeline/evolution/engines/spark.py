@@ -67,9 +67,10 @@ OUT_SCHEMA = "part INT, name STRING, payload BINARY"
 # what the round adds per selected trace, L3's witnesses (one row per successful trace that used a skill
 # outside its query's top-N) and usage (per distinct skill and query text), and the selected traces when
 # the version stores them. The rest grows with the skill pairs a partition witnesses, and is shipped.
-WRITTEN = ("added", "witnesses", "usage")
+WRITTEN = ("added", "witnesses", "usage", "experience", "holdout")
 PER_TRACE = ("selected", *WRITTEN)
-DRIVER_READS = ("witnesses", "usage")  # what L3 reads on the driver; `added` goes into bucket files there
+# what L3 and the experience stage read on the driver; `added` goes into bucket files there
+DRIVER_READS = ("witnesses", "usage", "experience", "holdout")
 SUM_EVERY = 64  # partial tables summed on the driver in groups of this many (summing is associative)
 KEEP_VERSIONS = 2  # parent versions a Python worker keeps loaded
 
@@ -195,7 +196,7 @@ def partition_kernel(
         part = TaskContext.get().partitionId()
         folder = Scratch(scratch)
         # the driver needs the traces back only when the version cannot reference them
-        kept = ("selected", "witnesses", "usage") if keep_selected else WRITTEN
+        kept = ("selected", *DRIVER_READS) if keep_selected else WRITTEN
         partial.added = partial.added.with_columns(bucket_ids(buckets))
         written = {name: folder.write(written_name(name, part), getattr(partial, name)) for name in kept}
         names = [n for n in Partial.table_names() if n not in PER_TRACE]

@@ -1,0 +1,277 @@
+"""What a round learns from its traces (SPEC §8, "Experience"), on the MetaTool dev data of ../shared/data.
+
+    .venv/bin/python benchmarks/bench_learning.py [--shared ../shared/data] [--out benchmarks/results]
+
+Each trace of `traces/metatool-dev/` is a request and the tool(s) it needed, standing for a successful
+agent run. Requests are split by their position in the file (dev only; the held-out requests are checked
+elsewhere), so that other requests for the same tools, in other words, check what a round learned:
+
+- `transfer`: the even-positioned 500 requests as one window; the odd ones (other requests, same tools)
+  and the traced ones asked again, cold start against one round;
+- `all-traced`: the 1,000 requests as one window, asked again;
+- `half-tools`: the traces of the tools at even positions of the sorted tool list only (even requests);
+  odd requests of the *other* tools (do no harm: they must not fall) and of the traced tools (the lift);
+- `multi`: the 250 two-tool requests over the 47 merged tools, even half as traces, odd half tested
+  (recall@5 and COMP@5);
+- `rounds`: the even requests as five windows of 100, one round each, odd requests after each;
+- `closed-loop` (SIMULATED): a simulated agent asks each odd request, and succeeds only when the bundle
+  for it, or for a second, shorter request of its own (the first six words), holds a right tool; only
+  those runs become the next window's traces; five rounds over the same requests.
+
+Beside segos: flat BM25 (`bm25s`) over each tool's text with the traced requests appended (the naive
+probe). Query latency p50 cold and evolved is reported for each store. Writes learning.json and
+learning.md. Constants are the project defaults; nothing here is tuned per split.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from segos_pipeline import Retriever, SnapshotStore, build_cold_start
+from segos_pipeline.evaluation.metrics import aggregate, percentile, query_metrics
+from segos_pipeline.evaluation.replay import gold_sets
+from segos_pipeline.evaluation.study import BM25Ranker
+from segos_pipeline.evolution.ingest import TraceStore
+from segos_pipeline.evolution.round import evolve
+from segos_pipeline.text.names import SkillNames
+
+
+class Names:
+    """Skill references (id or name) of one library resolved to ids."""
+
+    def __init__(self, nodes: pl.DataFrame):
+        self.skills = SkillNames(nodes)
+        self.ids = nodes["id"].to_list()
+
+    def resolve(self, ref: str) -> str | None:
+        row = self.skills.resolve_one(ref)
+        return None if row is None else self.ids[row]
+
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMAND = "python benchmarks/bench_learning.py"
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def quality(ranker: Any, names: Names, queries: list[dict[str, Any]], k: int = 5) -> dict[str, Any]:
+    per, times = [], []
+    for q in queries:
+        t = time.perf_counter()
+        ranked = ranker.ranked_ids(q["query"], k)
+        times.append((time.perf_counter() - t) * 1e3)
+        gold, _ = gold_sets(names.skills, q["gold"])
+        per.append(query_metrics(ranked, gold, k))
+    out = {
+        key: round(float(v), 4)
+        for key, v in aggregate(per).items()
+        if key in ("hit", "recall", "comp", "mrr")
+    }
+    out["n"] = len(queries)
+    out["p50_ms"] = round(percentile(times, 50), 3)
+    return out
+
+
+class Lab:
+    """One store over a library: a cold start, then rounds over windows of traces."""
+
+    def __init__(self, library: Path, folder: Path):
+        self.store = SnapshotStore(folder)
+        self.cold = build_cold_start(library, self.store)["version"]
+        self.latest = self.cold
+        self.windows = 0
+        self.manifests: list[dict[str, Any]] = []
+
+    def round(self, traces: list[dict[str, Any]]) -> str:
+        self.windows += 1
+        window = f"w{self.windows}"
+        path = Path(self.store.root) / f"{window}.jsonl"
+        path.write_text("".join(json.dumps(t) + "\n" for t in traces))
+        TraceStore(self.store).ingest_path(path, window=window)
+        manifest = evolve(self.store, window, from_version=self.latest)
+        self.manifests.append(manifest)
+        self.latest = manifest["version"]
+        return self.latest
+
+    def retriever(self, version: str) -> Retriever:
+        return Retriever(self.store.load(version))
+
+    def names(self) -> Names:
+        return Names(self.store.load(self.cold).nodes)
+
+    def gate(self) -> dict[str, Any]:
+        return self.manifests[-1]["counters"].get("experience", {})
+
+
+def probe(lab: Lab, traces: list[dict[str, Any]]) -> BM25Ranker:
+    """Flat BM25 over each tool's text with its traced requests appended (the naive probe)."""
+    nodes = lab.store.load(lab.cold).nodes
+    names = lab.names()
+    extra: dict[str, list[str]] = {}
+    for t in traces:
+        for u in t["used"]:
+            sid = names.resolve(u)
+            if sid:
+                extra.setdefault(sid, []).extend(q["text"] for q in t["queries"])
+    appended = nodes.with_columns(
+        body=pl.concat_str(
+            [
+                pl.col("body").fill_null(""),
+                pl.col("id").replace_strict(
+                    {k: " ".join(v) for k, v in extra.items()}, default="", return_dtype=pl.String
+                ),
+            ],
+            separator=" ",
+        )
+    )
+    return BM25Ranker(appended)
+
+
+def as_traces(queries: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "trace_id": f"{prefix}-{q['task']}",
+            "task_id": q["task"],
+            "agent": "simulated-agent",
+            "attempt": 1,
+            "timestamp": "2026-11-27T02:00:00Z",
+            "queries": [{"text": q["query"]}],
+            "used": q["gold"],
+            "reward": 1.0,
+            "simulated": True,
+        }
+        for q in queries
+    ]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = ap.parse_args()
+    meta = args.shared / "eval" / "metatool-dev"
+    if not meta.is_dir():
+        print(f"{meta} is absent: this benchmark needs ../shared/data", file=sys.stderr)
+        return 2
+    single = read_jsonl(args.shared / "traces" / "metatool-dev" / "single.jsonl")
+    dev = read_jsonl(meta / "dev.jsonl")
+    even_t = [t for i, t in enumerate(single) if i % 2 == 0]
+    even_q = [q for i, q in enumerate(dev) if i % 2 == 0]
+    odd_q = [q for i, q in enumerate(dev) if i % 2 == 1]
+    result: dict[str, Any] = {"command": COMMAND}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_path = Path(tmp)
+
+        def lab(name: str, library: Path) -> Lab:
+            return Lab(library, tmp_path / name)
+
+        # transfer: half the requests as traces
+        a = lab("transfer", meta / "library")
+        names = a.names()
+        cold = a.retriever(a.cold)
+        evolved = a.retriever(a.round(even_t))
+        bm = probe(a, even_t)
+        result["transfer"] = {
+            "other requests": {
+                "cold": quality(cold, names, odd_q),
+                "evolved": quality(evolved, names, odd_q),
+                "bm25s+appended": quality(bm, names, odd_q),
+            },
+            "traced requests": {
+                "cold": quality(cold, names, even_q),
+                "evolved": quality(evolved, names, even_q),
+                "bm25s+appended": quality(bm, names, even_q),
+            },
+            "gate": a.gate(),
+        }
+        print("transfer", json.dumps(result["transfer"]), flush=True)
+
+        b = lab("all", meta / "library")
+        evolved = b.retriever(b.round(single))
+        result["all-traced"] = {
+            "cold": quality(b.retriever(b.cold), names, dev),
+            "evolved": quality(evolved, names, dev),
+            "gate": b.gate(),
+        }
+        print("all-traced", json.dumps(result["all-traced"]), flush=True)
+
+        tools = sorted({names.resolve(q["gold"][0]) for q in dev})
+        traced_tools = {t for i, t in enumerate(tools) if i % 2 == 0}
+        c = lab("half", meta / "library")
+        half_t = [t for t in even_t if names.resolve(t["used"][0]) in traced_tools]
+        cold = c.retriever(c.cold)
+        evolved = c.retriever(c.round(half_t))
+        untraced_q = [q for q in odd_q if names.resolve(q["gold"][0]) not in traced_tools]
+        traced_q = [q for q in odd_q if names.resolve(q["gold"][0]) in traced_tools]
+        bm = probe(c, half_t)
+        result["half-tools"] = {
+            "untraced tools' requests": {
+                "cold": quality(cold, names, untraced_q),
+                "evolved": quality(evolved, names, untraced_q),
+                "bm25s+appended": quality(bm, names, untraced_q),
+            },
+            "traced tools' other requests": {
+                "cold": quality(cold, names, traced_q),
+                "evolved": quality(evolved, names, traced_q),
+                "bm25s+appended": quality(bm, names, traced_q),
+            },
+        }
+        print("half-tools", json.dumps(result["half-tools"]), flush=True)
+
+        multi_t = read_jsonl(args.shared / "traces" / "metatool-dev" / "multi.jsonl")
+        multi_q = read_jsonl(meta / "multi-dev.jsonl")
+        d = lab("multi", meta / "library-47")
+        mnames = d.names()
+        evolved = d.retriever(d.round(multi_t[0::2]))
+        result["multi"] = {
+            "cold": quality(d.retriever(d.cold), mnames, multi_q[1::2]),
+            "evolved": quality(evolved, mnames, multi_q[1::2]),
+            "bm25s+appended": quality(probe(d, multi_t[0::2]), mnames, multi_q[1::2]),
+        }
+        print("multi", json.dumps(result["multi"]), flush=True)
+
+        e = lab("rounds", meta / "library")
+        rows = [{"round": 0, **quality(e.retriever(e.cold), names, odd_q)}]
+        for r in range(5):
+            e.round(even_t[r * 100 : (r + 1) * 100])
+            rows.append(
+                {"round": r + 1, **quality(e.retriever(e.latest), names, odd_q), "gate": e.gate()["gate"]}
+            )
+        result["rounds"] = rows
+        print("rounds", json.dumps(rows), flush=True)
+
+        f = lab("loop", meta / "library")
+        loop = []
+        for r in range(6):
+            ret = f.retriever(f.latest)
+            ok = []
+            for q in odd_q:
+                gold = {names.resolve(g) for g in q["gold"]}
+                short = " ".join(q["query"].split()[:6])
+                if gold & set(ret.ranked_ids(q["query"], 5)) or gold & set(ret.ranked_ids(short, 5)):
+                    ok.append(q)
+            loop.append(
+                {"round": r, "success_rate": round(len(ok) / len(odd_q), 4), **quality(ret, names, odd_q)}
+            )
+            if r < 5:
+                f.round(as_traces(ok, f"loop{r}"))
+        result["closed-loop (simulated)"] = loop
+        print("closed-loop", json.dumps(loop), flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "learning.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out / 'learning.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
