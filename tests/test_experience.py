@@ -222,3 +222,24 @@ def test_a_bundle_says_when_experience_put_a_skill_there(tmp_path):
     assert merger["experience"] > 0
     assert merger["why"] == f"used on 5 successful task(s) like '{LEARNED}'"
     assert merger["reasons"][0]["kind"] == "experience" and merger["reasons"][0]["tasks"] == 5
+
+
+def test_many_witnesses_are_searched_by_inverted_lists_with_the_same_answer(tmp_path, monkeypatch):
+    from segos_pipeline.retrieval import experience as experience_module
+
+    learned = _learned_ids(400, 0.1, held=False)[:40]
+    traces = [_trace(i, f"{LEARNED} number {k}", ["pdf-merger"]) for k, i in enumerate(learned[:20])]
+    traces += [
+        _trace(i, f"graph my ledger for month {k}", ["chart-plotter"]) for k, i in enumerate(learned[20:])
+    ]
+    store, _ = _store_with(tmp_path, traces)
+    version = evolve(store, "w1")["version"]
+    queries = [PARAPHRASE, "draw my ledger as a graph", "send an email"]
+    exact = [_retriever(store, version, "wordllama").retrieve(q) for q in queries]
+    monkeypatch.setattr(experience_module, "_EXACT_WITNESSES", 4)
+    listed = _retriever(store, version, "wordllama")
+    for query, bundle in zip(queries, exact, strict=True):
+        got = listed.retrieve(query)  # every row is read here (a list scan reads 16,384): sums in list order
+        assert got.ids == bundle.ids
+        assert [s.score for s in got.skills] == pytest.approx([s.score for s in bundle.skills], rel=1e-9)
+    assert listed.experience is not None and listed.experience._lists is not None

@@ -29,7 +29,8 @@ import scipy.sparse as sp
 
 from ..config import RetrievalConfig
 from ..text.tokens import tokenize
-from .semantic import SemanticIndex, _unit
+from .ann import InvertedLists, build_lists
+from .semantic import IVF_SCAN_ROWS, SemanticIndex, _unit
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class ExperienceIndex:
         self.idf = _idf(len(self.texts), np.diff(self.matrix.indptr))
         self.unknown_idf = float(_idf(len(self.texts), np.zeros(1))[0])
         self._vectors: np.ndarray | None = None
+        self._lists: InvertedLists | None = None
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -106,6 +108,19 @@ class ExperienceIndex:
                 else np.zeros((0, dim), dtype=np.float32)
             )
         return self._vectors
+
+    def witness_cosines(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(witness rows, cosine to the unit query vector): every witness while they are few; past
+        `_EXACT_WITNESSES`, the rows of the inverted lists nearest the query (ann.py), so that a query's
+        cost stops growing with the experience. A witness far from the query weighs exp(-Δcos / T) ≈ 0 in
+        the vote, which is what the lists leave out."""
+        vectors = self.vectors
+        if len(vectors) <= _EXACT_WITNESSES:
+            return np.arange(len(vectors)), (vectors @ q).astype(np.float64)
+        if self._lists is None:
+            self._lists = build_lists(vectors)
+        rows, cos = self._lists.scan(q, IVF_SCAN_ROWS)
+        return rows, cos.astype(np.float64)
 
     def lexical_shares(self, query: str) -> tuple[np.ndarray, np.ndarray]:
         """(witness rows, share of the query's idf mass each holds) for the witnesses the query touches."""
@@ -135,16 +150,16 @@ class ExperienceIndex:
                 closeness[rows] = share
         semantic = np.zeros(n)
         if query_vector is not None and self.semantic is not None and cfg.experience_weight > 0:
-            cos = (self.vectors @ query_vector).astype(np.float64)
+            rows, cos = self.witness_cosines(query_vector)
             own_nodes, own_cos = self.semantic.top_similarities(query_vector, cfg.semantic_candidates)
-            top = max(float(cos.max()), float(own_cos.max()) if len(own_cos) else -1.0)
+            top = max(float(cos.max()) if len(cos) else -1.0, float(own_cos.max()) if len(own_cos) else -1.0)
             t = cfg.experience_temperature
             kw, ko = np.exp((cos - top) / t), np.exp((own_cos - top) / t)
             total = float(kw.sum() + ko.sum())
-            semantic = np.bincount(self.skill, weights=kw, minlength=n) / total
+            semantic = np.bincount(self.skill[rows], weights=kw, minlength=n) / total
             semantic[own_nodes] += ko / total
             semantic[semantic < _MIN_VOTE] = 0.0
-            closeness += np.maximum(cos, 0.0)
+            closeness[rows] += np.maximum(cos, 0.0)
         value = cfg.experience_lexical_weight * lexical + cfg.experience_weight * semantic
         nodes = np.flatnonzero(value > 0)
         return ExperienceEvidence(nodes, value[nodes], lexical[nodes], semantic[nodes], closeness)
@@ -159,6 +174,8 @@ class ExperienceIndex:
         return int(self.tasks[rows].sum()), self.texts[best]
 
 
+# Witnesses scored exactly per query up to this many (16 MB of float32 vectors at 256 dimensions).
+_EXACT_WITNESSES = 65_536
 # A vote below this share of the neighbourhood's weight is no evidence: it keeps the candidate set to the
 # query's neighbourhood (exp(-0.35 / 0.05) ≈ 1e-3 of the best neighbour's weight).
 _MIN_VOTE = 1e-3
