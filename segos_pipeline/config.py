@@ -205,7 +205,7 @@ class EvolutionConfig(_Overridable):
     experience_per_skill: int = 32
     experience_chars: int = 1_000
     experience_holdout: float = 0.1
-    experience_gate_traces: int = 2_000
+    experience_gate_traces: int = 500
     l3_max_candidates: int = 200  # (skill, witnessing query) pairs examined per round, most evident first
     l3_max_terms: int = 6  # words the grounded editor may add to one description
     editor: str = "grounded"  # "grounded" (no model) or "openai" (an OpenAI-compatible endpoint)

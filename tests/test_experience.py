@@ -239,7 +239,7 @@ def test_many_witnesses_are_searched_by_inverted_lists_with_the_same_answer(tmp_
     monkeypatch.setattr(experience_module, "_EXACT_WITNESSES", 4)
     listed = _retriever(store, version, "wordllama")
     for query, bundle in zip(queries, exact, strict=True):
-        got = listed.retrieve(query)  # every row is read here (a list scan reads 16,384): sums in list order
+        got = listed.retrieve(query)  # every row is read here (a list scan reads 4,096): sums in list order
         assert got.ids == bundle.ids
         assert [s.score for s in got.skills] == pytest.approx([s.score for s in bundle.skills], rel=1e-9)
     assert listed.experience is not None and listed.experience._lists is not None

@@ -30,7 +30,7 @@ import scipy.sparse as sp
 from ..config import RetrievalConfig
 from ..text.tokens import tokenize
 from .ann import InvertedLists, build_lists
-from .semantic import IVF_SCAN_ROWS, SemanticIndex, _unit
+from .semantic import SemanticIndex, _unit
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ class ExperienceIndex:
             return np.arange(len(vectors)), (vectors @ q).astype(np.float64)
         if self._lists is None:
             self._lists = build_lists(vectors)
-        rows, cos = self._lists.scan(q, IVF_SCAN_ROWS)
+        rows, cos = self._lists.scan(q, _SCAN_WITNESSES)
         return rows, cos.astype(np.float64)
 
     def lexical_shares(self, query: str) -> tuple[np.ndarray, np.ndarray]:
@@ -129,13 +129,28 @@ class ExperienceIndex:
         if not len(cols):
             return np.zeros(0, dtype=np.int64), np.zeros(0)
         total = float(self.idf[cols].sum()) + self.unknown_idf * (len(tokens) - len(cols))
-        sub = self.matrix[:, cols]
-        held = sub @ self.idf[cols]
+        m = self.matrix
+        # Tokens most witnesses hold ("can", "me", "find") add little to a share and most of its cost: like
+        # the lexical seeds (SPEC §6.7) they are read only when nothing rarer is asked (they stay in `total`).
+        df = np.diff(m.indptr)[cols]
+        common = (df > self.config.seed_df_max * m.shape[0]) & (df >= self.config.seed_df_min)
+        if common.any() and not common.all():
+            cols = cols[~common]
+        starts, ends = m.indptr[cols], m.indptr[cols + 1]
+        lengths = ends - starts
+        pos = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
+        held = np.bincount(m.indices[pos], weights=np.repeat(self.idf[cols], lengths), minlength=m.shape[0])
         rows = np.flatnonzero(held)
         return rows, held[rows] / total
 
-    def evidence(self, query: str, query_vector: np.ndarray | None) -> ExperienceEvidence:
-        """Experience evidence of every skill for `query`; `query_vector` (unit) when it was embedded."""
+    def evidence(
+        self,
+        query: str,
+        query_vector: np.ndarray | None,
+        nearest: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> ExperienceEvidence:
+        """Experience evidence of every skill for `query`; `query_vector` (unit) when it was embedded, with
+        `nearest`, the skills whose own text is closest to it and their cosines."""
         cfg = self.config
         if not len(self.texts) or (cfg.experience_weight <= 0 and cfg.experience_lexical_weight <= 0):
             return _NO_EVIDENCE
@@ -149,9 +164,9 @@ class ExperienceIndex:
                 np.maximum.at(lexical, self.skill[rows], np.maximum(share - floor, 0.0) / (1.0 - floor))
                 closeness[rows] = share
         semantic = np.zeros(n)
-        if query_vector is not None and self.semantic is not None and cfg.experience_weight > 0:
+        if query_vector is not None and nearest is not None and cfg.experience_weight > 0:
             rows, cos = self.witness_cosines(query_vector)
-            own_nodes, own_cos = self.semantic.top_similarities(query_vector, cfg.semantic_candidates)
+            own_nodes, own_cos = nearest
             top = max(float(cos.max()) if len(cos) else -1.0, float(own_cos.max()) if len(own_cos) else -1.0)
             t = cfg.experience_temperature
             kw, ko = np.exp((cos - top) / t), np.exp((own_cos - top) / t)
@@ -174,8 +189,12 @@ class ExperienceIndex:
         return int(self.tasks[rows].sum()), self.texts[best]
 
 
-# Witnesses scored exactly per query up to this many (16 MB of float32 vectors at 256 dimensions).
-_EXACT_WITNESSES = 65_536
+# Witnesses a query reads: all of them up to this many, else the nearest lists' rows up to about as many.
+# The vote's weight falls by e^-2 for every 0.1 of cosine below the best neighbour, so only the nearest
+# few witnesses count, which the nearest lists hold; a wider scan cost a query on 20k generated skills
+# about 1 ms more (benchmarks/results/learning.md).
+_EXACT_WITNESSES = 4_096
+_SCAN_WITNESSES = 4_096
 # A vote below this share of the neighbourhood's weight is no evidence: it keeps the candidate set to the
 # query's neighbourhood (exp(-0.35 / 0.05) ≈ 1e-3 of the best neighbour's weight).
 _MIN_VOTE = 1e-3

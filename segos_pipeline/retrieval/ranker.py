@@ -349,14 +349,16 @@ class Retriever:
         patch = patch or RowPatch()
         cut = None if patch.lexical or patch.vectors else depth
         ev = self.lexical.evidence(query, patch.lexical, max(cut, cfg.seed_k) if cut else None)
-        lam, sem_nodes, sem_z, q_vec = 0.0, None, None, None
+        lam, sem_nodes, sem_z, q_vec, nearest = 0.0, None, None, None, None
         if (
             self.semantic is not None
             and query.strip()
             and (lam := self.fusion_weight(ev)) >= cfg.semantic_min_weight
         ):
             q_vec = self.semantic.query_vector(query)
-            sem_nodes, sem_z = self.semantic.evidence_nodes_of(q_vec, patch.vectors)
+            near = cfg.semantic_candidates if self.experience is not None else 0
+            sem_nodes, sem_z, *rest = self.semantic.evidence_and_nearest(q_vec, patch.vectors, near)
+            nearest = (rest[0], rest[1])
             ev = self.lexical.extend(ev, sem_nodes)
         nodes, m = _fused(ev, sem_nodes, sem_z, lam)
         local = top_k(m, np.arange(len(nodes)), cfg.seed_k)  # ties to the smaller id: nodes are sorted
@@ -366,7 +368,7 @@ class Retriever:
             g_nodes, g_mass = self.graph_mass(seeds, weights)
         else:
             g_nodes, g_mass = seeds[:0], np.zeros(0)
-        xp = self.experience.evidence(query, q_vec) if self.experience is not None else None
+        xp = self.experience.evidence(query, q_vec, nearest) if self.experience is not None else None
         reached = g_nodes if xp is None else union_positions(g_nodes, xp.nodes)[0]
         extended = self.lexical.extend(ev, reached)  # candidates outside a cut get their evidence
         if extended is not ev:

@@ -499,24 +499,27 @@ class SemanticIndex:
         self, q: np.ndarray, patch: dict[int, np.ndarray] | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """`evidence_nodes` for an already embedded (unit) query vector."""
+        nodes, z, _, _ = self.evidence_and_nearest(q, patch, 0)
+        return nodes, z
+
+    def evidence_and_nearest(
+        self, q: np.ndarray, patch: dict[int, np.ndarray] | None, m: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """`evidence_nodes_of`, and the m skills most similar to `q` with their cosines (what experience
+        votes against), from one search."""
         rows, sims = self._scored(q, patch)
         # Skills not scored rank below every one that was: the head is taken among the scored ones.
         pos, z = head_of(sims, self.candidates, self.min_cosine)
         nodes = pos if rows is None else rows[pos]
         ranked = np.argsort(nodes, kind="stable")
-        return nodes[ranked].astype(np.int64, copy=False), z[ranked]
-
-    def top_similarities(self, q: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
-        """(node ids, cosine) of the m skills most similar to the unit query vector `q`, by the same search
-        as the evidence (exact, funnel or lists)."""
-        rows, sims = self._scored(q, None)
-        if len(sims) > m:
-            head = np.argpartition(-sims, m - 1)[:m]
-            sims = sims[head]
-            rows = head if rows is None else rows[head]
-        elif rows is None:
-            rows = np.arange(len(sims))
-        return np.asarray(rows, dtype=np.int64), sims
+        near = np.argpartition(-sims, m - 1)[:m] if 0 < m < len(sims) else np.arange(len(sims) if m else 0)
+        near_nodes = near if rows is None else rows[near]
+        return (
+            nodes[ranked].astype(np.int64, copy=False),
+            z[ranked],
+            np.asarray(near_nodes, dtype=np.int64),
+            sims[near],
+        )
 
     def _scored(
         self, q: np.ndarray, patch: dict[int, np.ndarray] | None
