@@ -82,6 +82,10 @@ def quality(ranker: Any, names: Names, queries: list[dict[str, Any]], k: int = 5
     return out
 
 
+def side_by_side(rankers: dict[str, Any], names: Names, queries: list[dict[str, Any]]) -> dict[str, Any]:
+    return {label: quality(ranker, names, queries) for label, ranker in rankers.items()}
+
+
 class Lab:
     """One store over a library: a cold start, then rounds over windows of traces."""
 
@@ -180,18 +184,10 @@ def main() -> int:
         names = a.names()
         cold = a.retriever(a.cold)
         evolved = a.retriever(a.round(even_t))
-        bm = probe(a, even_t)
+        rankers = {"cold": cold, "evolved": evolved, "bm25s+appended": probe(a, even_t)}
         result["transfer"] = {
-            "other requests": {
-                "cold": quality(cold, names, odd_q),
-                "evolved": quality(evolved, names, odd_q),
-                "bm25s+appended": quality(bm, names, odd_q),
-            },
-            "traced requests": {
-                "cold": quality(cold, names, even_q),
-                "evolved": quality(evolved, names, even_q),
-                "bm25s+appended": quality(bm, names, even_q),
-            },
+            "other requests": side_by_side(rankers, names, odd_q),
+            "traced requests": side_by_side(rankers, names, even_q),
             "gate": a.gate(),
         }
         print("transfer", json.dumps(result["transfer"]), flush=True)
@@ -213,18 +209,10 @@ def main() -> int:
         evolved = c.retriever(c.round(half_t))
         untraced_q = [q for q in odd_q if names.resolve(q["gold"][0]) not in traced_tools]
         traced_q = [q for q in odd_q if names.resolve(q["gold"][0]) in traced_tools]
-        bm = probe(c, half_t)
+        rankers = {"cold": cold, "evolved": evolved, "bm25s+appended": probe(c, half_t)}
         result["half-tools"] = {
-            "untraced tools' requests": {
-                "cold": quality(cold, names, untraced_q),
-                "evolved": quality(evolved, names, untraced_q),
-                "bm25s+appended": quality(bm, names, untraced_q),
-            },
-            "traced tools' other requests": {
-                "cold": quality(cold, names, traced_q),
-                "evolved": quality(evolved, names, traced_q),
-                "bm25s+appended": quality(bm, names, traced_q),
-            },
+            "untraced tools' requests": side_by_side(rankers, names, untraced_q),
+            "traced tools' other requests": side_by_side(rankers, names, traced_q),
         }
         print("half-tools", json.dumps(result["half-tools"]), flush=True)
 
@@ -233,11 +221,8 @@ def main() -> int:
         d = lab("multi", meta / "library-47")
         mnames = d.names()
         evolved = d.retriever(d.round(multi_t[0::2]))
-        result["multi"] = {
-            "cold": quality(d.retriever(d.cold), mnames, multi_q[1::2]),
-            "evolved": quality(evolved, mnames, multi_q[1::2]),
-            "bm25s+appended": quality(probe(d, multi_t[0::2]), mnames, multi_q[1::2]),
-        }
+        rankers = {"cold": d.retriever(d.cold), "evolved": evolved, "bm25s+appended": probe(d, multi_t[0::2])}
+        result["multi"] = side_by_side(rankers, mnames, multi_q[1::2])
         print("multi", json.dumps(result["multi"]), flush=True)
 
         e = lab("rounds", meta / "library")

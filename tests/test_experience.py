@@ -12,7 +12,12 @@ import pytest
 
 from segos_pipeline import Retriever, SnapshotStore, build_cold_start
 from segos_pipeline.config import EvolutionConfig, RetrievalConfig
-from segos_pipeline.evolution.evidence import EXPERIENCE_PARTIAL_SCHEMA, experience_partials, held_out
+from segos_pipeline.evolution.evidence import (
+    EXPERIENCE_PARTIAL_SCHEMA,
+    experience_partials,
+    held_out,
+    usage_rows,
+)
 from segos_pipeline.evolution.experience import merged_experience
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.round import evolve
@@ -48,6 +53,13 @@ def _trace(i: int, text: str, used: list[str], reward: float = 1.0, task: str | 
     }
 
 
+def _selected(rows: list[dict]) -> pl.DataFrame:
+    """Selected traces as a round holds them: every query's retrieval filled (here: nothing retrieved)."""
+    for r in rows:
+        r["queries"] = [{**q, "retrieved": [], "seeds": []} for q in r["queries"]]
+    return pl.DataFrame(rows)
+
+
 def _learned_ids(n: int, share: float, held: bool) -> list[int]:
     """Trace numbers whose id the round holds out (held) or learns from (not held)."""
     ids = pl.DataFrame({"trace_id": [f"t-{i:05d}" for i in range(n)]})
@@ -73,7 +85,7 @@ def _retriever(store: SnapshotStore, version: str, semantic: str = "none") -> Re
 
 
 def test_only_successful_traces_add_experience_and_tasks_count_distinct_pairs():
-    selected = pl.DataFrame(
+    selected = _selected(
         [
             {**_trace(1, "join my pdfs", ["pdf-merger"], task="a"), "success": True},
             {**_trace(2, "join my pdfs", ["pdf-merger"], task="b"), "success": True},
@@ -81,7 +93,7 @@ def test_only_successful_traces_add_experience_and_tasks_count_distinct_pairs():
             {**_trace(4, "split pdf", ["pdf-splitter"], reward=0.0), "success": False},
         ]
     )
-    experience, _ = experience_partials(selected, 0.0, 1_000)
+    experience, _ = experience_partials(usage_rows(selected), 0.0, 1_000)
     assert experience.to_dicts() == [{"skill": "pdf-merger", "text": "join my pdfs", "tasks": 2}]
 
 
@@ -106,8 +118,8 @@ def test_experience_is_bounded_per_skill_and_deterministic():
 
 
 def test_witnessing_requests_are_clipped():
-    selected = pl.DataFrame([{**_trace(1, "  " + "y" * 5_000, ["pdf-merger"]), "success": True}])
-    experience, _ = experience_partials(selected, 0.0, 300)
+    selected = _selected([{**_trace(1, "  " + "y" * 5_000, ["pdf-merger"]), "success": True}])
+    experience, _ = experience_partials(usage_rows(selected), 0.0, 300)
     assert experience["text"].str.len_chars().to_list() == [300]
 
 

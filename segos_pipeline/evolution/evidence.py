@@ -237,9 +237,10 @@ def surfacing_partial(traces: pl.DataFrame) -> pl.DataFrame:
 
 
 def usage_rows(traces: pl.DataFrame) -> pl.DataFrame:
-    """(trace, success, skill, query text, retrieved) for every query of every trace that used the skill."""
+    """(trace, task, agent, success, skill, query text, retrieved) for every query of every trace that used
+    the skill: what L3 and experience read of a table of selected traces."""
     return (
-        traces.select("trace_id", "success", "used", "queries")
+        traces.select("trace_id", "task_id", "agent", "success", "used", "queries")
         .explode("queries")
         .drop_nulls("queries")
         .with_columns(
@@ -255,14 +256,17 @@ def usage_rows(traces: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def l3_partials(traces: pl.DataFrame, top_n: int) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """L3's candidates and usage of a table of selected traces: (witnesses, usage).
+def l3_partials(
+    traces: pl.DataFrame, top_n: int, usage: pl.DataFrame | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """L3's candidates and usage of a table of selected traces: (witnesses, usage); `usage` its
+    `usage_rows` when the caller has them.
 
     A witness is a skill used on a successful trace but absent from that query's top-N as the retriever
     returned it (recorded or reconstructed); usage is every distinct (skill, query text) of a trace that
     used the skill (the other queries gate 2 checks). Both add up across partitions by concatenation.
     """
-    usage = usage_rows(traces)
+    usage = usage_rows(traces) if usage is None else usage
     witnesses = (
         usage.filter(pl.col("success") & ~pl.col("retrieved").list.head(top_n).list.contains(pl.col("skill")))
         .select(list(WITNESS_SCHEMA))
@@ -277,21 +281,16 @@ def held_out(share: float) -> pl.Expr:
 
 
 def experience_partials(
-    selected: pl.DataFrame, holdout: float, max_chars: int
+    usage: pl.DataFrame, holdout: float, max_chars: int
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(experience, holdout) of a table of selected traces: the witnessing requests of the successful traces
-    learned from, and the successful traces held out (see the schemas). Texts are stripped and clipped to
-    `max_chars`, so that one skill's experience is bounded whatever a trace holds."""
+    """(experience, holdout) from the `usage_rows` of a table of selected traces: the witnessing requests of
+    the successful traces learned from, and the successful traces held out (see the schemas). Texts are
+    stripped and clipped to `max_chars`, so that one skill's experience is bounded whatever a trace holds."""
     rows = (
-        selected.filter(pl.col("success"))
-        .select("trace_id", "task_id", "agent", "used", "queries")
-        .explode("queries")
-        .drop_nulls("queries")
-        .with_columns(text=pl.col("queries").struct.field("text").str.strip_chars().str.slice(0, max_chars))
+        usage.filter(pl.col("success"))
+        .with_columns(text=pl.col("text").str.strip_chars().str.slice(0, max_chars))
         .filter(pl.col("text").str.len_chars() > 0)
-        .explode("used")
-        .drop_nulls("used")
-        .select("trace_id", "task_id", "agent", "text", skill="used", held=held_out(holdout))
+        .select("trace_id", "task_id", "agent", "text", "skill", held=held_out(holdout))
     )
     experience = (
         rows.filter(~pl.col("held"))
@@ -373,8 +372,9 @@ def partition_evidence(
     selected = select_attempts(traces, pool).with_columns(success=pl.col("reward") >= success_threshold)
     selected = fill_retrieval(selected, reconstruct)
     t_select = time.perf_counter()
-    witnesses, usage = l3_partials(selected, top_n)
-    experience, held = experience_partials(selected, holdout, experience_chars)
+    rows = usage_rows(selected)  # read by L3 and by experience
+    witnesses, usage = l3_partials(selected, top_n, rows)
+    experience, held = experience_partials(rows, holdout, experience_chars)
     partial = Partial(
         selected=selected,
         workflow=workflow_partial(selected),

@@ -10,7 +10,7 @@ effect is negative commits no new experience (its edges are L1/L2's business and
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -53,7 +53,6 @@ class GateResult:
     hit_after: float = 0.0
     passed: bool = True
     reason: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def effect(self) -> float:

@@ -30,7 +30,9 @@ import scipy.sparse as sp
 from ..config import RetrievalConfig
 from ..text.tokens import tokenize
 from .ann import InvertedLists, build_lists
+from .lexical import _gather, _idf
 from .semantic import SemanticIndex, _unit
+from .sets import value_at
 
 
 @dataclass(frozen=True)
@@ -39,21 +41,14 @@ class ExperienceEvidence:
 
     nodes: np.ndarray
     value: np.ndarray  # what is added to ρ: weighted lexical share plus weighted semantic vote
-    lexical: np.ndarray  # the lexical share above the floor, rescaled to [0, 1]
-    semantic: np.ndarray  # the semantic vote in [0, 1]
     # How close each witness is to the query (lexical share + cosine; 0 where neither), for explanations.
     closeness: np.ndarray
 
     def at(self, node: int) -> float:
-        pos = int(np.searchsorted(self.nodes, node))
-        return float(self.value[pos]) if pos < len(self.nodes) and self.nodes[pos] == node else 0.0
+        return value_at(self.nodes, self.value, node)
 
 
-_NO_EVIDENCE = ExperienceEvidence(*(np.zeros(0) for _ in range(5)))
-
-
-def _idf(n: int, df: np.ndarray) -> np.ndarray:
-    return np.log(1 + (n - df + 0.5) / (df + 0.5))
+_NO_EVIDENCE = ExperienceEvidence(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
 
 
 class ExperienceIndex:
@@ -69,11 +64,9 @@ class ExperienceIndex:
         self.config = config
         self.semantic = semantic
         position = {str(s): i for i, s in enumerate(node_ids.tolist())}
-        table = experience.filter(pl.col("skill").is_in(list(position))) if experience.height else experience
-        table = table.sort("skill", "text")
-        self.table = table
+        table = experience.filter(pl.col("skill").is_in(list(position))).sort("skill", "text")
         self.texts: list[str] = table["text"].to_list()
-        self.tasks = table["tasks"].to_numpy() if table.height else np.zeros(0, dtype=np.int64)
+        self.tasks = table["tasks"].to_numpy()
         self.skill = np.fromiter((position[s] for s in table["skill"].to_list()), np.int64, table.height)
         self.n = len(node_ids)
         self._by_skill = np.argsort(self.skill, kind="stable")
@@ -92,9 +85,6 @@ class ExperienceIndex:
         self.unknown_idf = float(_idf(len(self.texts), np.zeros(1))[0])
         self._vectors: np.ndarray | None = None
         self._lists: InvertedLists | None = None
-
-    def __len__(self) -> int:
-        return len(self.texts)
 
     @property
     def vectors(self) -> np.ndarray:
@@ -136,10 +126,8 @@ class ExperienceIndex:
         common = (df > self.config.seed_df_max * m.shape[0]) & (df >= self.config.seed_df_min)
         if common.any() and not common.all():
             cols = cols[~common]
-        starts, ends = m.indptr[cols], m.indptr[cols + 1]
-        lengths = ends - starts
-        pos = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
-        held = np.bincount(m.indices[pos], weights=np.repeat(self.idf[cols], lengths), minlength=m.shape[0])
+        rows, _, lengths = _gather(m, cols)
+        held = np.bincount(rows, weights=np.repeat(self.idf[cols], lengths), minlength=m.shape[0])
         rows = np.flatnonzero(held)
         return rows, held[rows] / total
 
@@ -177,7 +165,7 @@ class ExperienceIndex:
             closeness[rows] += np.maximum(cos, 0.0)
         value = cfg.experience_lexical_weight * lexical + cfg.experience_weight * semantic
         nodes = np.flatnonzero(value > 0)
-        return ExperienceEvidence(nodes, value[nodes], lexical[nodes], semantic[nodes], closeness)
+        return ExperienceEvidence(nodes, value[nodes], closeness)
 
     def explain(self, node: int, evidence: ExperienceEvidence) -> tuple[int, str] | None:
         """(distinct successful tasks, the closest witnessing request) of a skill, None without experience."""

@@ -357,8 +357,10 @@ class Retriever:
         ):
             q_vec = self.semantic.query_vector(query)
             near = cfg.semantic_candidates if self.experience is not None else 0
-            sem_nodes, sem_z, *rest = self.semantic.evidence_and_nearest(q_vec, patch.vectors, near)
-            nearest = (rest[0], rest[1])
+            sem_nodes, sem_z, near_nodes, near_cos = self.semantic.evidence_and_nearest(
+                q_vec, patch.vectors, near
+            )
+            nearest = (near_nodes, near_cos)
             ev = self.lexical.extend(ev, sem_nodes)
         nodes, m = _fused(ev, sem_nodes, sem_z, lam)
         local = top_k(m, np.arange(len(nodes)), cfg.seed_k)  # ties to the smaller id: nodes are sorted

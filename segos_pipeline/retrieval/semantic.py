@@ -512,7 +512,12 @@ class SemanticIndex:
         pos, z = head_of(sims, self.candidates, self.min_cosine)
         nodes = pos if rows is None else rows[pos]
         ranked = np.argsort(nodes, kind="stable")
-        near = np.argpartition(-sims, m - 1)[:m] if 0 < m < len(sims) else np.arange(len(sims) if m else 0)
+        if m <= 0:  # nobody asked for them (a version without experience): no selection on the query path
+            near = np.zeros(0, dtype=np.int64)
+        elif m < len(sims):
+            near = np.argpartition(-sims, m - 1)[:m]
+        else:
+            near = np.arange(len(sims))
         near_nodes = near if rows is None else rows[near]
         return (
             nodes[ranked].astype(np.int64, copy=False),
