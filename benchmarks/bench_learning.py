@@ -13,6 +13,10 @@ elsewhere), so that other requests for the same tools, in other words, check wha
   odd requests of the *other* tools (do no harm: they must not fall) and of the traced tools (the lift);
 - `multi`: the 250 two-tool requests over the 47 merged tools, even half as traces, odd half tested
   (recall@5 and COMP@5);
+- `companions` (CONSTRUCTED traces): each even-positioned tool of the sorted list is always used with the
+  next tool (its companion); the even requests as traces with both, the odd ones tested: recall@5 and
+  COMP@5 of the pair for requests of a tool with a companion, hit@5 for the others; with co-use completion
+  off and on (what it adds over experience, which already gives both tools the shared requests);
 - `rounds`: the even requests as five windows of 100, one round each, odd requests after each;
 - `closed-loop` (SIMULATED): a simulated agent asks each odd request, and succeeds only when the bundle
   for it, or for a second, shorter request of its own (the first six words), holds a right tool; only
@@ -30,12 +34,14 @@ import json
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from segos_pipeline import Retriever, SnapshotStore, build_cold_start
+from segos_pipeline.config import retrieval_for
 from segos_pipeline.evaluation.metrics import aggregate, percentile, query_metrics
 from segos_pipeline.evaluation.replay import gold_sets
 from segos_pipeline.evaluation.study import BM25Ranker
@@ -224,6 +230,31 @@ def main() -> int:
         rankers = {"cold": d.retriever(d.cold), "evolved": evolved, "bm25s+appended": probe(d, multi_t[0::2])}
         result["multi"] = side_by_side(rankers, mnames, multi_q[1::2])
         print("multi", json.dumps(result["multi"]), flush=True)
+
+        g = lab("companions", meta / "library")
+        mate = {t: tools[i + 1] for i, t in enumerate(tools[:-1]) if i % 2 == 0}
+
+        def with_mate(q: dict[str, Any]) -> list[str]:
+            tool = names.resolve(q["gold"][0])
+            return [tool, mate[tool]] if tool in mate else [tool]
+
+        paired = [{**t, "used": with_mate(q)} for t, q in zip(even_t, even_q, strict=True)]
+        evolved_v = g.round(paired)
+        snapshot = g.store.load(evolved_v)
+        no_co_use = Retriever(snapshot, replace(retrieval_for(snapshot.manifest), co_use_weight=0.0))
+        rankers = {
+            "cold": g.retriever(g.cold),
+            "evolved, no co-use": no_co_use,
+            "evolved": Retriever(snapshot),
+        }
+        tested = [{**q, "gold": with_mate(q)} for q in odd_q]
+        result["companions"] = {
+            "requests of a tool with a companion": side_by_side(
+                rankers, names, [q for q in tested if len(q["gold"]) == 2]
+            ),
+            "other requests": side_by_side(rankers, names, [q for q in tested if len(q["gold"]) == 1]),
+        }
+        print("companions", json.dumps(result["companions"]), flush=True)
 
         e = lab("rounds", meta / "library")
         rows = [{"round": 0, **quality(e.retriever(e.cold), names, odd_q)}]

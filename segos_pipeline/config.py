@@ -178,6 +178,12 @@ class RetrievalConfig(_Overridable):
     experience_temperature: float = 0.05
     experience_lexical_weight: float = 1.0
     experience_lexical_floor: float = 0.2
+    # Co-use completion (SPEC §8): the skills that served the same successful requests as the query's best
+    # candidate on at least `co_use_min_share` of its tasks come along with it, at `co_use_weight` × its
+    # score × that share (max with their own ρ, so never above it, and past a skill only when that is more
+    # than the skill's own evidence). 0 turns it off. Chosen on MetaTool dev (benchmarks/results/learning.md).
+    co_use_weight: float = 0.5
+    co_use_min_share: float = 0.5
     reverse: bool = True  # False gives forward-only propagation (an evaluation baseline)
     propagate: bool = True  # False gives lexical seeds without graph propagation (a baseline)
 

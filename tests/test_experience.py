@@ -255,3 +255,106 @@ def test_many_witnesses_are_searched_by_inverted_lists_with_the_same_answer(tmp_
         assert got.ids == bundle.ids
         assert [s.score for s in got.skills] == pytest.approx([s.score for s in bundle.skills], rel=1e-9)
     assert listed.experience is not None and listed.experience._lists is not None
+
+
+# ------------------------------------------------------------------------------- co-use completion
+
+REPORT = "make the monthly revenue report for the board"
+
+
+def test_skills_used_together_come_along_with_the_best_candidate(tmp_path):
+    from segos_pipeline.service.api import SegosService
+
+    learned = _learned_ids(40, 0.1, held=False)[:6]
+    traces = [_trace(i, REPORT, ["csv-loader", "chart-plotter"]) for i in learned]
+    store, _ = _store_with(tmp_path, traces)
+    version = evolve(store, "w1", retrieval=RetrievalConfig(semantic="none"))["version"]
+    query = "load a csv table into a dataframe"  # the loader's own words, none of the plotter's
+    cold = Retriever(store.load("v0001"), RetrievalConfig(semantic="none", top_n=2))
+    assert "chart-plotter" not in cold.ranked_ids(query, 2)
+    evolved = Retriever(store.load(version), RetrievalConfig(semantic="none", top_n=2))
+    bundle = evolved.retrieve(query)
+    assert bundle.ids == ["csv-loader", "chart-plotter"]
+    loader, plotter = bundle.skills
+    # below its anchor, at the share of the anchor's tasks it was used on (all of them) times the weight
+    weight = evolved.config.co_use_weight
+    assert plotter.co_use == pytest.approx(weight * loader.score) and plotter.score == plotter.co_use
+    off = Retriever(store.load(version), RetrievalConfig(semantic="none", top_n=2, co_use_weight=0.0))
+    assert "chart-plotter" not in off.ranked_ids(query, 2)
+    reply = SegosService(store, landing=tmp_path / "landing").retrieve_bundle(query, top_n=2)
+    why = {s["id"]: s["why"] for s in reply["skills"]}
+    assert why["chart-plotter"] == "used with csv-loader on 6 successful task(s)"
+
+
+def test_a_companion_never_passes_a_skill_whose_own_evidence_is_more(tmp_path):
+    learned = _learned_ids(40, 0.1, held=False)[:6]
+    traces = [_trace(i, REPORT, ["csv-loader", "mail-sender"]) for i in learned]
+    store, _ = _store_with(tmp_path, traces)
+    version = evolve(store, "w1", retrieval=RetrievalConfig(semantic="none"))["version"]
+    # the plotter's own words are in the query; the mailer only comes along with the loader
+    query = "load a csv table into a dataframe and plot a chart"
+    evolved = Retriever(store.load(version), RetrievalConfig(semantic="none"))
+    ranking = evolved.rank(query)
+    ids = [str(evolved.ids[i]) for i in ranking.order]
+    assert ids.index("chart-plotter") < ids.index("mail-sender")
+    mailer = int(evolved.names.row_of("mail-sender"))
+    assert 0 < ranking.co_use_of(mailer) < ranking.score_of(int(evolved.names.row_of("csv-loader")))
+
+
+def test_skills_that_merely_served_one_common_request_are_not_companions():
+    from segos_pipeline.retrieval.experience import _CO_USE_MAX_SKILLS, _co_use
+
+    many = _CO_USE_MAX_SKILLS + 1
+    table = pl.DataFrame({"text": ["help me"] * many + ["a", "a", "b"], "tasks": [3] * many + [2, 2, 2]})
+    skill = pl.Series([*range(many), 0, 1, 1]).to_numpy()
+    share, tasks = _co_use(skill, table, many, 0.5)
+    # "help me" is no evidence; "a" made 0 and 1 companions: 2 of 0's 5 tasks (< half), 2 of 1's 7
+    assert share.nnz == 0 and tasks.nnz == 0
+    share, tasks = _co_use(skill, table, many, 0.2)
+    assert sorted(zip(*share.nonzero(), strict=True)) == [(0, 1), (1, 0)]
+    assert share[0, 1] == pytest.approx(2 / 5) and tasks[1, 0] == 2
+
+
+# ------------------------------------------------------------------------------------- do no harm
+
+
+def test_register_gap_is_the_median_of_how_much_nearer_a_sibling_request_is(tmp_path):
+    import numpy as np
+
+    learned = _learned_ids(40, 0.1, held=False)[:6]
+    texts = ["stitch my dossiers", "glue these scans together", "one booklet from my files"]
+    traces = [_trace(i, texts[k % 3], ["pdf-merger"]) for k, i in enumerate(learned)]
+    store, _ = _store_with(tmp_path, traces)
+    version = evolve(store, "w1")["version"]
+    index = _retriever(store, version, "wordllama").experience
+    assert index is not None and index.semantic is not None
+    v = index.vectors
+    sims = v @ v.T
+    np.fill_diagonal(sims, -np.inf)
+    own = index.semantic.matrix[int(index.skill[0])]
+    assert index.register_gap == pytest.approx(max(float(np.median(sims.max(axis=1) - v @ own)), 0.0))
+
+
+def test_half_traced_metatool_keeps_the_untraced_tools_requests(tmp_path, shared_data):
+    """Do no harm on real data: the traces of the tools at even positions only (even requests); the other
+    tools' odd requests must not lose more than .01 hit@5, and the traced tools' must gain."""
+    meta = shared_data / "eval" / "metatool-dev"
+    dev = [json.loads(line) for line in (meta / "dev.jsonl").read_text().splitlines() if line.strip()]
+    single = (shared_data / "traces" / "metatool-dev" / "single.jsonl").read_text().splitlines()
+    store = SnapshotStore(tmp_path / "store")
+    build_cold_start(meta / "library", store)
+    cold = Retriever(store.load("v0001"))
+    tools = sorted({cold.ids[cold.names.row_of(q["gold"][0])] for q in dev})
+    traced = set(tools[0::2])
+    half = [line for line, q in zip(single[0::2], dev[0::2], strict=True) if q["gold"][0] in traced]
+    (tmp_path / "half.jsonl").write_text("\n".join(half) + "\n")
+    TraceStore(store).ingest_path(tmp_path / "half.jsonl", window="w1")
+    evolved = Retriever(store.load(evolve(store, "w1")["version"]))
+
+    def hit(r: Retriever, queries: list[dict]) -> float:
+        return sum(q["gold"][0] in r.ranked_ids(q["query"], 5) for q in queries) / len(queries)
+
+    others = [q for q in dev[1::2] if q["gold"][0] not in traced]
+    same = [q for q in dev[1::2] if q["gold"][0] in traced]
+    assert hit(evolved, others) >= hit(cold, others) - 0.01
+    assert hit(evolved, same) >= hit(cold, same) + 0.05

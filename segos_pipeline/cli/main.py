@@ -204,8 +204,8 @@ def retrieve(
         return
     click.echo(f"version {bundle.version}: {len(bundle.skills)} skill(s), {bundle.chars} chars")
     for s in bundle.skills:
-        mark = "seed" if s.seed else "graph" if s.lexical == 0 else ""
-        click.echo(f"{s.rank:>2}. {s.name:<36} {s.score:8.4f} {mark:<5} {s.id}")
+        mark = "seed" if s.seed else "co-use" if s.co_use > 0 else "graph" if s.lexical == 0 else ""
+        click.echo(f"{s.rank:>2}. {s.name:<36} {s.score:8.4f} {mark:<6} {s.id}")
     for p in bundle.pruned:
         click.echo(f"    pruned {p['id']} (avoid edge with {p['avoided_with']})")
     if show_text:

@@ -22,6 +22,7 @@ Both channels are zero for every skill of a version without experience: a cold s
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import polars as pl
@@ -83,6 +84,7 @@ class ExperienceIndex:
         self.matrix = sp.csc_matrix((data, (np.array(rows, int), np.array(cols, int))), shape=shape)
         self.idf = _idf(len(self.texts), np.diff(self.matrix.indptr))
         self.unknown_idf = float(_idf(len(self.texts), np.zeros(1))[0])
+        self.co_use, self.co_tasks = _co_use(self.skill, table, self.n, config.co_use_min_share)
         self._vectors: np.ndarray | None = None
         self._lists: InvertedLists | None = None
 
@@ -98,6 +100,30 @@ class ExperienceIndex:
                 else np.zeros((0, dim), dtype=np.float32)
             )
         return self._vectors
+
+    @cached_property
+    def register_gap(self) -> float:
+        """How much closer a request is to another request for the same skill than to that skill's own
+        text (the median over witnesses of skills with two or more, never below 0), added to the own texts'
+        cosines in the vote. Requests are short and phrased alike, package texts are not, so without it a
+        skill's witnesses sit nearer a new request than the right skill's text does whenever that skill has
+        no experience of its own: new and rarely used skills would be pushed aside by history alone.
+        Measured on the version's own experience (the first `_GAP_SKILLS` such skills), so it follows the
+        embedding model and the library's register instead of a constant."""
+        starts, ends = self._start[:-1], self._start[1:]
+        several = np.flatnonzero(ends - starts >= 2)[:_GAP_SKILLS]
+        if not len(several):
+            return 0.0
+        assert self.semantic is not None  # the vote that reads it runs on embedded queries only
+        vectors, own = self.vectors, self.semantic.matrix
+        gaps = []
+        for node in several.tolist():
+            rows = self._by_skill[starts[node] : ends[node]]
+            v = vectors[rows]
+            sims = v @ v.T
+            np.fill_diagonal(sims, -np.inf)
+            gaps.append(sims.max(axis=1) - v @ own[node])
+        return max(float(np.median(np.concatenate(gaps))), 0.0)
 
     def witness_cosines(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(witness rows, cosine to the unit query vector): every witness while they are few; past
@@ -155,6 +181,7 @@ class ExperienceIndex:
         if query_vector is not None and nearest is not None and cfg.experience_weight > 0:
             rows, cos = self.witness_cosines(query_vector)
             own_nodes, own_cos = nearest
+            own_cos = own_cos + self.register_gap
             top = max(float(cos.max()) if len(cos) else -1.0, float(own_cos.max()) if len(own_cos) else -1.0)
             t = cfg.experience_temperature
             kw, ko = np.exp((cos - top) / t), np.exp((own_cos - top) / t)
@@ -166,6 +193,13 @@ class ExperienceIndex:
         value = cfg.experience_lexical_weight * lexical + cfg.experience_weight * semantic
         nodes = np.flatnonzero(value > 0)
         return ExperienceEvidence(nodes, value[nodes], closeness)
+
+    def companions(self, anchor: int, score: float) -> tuple[np.ndarray, np.ndarray]:
+        """(sorted nodes, lift) of the skills that come along with `anchor` scored `score`: its co-use
+        share times the score times `co_use_weight`."""
+        m = self.co_use
+        lo, hi = m.indptr[anchor], m.indptr[anchor + 1]
+        return m.indices[lo:hi].astype(np.int64), m.data[lo:hi] * (score * self.config.co_use_weight)
 
     def explain(self, node: int, evidence: ExperienceEvidence) -> tuple[int, str] | None:
         """(distinct successful tasks, the closest witnessing request) of a skill, None without experience."""
@@ -183,6 +217,8 @@ class ExperienceIndex:
 # about 1 ms more (benchmarks/results/learning.md).
 _EXACT_WITNESSES = 4_096
 _SCAN_WITNESSES = 4_096
+# Skills whose witnesses measure the register gap: enough for a stable median, a few ms once per version.
+_GAP_SKILLS = 2_048
 # A vote below this share of the neighbourhood's weight is no evidence: it keeps the candidate set to the
 # query's neighbourhood (exp(-0.35 / 0.05) ≈ 1e-3 of the best neighbour's weight).
 _MIN_VOTE = 1e-3
@@ -195,3 +231,33 @@ def experience_index(
     if experience.height == 0:
         return None
     return ExperienceIndex(experience, node_ids, config, semantic)
+
+
+# A request that more skills than this served is a common one ("help me with this"), not a workflow: it is
+# no co-use evidence, which also bounds the pairs one text makes.
+_CO_USE_MAX_SKILLS = 16
+
+
+def _co_use(
+    skill: np.ndarray, table: pl.DataFrame, n: int, min_share: float
+) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    """(share, tasks) over skill pairs: tasks[u, v] the successful tasks on which u and v served the same
+    request (the skills a trace used all witness its requests), share[u, v] = tasks[u, v] over u's tasks,
+    kept where it is at least `min_share` (v comes along with u on most of u's tasks)."""
+    rows = pl.DataFrame({"skill": skill, "text": table["text"], "tasks": table["tasks"]})
+    shared = rows.filter(pl.len().over("text").is_between(2, _CO_USE_MAX_SKILLS))
+    pairs = (
+        shared.join(shared, on="text", suffix="_v")
+        .filter(pl.col("skill") != pl.col("skill_v"))
+        .group_by("skill", "skill_v")
+        .agg(pl.min_horizontal("tasks", "tasks_v").sum().alias("tasks"))
+        .join(rows.group_by("skill").agg(pl.col("tasks").sum().alias("all")), on="skill")
+        .filter(pl.col("tasks") >= min_share * pl.col("all"))
+    )
+    u, v = pairs["skill"].to_numpy(), pairs["skill_v"].to_numpy()
+    tasks = pairs["tasks"].to_numpy().astype(np.float64)
+    share = tasks / pairs["all"].to_numpy()
+    out = sp.csr_matrix((share, (u, v)), shape=(n, n)), sp.csr_matrix((tasks, (u, v)), shape=(n, n))
+    for m in out:
+        m.sort_indices()
+    return out

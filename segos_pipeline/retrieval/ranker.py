@@ -57,6 +57,7 @@ class BundleSkill:
     text: str = ""
     semantic: float = 0.0  # embedding evidence in [0, 1] (0 when semantic evidence is off)
     experience: float = 0.0  # what the skill's past successful requests added to ρ (0 without experience)
+    co_use: float = 0.0  # its score when co-use completion raised it to that (0 otherwise)
 
 
 @dataclass
@@ -96,6 +97,16 @@ class RowPatch:
     vectors: dict[int, np.ndarray] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class CoUse:
+    """The companions co-use completion raised in one ranking: of `anchor` (the best candidate), the sorted
+    `nodes` whose score became their `lift`."""
+
+    anchor: int
+    nodes: np.ndarray
+    lift: np.ndarray
+
+
 class Ranking:
     """The ranking of one query: ρ over its candidates, the skills with seed or graph mass (sorted indices
     into the node table; nothing else is ever ranked). Held over those skills only; the dense views over
@@ -116,6 +127,7 @@ class Ranking:
         semantic_nodes: np.ndarray | None = None,
         semantic_z: np.ndarray | None = None,
         experience: ExperienceEvidence | None = None,
+        co_use: CoUse | None = None,
     ):
         self.n = n
         self.candidates = candidates
@@ -125,6 +137,7 @@ class Ranking:
         self.evidence = evidence  # lexical
         self.semantic_nodes, self.semantic_z = semantic_nodes, semantic_z  # None: the query was not embedded
         self.experience = experience  # None: the version has no experience
+        self.co_use = co_use  # None: no companion of the best candidate was raised
         self.complete = evidence.complete
 
     def top(self, n: int) -> np.ndarray:
@@ -147,6 +160,10 @@ class Ranking:
     def experience_of(self, node: int) -> float:
         """What experience added to ρ of one skill."""
         return self.experience.at(node) if self.experience is not None else 0.0
+
+    def co_use_of(self, node: int) -> float:
+        """The score co-use completion gave one skill (0 when its own evidence was more)."""
+        return value_at(self.co_use.nodes, self.co_use.lift, node) if self.co_use is not None else 0.0
 
     def semantic_of(self, node: int) -> float:
         """z of one skill (0 when the query was not embedded)."""
@@ -386,7 +403,28 @@ class Retriever:
             cand, at_c, at_x = union_positions(cand, xp.nodes)
             scores = scattered(len(cand), at_c, scores)
             scores[at_x] += xp.value
-        return Ranking(self.n, cand, scores, seeds, g_nodes, g_mass, ev, sem_nodes, sem_z, xp)
+        co_use = None
+        if self.experience is not None and self.config.co_use_weight > 0 and len(cand):
+            cand, scores, co_use = self._complete(cand, scores)
+        return Ranking(self.n, cand, scores, seeds, g_nodes, g_mass, ev, sem_nodes, sem_z, xp, co_use)
+
+    def _complete(self, cand: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, CoUse | None]:
+        """Co-use completion (SPEC §8): the best candidate's companions score at least their lift.
+
+        A lift is below the anchor's own score, and a max rather than a sum: a companion passes a skill only
+        when what the traces say about it for this query is more than that skill's own evidence. A companion
+        outside a ranking cut at some depth enters at its lift: its own ρ, unknown there, is below the cut's
+        last score, so the lift decides whether it enters either way."""
+        assert self.experience is not None
+        best = top_k(scores, np.arange(len(cand)), 1)[0]
+        nodes, lift = self.experience.companions(int(cand[best]), float(scores[best]))
+        if not len(nodes):
+            return cand, scores, None
+        cand, at_c, at_l = union_positions(cand, nodes)
+        scores = scattered(len(cand), at_c, scores)
+        raised = lift > scores[at_l]
+        scores[at_l] = np.maximum(scores[at_l], lift)
+        return cand, scores, CoUse(int(cand[at_c[best]]), nodes[raised], lift[raised])
 
     def select(self, ranking: Ranking, top_n: int) -> tuple[list[int], list[dict[str, str]]]:
         """The top-N after avoid pruning: a candidate whose avoid partner is already chosen is dropped,
@@ -445,6 +483,7 @@ class Retriever:
                     graph=ranking.graph_of(i),
                     semantic=ranking.semantic_of(i),
                     experience=ranking.experience_of(i),
+                    co_use=ranking.co_use_of(i),
                     source_path=row["source_path"],
                     capability=row["capability"] or "",
                     text=text,

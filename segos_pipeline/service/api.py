@@ -62,6 +62,7 @@ _STABLE_AFTER_NS = 2_000_000_000  # a versions/ mtime older than this cannot hid
 # Why a skill is in a bundle, strongest first (the first that applies is the headline `why`).
 REASON_PRIORITY = (
     "experience",
+    "co-use",
     "seed",
     "prerequisite",
     "consumer",
@@ -454,6 +455,7 @@ class SegosService:
                     "graph": round(ranking.graph_of(i), 6),
                     "semantic": round(ranking.semantic_of(i), 6),
                     "experience": round(ranking.experience_of(i), 6),
+                    "co_use": round(ranking.co_use_of(i), 6),
                     "capability": row["capability"] or "",
                     "source_path": row["source_path"],
                     "inputs": row["inputs"],
@@ -737,6 +739,7 @@ def _max_chars(config: RetrievalConfig, max_chars: int | None) -> int:
 
 _PHRASE = {
     "experience": "used on {tasks} successful task(s) like '{request}'",
+    "co-use": "used with {via} on {tasks} successful task(s)",
     "seed": "lexical seed: matches the query best",
     "lexical": "matches the query's terms",
     "prerequisite": "prerequisite of {via}: its outputs feed it (dependency edge)",
@@ -748,29 +751,45 @@ _PHRASE = {
 }
 
 
-def _learned(retriever: Any, ranking: Any, sid: str) -> dict[str, Any] | None:
-    """The experience reason of a bundle member: when what it learned from traces counted for this query
-    as much as its own text did, the tasks and the closest request it served."""
-    index, evidence = retriever.experience, ranking.experience
-    if index is None or evidence is None:
-        return None
+def _learned(retriever: Any, ranking: Any, sid: str) -> list[dict[str, Any]]:
+    """What a bundle member learned from traces that put it there: experience, when it counted for this
+    query as much as its own text did (the tasks and the closest request it served), and co-use, when the
+    best candidate brought it along (the tasks they shared)."""
+    index = retriever.experience
+    if index is None:
+        return []
     node = int(retriever.names.row_of(sid))
-    value = evidence.at(node)
-    if value <= 0 or value < retriever.config.rerank_mu * ranking.evidence.at(node):
-        return None
-    explained = index.explain(node, evidence)
-    if explained is None:
-        return None
-    tasks, request = explained
-    clipped = request if len(request) <= _REQUEST_CHARS else request[: _REQUEST_CHARS - 1] + "…"
-    return {
-        "kind": "experience",
-        "via": None,
-        "relation": None,
-        "weight": value,
-        "tasks": tasks,
-        "request": clipped,
-    }
+    out = []
+    evidence = ranking.experience
+    value = evidence.at(node) if evidence is not None else 0.0
+    explained = index.explain(node, evidence) if value > 0 else None
+    if explained is not None and value >= retriever.config.rerank_mu * ranking.evidence.at(node):
+        tasks, request = explained
+        clipped = request if len(request) <= _REQUEST_CHARS else request[: _REQUEST_CHARS - 1] + "…"
+        out.append(
+            {
+                "kind": "experience",
+                "via": None,
+                "relation": None,
+                "weight": value,
+                "tasks": tasks,
+                "request": clipped,
+            }
+        )
+    lift = ranking.co_use_of(node)
+    if lift > 0:
+        anchor = ranking.co_use.anchor
+        tasks = int(index.co_tasks[anchor, node])
+        out.append(
+            {
+                "kind": "co-use",
+                "via": str(retriever.ids[anchor]),
+                "relation": None,
+                "weight": lift,
+                "tasks": tasks,
+            }
+        )
+    return out
 
 
 _REQUEST_CHARS = 80  # of a witnessing request quoted in a `why`
@@ -781,11 +800,11 @@ def _reasons(
     skill: dict[str, Any],
     link: set[str],
     touching: list[Edge],
-    learned: dict[str, Any] | None = None,
+    learned: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Every reason a bundle member is there: what it learned from traces, its own query evidence, then its
     edges to other members or to the query's seeds."""
-    out: list[dict[str, Any]] = [learned] if learned else []
+    out: list[dict[str, Any]] = list(learned or [])
     if skill["seed"]:
         out.append({"kind": "seed", "via": None, "relation": None, "weight": skill["lexical"]})
     elif skill["lexical"] > 0:
