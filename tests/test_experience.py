@@ -113,6 +113,12 @@ def test_experience_is_bounded_per_skill_and_deterministic():
     again = merged_experience(one, window, skills, 2, 16)
     row = again.filter(pl.col("text") == "x" * 50).row(0, named=True)
     assert (row["tasks"], row["first_round"], row["last_round"]) == (2, 1, 2)
+    # among equally evidenced requests of one round, a hash of the text decides, not the alphabet (which
+    # would keep the requests that start alike, "Can you ..."), still whatever the input order
+    even = pl.DataFrame([{"skill": "s", "text": f"request {k:03d}", "tasks": 1} for k in range(200)])
+    kept = merged_experience(parent, even, skills, 1, 16)["text"].to_list()
+    assert len(kept) == 16 and kept != sorted(even["text"].to_list())[:16]
+    assert merged_experience(parent, even.reverse(), skills, 1, 16)["text"].to_list() == kept
     # a skill the version does not hold is dropped
     assert merged_experience(parent, window, pl.Series(["t"]), 1, 16)["skill"].to_list() == ["t"]
 

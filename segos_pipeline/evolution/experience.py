@@ -2,9 +2,9 @@
 
 A round adds the witnessing requests of its window's successful traces (evidence.py, `experience_partials`)
 to the parent's experience, keeps at most `experience_per_skill` per skill (most distinct tasks first, then
-the most recent, then by text: deterministic), and checks itself on the traces it held out: the used skills'
-reciprocal ranks with the round's experience and edges against the parent's. A round whose held-out
-effect is negative commits no new experience (its edges are L1/L2's business and stay).
+the most recent, then by a hash of the text: deterministic), and checks itself on the traces it held out:
+the used skills' reciprocal ranks with the round's experience and edges against the parent's. A round whose
+held-out effect is negative commits no new experience (its edges are L1/L2's business and stay).
 """
 
 from __future__ import annotations
@@ -34,9 +34,13 @@ def merged_experience(
         both.filter(pl.col("skill").is_in(skills.implode()))
         .group_by("skill", "text")
         .agg(pl.col("tasks").sum(), pl.col("first_round").min(), pl.col("last_round").max())
-        .sort(["skill", "tasks", "last_round", "text"], descending=[False, True, True, False])
+        .with_columns(_order=pl.col("text").hash(seed=11))
+        .sort(
+            ["skill", "tasks", "last_round", "_order", "text"], descending=[False, True, True, False, False]
+        )
         .filter(pl.int_range(pl.len()).over("skill") < per_skill)
         .sort("skill", "text")
+        .drop("_order")
         .cast(EXPERIENCE_SCHEMA)
     )
 
