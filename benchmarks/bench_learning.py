@@ -17,6 +17,8 @@ elsewhere), so that other requests for the same tools, in other words, check wha
   next tool (its companion); the even requests as traces with both, the odd ones tested: recall@5 and
   COMP@5 of the pair for requests of a tool with a companion, hit@5 for the others; with co-use completion
   off and on (what it adds over experience, which already gives both tools the shared requests);
+- `growth`: the requests at positions 4i+3 tested, one round over 250, 500 or 750 of the others (how
+  the lift grows with the traces);
 - `rounds`: the even requests as five windows of 100, one round each, odd requests after each;
 - `closed-loop` (SIMULATED): a simulated agent asks each odd request, and succeeds only when the bundle
   for it, or for a second, shorter request of its own (the first six words), holds a right tool; only
@@ -41,10 +43,10 @@ from typing import Any
 import polars as pl
 
 from segos_pipeline import Retriever, SnapshotStore, build_cold_start
-from segos_pipeline.config import retrieval_for
+from segos_pipeline.config import EvolutionConfig, retrieval_for
 from segos_pipeline.evaluation.metrics import aggregate, percentile, query_metrics
 from segos_pipeline.evaluation.replay import gold_sets
-from segos_pipeline.evaluation.study import BM25Ranker
+from segos_pipeline.evaluation.study import BM25Ranker, with_requests
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.round import evolve
 from segos_pipeline.text.names import SkillNames
@@ -124,27 +126,19 @@ class Lab:
 
 
 def probe(lab: Lab, traces: list[dict[str, Any]]) -> BM25Ranker:
-    """Flat BM25 over each tool's text with its traced requests appended (the naive probe)."""
-    nodes = lab.store.load(lab.cold).nodes
+    """Flat BM25 over each tool's text with its traced requests appended (the naive probe, as `segos eval`
+    measures it)."""
     names = lab.names()
-    extra: dict[str, list[str]] = {}
-    for t in traces:
-        for u in t["used"]:
-            sid = names.resolve(u)
-            if sid:
-                extra.setdefault(sid, []).extend(q["text"] for q in t["queries"])
-    appended = nodes.with_columns(
-        body=pl.concat_str(
-            [
-                pl.col("body").fill_null(""),
-                pl.col("id").replace_strict(
-                    {k: " ".join(v) for k, v in extra.items()}, default="", return_dtype=pl.String
-                ),
-            ],
-            separator=" ",
-        )
+    frame = pl.DataFrame(
+        {
+            "queries": [[{"text": q["text"]} for q in t["queries"]] for t in traces],
+            "used": [[sid for u in t["used"] if (sid := names.resolve(u))] for t in traces],
+            "reward": [float(t["reward"]) for t in traces],
+        }
     )
-    return BM25Ranker(appended)
+    return BM25Ranker(
+        with_requests(lab.store.load(lab.cold).nodes, frame, EvolutionConfig().success_threshold)
+    )
 
 
 def as_traces(queries: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
@@ -255,6 +249,15 @@ def main() -> int:
             "other requests": side_by_side(rankers, names, [q for q in tested if len(q["gold"]) == 1]),
         }
         print("companions", json.dumps(result["companions"]), flush=True)
+
+        test = dev[3::4]
+        growth: dict[str, Any] = {"cold": quality(a.retriever(a.cold), names, test)}
+        for n_traces, kept in ((250, (0,)), (500, (0, 2)), (750, (0, 1, 2))):
+            h = lab(f"growth{n_traces}", meta / "library")
+            h.round([t for i, t in enumerate(single) if i % 4 in kept])
+            growth[f"{n_traces} traces"] = quality(h.retriever(h.latest), names, test)
+        result["growth"] = growth
+        print("growth", json.dumps(growth), flush=True)
 
         e = lab("rounds", meta / "library")
         rows = [{"round": 0, **quality(e.retriever(e.cold), names, odd_q)}]

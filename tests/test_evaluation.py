@@ -242,6 +242,35 @@ def test_parse_trace_spec():
     assert parse_trace_spec("C:/weird:name.jsonl") == (Path("C:/weird:name.jsonl"), "native")
 
 
+def test_the_probe_appends_the_requests_of_successful_traces_only():
+    from segos_pipeline.evaluation.study import StudyQuery, gold_traced, traced_skills, with_requests
+
+    nodes = pl.DataFrame({"id": ["b", "a", "c"], "body": ["bee", None, "sea"]})
+    frame = pl.DataFrame(
+        {
+            "queries": [
+                [{"text": "stitch pdfs"}, {"text": "glue pages"}],
+                [{"text": "fail"}],
+                [{"text": "x"}],
+            ],
+            "used": [["a", "c"], ["b"], ["a"]],
+            "reward": [1.0, 0.0, 0.95],
+        }
+    )
+    out = with_requests(nodes, frame, 0.9)
+    assert out["id"].to_list() == ["b", "a", "c"]  # the node order is kept
+    assert out["body"].to_list() == ["bee ", " glue pages stitch pdfs x", "sea glue pages stitch pdfs"]
+    traced = traced_skills(frame, 0.9)
+    assert traced == {"a", "c"}
+
+    def q(*gold: set[str]) -> StudyQuery:
+        return StudyQuery(0, "t", "q", [], list(gold), [], 0.0, "low")
+
+    assert gold_traced(q({"a"}, {"c", "x"}), traced) == "traced"
+    assert gold_traced(q({"b"}), traced) == "untraced"
+    assert gold_traced(q({"a"}, {"b"}), traced) == "mixed"
+
+
 def test_factorial_has_eight_cells_from_the_same_traces(demo_store):
     assert [cell_name(c) for c in CELLS] == [
         "static",
@@ -324,6 +353,7 @@ def test_eval_writes_report_files(eval_run):
     md = (out / "report.md").read_text()
     assert "SIMULATED" in md and "transfer protocol" in md and "deployment protocol" in md
     assert "Overlay test" in md and "Leakage buckets" in md
+    assert "What a round learned: skills with traces and without" in md
 
 
 def test_eval_json_shape(eval_run):
@@ -347,6 +377,15 @@ def test_eval_json_shape(eval_run):
     assert data["overlay"] and {"merged_components", "newly_connected_nodes"} <= set(data["overlay"][0])
     assert set(data["transfer_split"]["half_a"]).isdisjoint(data["transfer_split"]["half_b"])
     assert data["findings"] and "per_query" not in data
+    # the naive probe beside segos in both protocols, and the transfer split by traced gold skills
+    for proto in ("deployment", "transfer"):
+        probe = [m for m in data["protocols"][proto]["methods"] if m["method"] == "bm25+traces"]
+        assert len(probe) == 1 and probe[0]["kind"] == "probe" and probe[0]["protocol"] == proto
+    learning = data["learning"]
+    assert sum(learning["counts"].values()) == data["queries"]["n"]
+    assert set(learning["methods"]) == {"ppr", "factorial:L1+L2+L3", "bm25+traces"}
+    for by_group in learning["methods"].values():
+        assert set(by_group) == {g for g, n in learning["counts"].items() if n}
 
 
 def test_eval_without_traces_compares_the_trace_free_methods(demo_store, tmp_path):

@@ -148,7 +148,7 @@ def eval_cmd(
     click.echo(f"{'method':<28} {'protocol':<11} {'hit':>6} {'recall':>7} {'COMP':>6} {'MRR':>6}")
     for proto in ("deployment", "transfer"):
         for m in result["protocols"][proto]["methods"]:
-            if proto == "transfer" and m["kind"] != "factorial":
+            if proto == "transfer" and m["kind"] not in ("factorial", "probe"):
                 continue  # trace-free methods are the same in both protocols
             click.echo(
                 f"{m['method']:<28} {m['protocol']:<11} {m['hit']:>6.3f} {m['recall']:>7.3f} "

@@ -138,6 +138,33 @@ def _graph_section(graph: dict[str, Any] | None, k: int) -> list[str]:
     return out
 
 
+def _learning_section(learning: dict[str, Any] | None, k: int, sim: str) -> list[str]:
+    """Transfer results by whether the queries' gold skills had traces: the lift where a round learned,
+    and whether the skills without traces kept their ranks."""
+    if not learning:
+        return []
+    counts = learning["counts"]
+    out = [
+        "",
+        f"## What a round learned: skills with traces and without (transfer){sim}",
+        "",
+        f"Queries by {learning['by']}: "
+        + ", ".join(f"{g} {n}" for g, n in counts.items() if n)
+        + ". `ppr` is the cold start; a round must lift the traced skills' queries without lowering the "
+        "others'.",
+        "",
+        f"| method | queries | hit@{k} | recall@{k} | COMP@{k} | MRR |",
+        "|---|---|---|---|---|---|",
+    ]
+    for method, by_group in learning["methods"].items():
+        for group, m in by_group.items():
+            out.append(
+                f"| `{method}` | {group} ({counts[group]}) | {_f(m['hit'])} | {_f(m['recall'])} | "
+                f"{_f(m['comp'])} | {_f(m['mrr'])} |"
+            )
+    return out
+
+
 def to_markdown(result: dict[str, Any], charts: dict[str, str] | None = None) -> str:
     k = result["k"]
     q = result["queries"]
@@ -207,6 +234,7 @@ def to_markdown(result: dict[str, Any], charts: dict[str, str] | None = None) ->
         ]
     if charts and "methods" in charts:
         out += ["", f"![method comparison]({charts['methods']})"]
+    out += _learning_section(result.get("learning"), k, sim)
 
     rounds = result.get("rounds") or {}
     if rounds.get("deployment"):
@@ -262,7 +290,7 @@ def to_markdown(result: dict[str, Any], charts: dict[str, str] | None = None) ->
         "",
     ]
     shown = list(protos["deployment"]["methods"]) + [
-        m for m in protos["transfer"]["methods"] if m["kind"] == "factorial"
+        m for m in protos["transfer"]["methods"] if m["kind"] in ("factorial", "probe")
     ]
     out += _bucket_table(shown, lk["counts"], k, "recall")
     out += ["", *_bucket_table(shown, lk["counts"], k, "hit")]

@@ -235,6 +235,49 @@ class BM25Ranker:
         return [self.ids[i] for i in rank_by_score(self.model.get_scores(tokens), k)]
 
 
+# The naive probe of SPEC §8 ("Experience"): flat BM25 over each skill's text with the requests of the
+# successful traces that used it appended. It learns the traced requests' words, and starves the skills
+# without traces; the study measures both beside segos.
+PROBE = "bm25+traces"
+PROBE_LABEL = (
+    "flat BM25 over each skill's text with its successful traces' requests appended (the naive probe)"
+)
+
+
+def with_requests(nodes: pl.DataFrame, frame: pl.DataFrame, success: float) -> pl.DataFrame:
+    """The node table with each skill's body followed by the requests of the successful traces of `frame`
+    (the trace contract's `queries`, `used`, `reward`) that used it."""
+    asked = (
+        frame.filter(pl.col("reward") >= success)
+        .select(pl.col("queries").list.eval(pl.element().struct.field("text")).alias("text"), "used")
+        .explode("used")
+        .explode("text")
+        .drop_nulls()
+        .group_by("used")
+        .agg(pl.col("text").sort().str.join(" "))
+    )
+    return (
+        nodes.join(asked, left_on="id", right_on="used", how="left", maintain_order="left")
+        .with_columns(
+            body=pl.concat_str([pl.col("body").fill_null(""), pl.col("text").fill_null("")], separator=" ")
+        )
+        .drop("text")
+    )
+
+
+def traced_skills(frame: pl.DataFrame, success: float) -> set[str]:
+    """The skills used on a successful trace of `frame`."""
+    used = frame.filter(pl.col("reward") >= success)["used"].explode().drop_nulls()
+    return set(used.to_list())
+
+
+def gold_traced(q: StudyQuery, traced: set[str]) -> str:
+    """ "traced" when every gold skill of the query was used on a successful trace of the evolution side,
+    "untraced" when none was, "mixed" otherwise (a gold name may match several skills: any counts)."""
+    hits = [bool(g & traced) for g in q.gold]
+    return "traced" if all(hits) else "untraced" if not any(hits) else "mixed"
+
+
 # ---------------------------------------------------------------------------------------- measuring
 
 
@@ -866,6 +909,18 @@ def run_study(
                         **overlay_test(base_snap.nodes["id"], base_snap.edges, ev.snapshot.edges),
                     }
                 )
+        success = config.evolution.success_threshold
+        say(f"deployment: measuring {PROBE}")
+        deployment.append(
+            MethodRun(
+                PROBE,
+                "probe",
+                "deployment",
+                f"{PROBE_LABEL}, on the traces of the measured tasks (deployment){sim_label}",
+                measure(BM25Ranker(with_requests(base_snap.nodes, dep_frame, success)), hyd, prepared, k),
+                simulated=_simulated(_trace_counts(dep_frame)),
+            )
+        )
         timings["deployment"] = time.perf_counter() - t
 
         # ---- transfer: evolve on one half, measure the other, both ways
@@ -874,6 +929,8 @@ def run_study(
             cell_name(c): [None] * len(prepared) for c in CELLS
         }
         fold_traces: dict[str, dict[str, int]] = {}
+        probe_results: list[QueryResult | None] = [None] * len(prepared)
+        traced_of: list[str] = [""] * len(prepared)
         fold_snaps: list[tuple[set[str], set[str], Snapshot]] = []
         for fold, (train, test) in enumerate(((half_a, half_b), (half_b, half_a)), start=1):
             train_set, test_set = set(train), set(test)
@@ -895,6 +952,11 @@ def run_study(
                 for q, r in zip(test_q, res, strict=True):
                     fold_results[name][q.index] = r
             fold_snaps.append((train_set, test_set, cells[cell_name(FULL)].snapshot))
+            probe = BM25Ranker(with_requests(base_snap.nodes, frame, success))
+            traced = traced_skills(frame, success)
+            for q, r in zip(test_q, measure(probe, hyd, test_q, k), strict=True):
+                probe_results[q.index] = r
+                traced_of[q.index] = gold_traced(q, traced)
         for cell in CELLS:
             name = cell_name(cell)
             transfer.append(
@@ -908,6 +970,21 @@ def run_study(
                     extra={"evolved_from": fold_traces},
                 )
             )
+        transfer.append(
+            MethodRun(
+                PROBE,
+                "probe",
+                "transfer",
+                f"{PROBE_LABEL}, on the other half of the tasks (transfer){sim_label}",
+                [r for r in probe_results if r is not None],
+                simulated=sim_label != "",
+            )
+        )
+        result["learning"] = learning_split(
+            traced_of,
+            {m.method: m.results for m in (reference, *transfer)},
+            (f"factorial:{cell_name(FULL)}", PROBE),
+        )
         timings["transfer"] = time.perf_counter() - t
         result["transfer_split"] = {
             "seed": config.seed,
@@ -1002,6 +1079,30 @@ def run_study(
     result["findings"] = findings(result)
     say(f"study done in {timings['total']:.1f}s")
     return result
+
+
+def learning_split(
+    traced_of: Sequence[str], results: dict[str, list[QueryResult]], evolved: Sequence[str]
+) -> dict[str, Any]:
+    """Transfer results split by whether the query's gold skills had traces on the evolution side: what a
+    round learned for the skills it saw, and what it cost the skills it did not (SPEC §8: new and rarely
+    used skills must not be starved), for the cold start and each of `evolved`."""
+    groups = ("traced", "untraced", "mixed")
+    out: dict[str, Any] = {
+        "by": "whether the query's gold skills were used on successful traces of the other half (transfer)",
+        "counts": {g: sum(t == g for t in traced_of) for g in groups},
+        "methods": {},
+    }
+    for method in (REFERENCE, *evolved):
+        res = results.get(method)
+        if res is None:
+            continue
+        out["methods"][method] = {
+            g: summarize([r for r, t in zip(res, traced_of, strict=True) if t == g])
+            for g in groups
+            if out["counts"][g]
+        }
+    return out
 
 
 def _round_row(
