@@ -62,6 +62,18 @@ def test_retrieve_json_shape(built):
     for key in ("id", "name", "rank", "score", "chars"):
         assert key in out["skills"][0]
     assert out["chars"] == sum(s["chars"] for s in out["skills"]) <= 9000
+    # why each skill is there: the same records the MCP bundle gives (one builder, retrieval/why.py)
+    from segos_pipeline.service.api import SegosService
+
+    served = SegosService(store, version=vid, landing=store / "landing").retrieve_bundle(
+        "turn the interview video into subtitles", top_n=3
+    )
+    by_id = {s["id"]: s for s in served["skills"]}
+    assert sorted(by_id) == sorted(s["id"] for s in out["skills"])
+    for s in out["skills"]:
+        assert s["why"] and s["reasons"] and s["why"] == by_id[s["id"]]["why"]
+        assert s["reasons"] == by_id[s["id"]]["reasons"]
+    assert out["seeds"] == served["seeds"]
 
 
 def test_replay_json_shape(built):

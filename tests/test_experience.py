@@ -242,6 +242,18 @@ def test_a_bundle_says_when_experience_put_a_skill_there(tmp_path):
     assert merger["reasons"][0]["kind"] == "experience" and merger["reasons"][0]["tasks"] == 5
 
 
+def test_a_server_embeds_the_witnesses_when_it_loads_a_version_not_in_a_request(tmp_path):
+    from segos_pipeline.service.api import SegosService
+
+    learned = _learned_ids(40, 0.1, held=False)[:5]
+    store, _ = _store_with(tmp_path, [_trace(i, LEARNED, ["pdf-merger"]) for i in learned])
+    evolve(store, "w1")
+    service = SegosService(store, landing=tmp_path / "landing", config=RetrievalConfig(semantic="wordllama"))
+    retriever = service._request(None).retriever
+    assert retriever.experience is not None and retriever.experience._vectors is not None
+    assert "incidence" in vars(retriever)  # the cached property was filled at load
+
+
 def test_many_witnesses_are_searched_by_inverted_lists_with_the_same_answer(tmp_path, monkeypatch):
     from segos_pipeline.retrieval import experience as experience_module
 

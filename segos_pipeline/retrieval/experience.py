@@ -49,6 +49,19 @@ class ExperienceEvidence:
         return value_at(self.nodes, self.value, node)
 
 
+@dataclass(frozen=True)
+class CoUse:
+    """The companions co-use completion raised in one ranking: of `anchor` (the best candidate), the sorted
+    `nodes` whose score became their `lift`."""
+
+    anchor: int
+    nodes: np.ndarray
+    lift: np.ndarray
+
+    def of(self, node: int) -> float:
+        return value_at(self.nodes, self.lift, node)
+
+
 _NO_EVIDENCE = ExperienceEvidence(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
 
 
@@ -124,6 +137,15 @@ class ExperienceIndex:
             np.fill_diagonal(sims, -np.inf)
             gaps.append(sims.max(axis=1) - v @ own[node])
         return max(float(np.median(np.concatenate(gaps))), 0.0)
+
+    def prepare(self) -> None:
+        """Build now what the first embedded query would: the witnesses' vectors, their inverted lists when
+        there are many, the register gap (embedding 20k witnesses takes about half a second)."""
+        if self.semantic is None:
+            return
+        if len(self.vectors) > _EXACT_WITNESSES and self._lists is None:
+            self._lists = build_lists(self.vectors)
+        _ = self.register_gap
 
     def witness_cosines(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(witness rows, cosine to the unit query vector): every witness while they are few; past

@@ -35,11 +35,13 @@ from ..config import AVOID, RetrievalConfig, TransitionConfig, retrieval_for
 from ..graph.transition import edge_indices, transition_matrix
 from ..store.snapshot import Snapshot
 from ..text.names import SkillNames
-from .experience import ExperienceEvidence, ExperienceIndex, experience_index
+from .experience import CoUse, ExperienceEvidence, ExperienceIndex, experience_index
+from .incidence import Incidence
 from .lexical import Evidence, LexicalIndex, index_for
 from .push import PushOperator
 from .semantic import SemanticIndex, semantic_index
 from .sets import scattered, top_k, union_positions, value_at
+from .why import headline, learned, reasons
 
 
 @dataclass
@@ -58,6 +60,8 @@ class BundleSkill:
     semantic: float = 0.0  # embedding evidence in [0, 1] (0 when semantic evidence is off)
     experience: float = 0.0  # what the skill's past successful requests added to ρ (0 without experience)
     co_use: float = 0.0  # its score when co-use completion raised it to that (0 otherwise)
+    why: str = ""  # the strongest reason it is there, in words (why.py)
+    reasons: list[dict[str, Any]] = field(default_factory=list)  # every reason, strongest first
 
 
 @dataclass
@@ -68,6 +72,7 @@ class Bundle:
     chars: int
     pruned: list[dict[str, str]] = field(default_factory=list)  # {"id", "avoided_with"} (avoid pruning)
     over_budget: list[str] = field(default_factory=list)  # ids cut by the global character budget
+    seeds: list[str] = field(default_factory=list)  # ids of the query's seeds (members or not)
 
     @property
     def ids(self) -> list[str]:
@@ -85,6 +90,7 @@ class Bundle:
             "chars": self.chars,
             "pruned": self.pruned,
             "over_budget": self.over_budget,
+            "seeds": self.seeds,
         }
 
 
@@ -95,16 +101,6 @@ class RowPatch:
 
     lexical: dict[int, dict[int, float]] = field(default_factory=dict)
     vectors: dict[int, np.ndarray] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class CoUse:
-    """The companions co-use completion raised in one ranking: of `anchor` (the best candidate), the sorted
-    `nodes` whose score became their `lift`."""
-
-    anchor: int
-    nodes: np.ndarray
-    lift: np.ndarray
 
 
 class Ranking:
@@ -163,7 +159,7 @@ class Ranking:
 
     def co_use_of(self, node: int) -> float:
         """The score co-use completion gave one skill (0 when its own evidence was more)."""
-        return value_at(self.co_use.nodes, self.co_use.lift, node) if self.co_use is not None else 0.0
+        return self.co_use.of(node) if self.co_use is not None else 0.0
 
     def semantic_of(self, node: int) -> float:
         """z of one skill (0 when the query was not embedded)."""
@@ -455,7 +451,11 @@ class Retriever:
 
     # -------------------------------------------------------------------------------------- bundles
 
-    def retrieve(self, query: str, top_n: int | None = None, hydrate: bool = True) -> Bundle:
+    def retrieve(
+        self, query: str, top_n: int | None = None, hydrate: bool = True, max_chars: int | None = None
+    ) -> Bundle:
+        """The bundle for `query`: the top-N after avoid pruning, hydrated under the per-skill budget and
+        the global one (`max_chars`, else the configured one), each member with why it is there."""
         cfg = self.config
         top_n = top_n or cfg.top_n
         ranking = self.rank(query, depth=top_n)
@@ -463,14 +463,20 @@ class Retriever:
         seeds = set(ranking.seeds.tolist())
         cards = [self._card(i) for i in chosen]
         if hydrate:
-            kept, over = hydrate_texts(
-                [(c[0]["id"], c[1]) for c in cards], cfg.per_skill_chars, cfg.total_chars
-            )
+            total = cfg.total_chars if max_chars is None else max_chars
+            kept, over = hydrate_texts([(c[0]["id"], c[1]) for c in cards], cfg.per_skill_chars, total)
         else:
             kept, over = [(pos, "") for pos in range(len(cards))], []
+        seed_ids = [str(self.ids[i]) for i in ranking.seeds]
+        link = {cards[pos][0]["id"] for pos, _ in kept} | set(seed_ids)
         skills = []
         for rank, (pos, text) in enumerate(kept, start=1):
             i, row = chosen[pos], cards[pos][0]
+            seed, lexical, graph = i in seeds, ranking.evidence.at(i), ranking.graph_of(i)
+            from_traces = learned(
+                self.experience, ranking.experience, ranking.co_use, i, lexical, self.ids, cfg.rerank_mu
+            )
+            why = reasons(row["id"], seed, lexical, graph, link, self.incidence.of(i), from_traces)
             skills.append(
                 BundleSkill(
                     id=row["id"],
@@ -478,19 +484,34 @@ class Retriever:
                     rank=rank,
                     score=ranking.score_of(i),
                     chars=len(text),
-                    seed=i in seeds,
-                    lexical=ranking.evidence.at(i),
-                    graph=ranking.graph_of(i),
+                    seed=seed,
+                    lexical=lexical,
+                    graph=graph,
                     semantic=ranking.semantic_of(i),
                     experience=ranking.experience_of(i),
                     co_use=ranking.co_use_of(i),
                     source_path=row["source_path"],
                     capability=row["capability"] or "",
                     text=text,
+                    why=headline(why),
+                    reasons=why,
                 )
             )
         total = sum(s.chars for s in skills)
-        return Bundle(self.snapshot.version, query, skills, total, pruned, over)
+        return Bundle(self.snapshot.version, query, skills, total, pruned, over, seed_ids)
+
+    def prepare(self) -> None:
+        """Build now what the first bundle would otherwise build inside a request (a server loads versions
+        on a background thread and calls this there): the incidence and the experience's vectors."""
+        _ = self.incidence
+        if self.experience is not None:
+            self.experience.prepare()
+
+    @cached_property
+    def incidence(self) -> Incidence:
+        """Every edge touching each skill (why a bundle member is there; a served version's neighbours),
+        built on first use."""
+        return Incidence(self.snapshot.edges, self._nodes["id"], self.names.ids)
 
 
 def _fused(

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import AVOID, DEPENDENCY, MAX_TOP, RELATIONS, REMOTE_POLL_S, SEMANTIC, WORKFLOW, RetrievalConfig
+from ..config import AVOID, MAX_TOP, RELATIONS, REMOTE_POLL_S, RetrievalConfig
 from ..evolution.traces import (
     TraceError,
     native_line,
@@ -58,20 +58,6 @@ from ..text.names import SkillNames
 log = logging.getLogger(__name__)  # version switches; `segos mcp` shows them on stderr
 MAX_REPLY_UNKNOWN = 20  # unknown skill names listed in a record_trace reply (the count is always given)
 _STABLE_AFTER_NS = 2_000_000_000  # a versions/ mtime older than this cannot hide a same-tick commit
-
-# Why a skill is in a bundle, strongest first (the first that applies is the headline `why`).
-REASON_PRIORITY = (
-    "experience",
-    "co-use",
-    "seed",
-    "prerequisite",
-    "consumer",
-    "workflow",
-    "lexical",
-    "semantic",
-    "alternative",
-    "graph",
-)
 
 
 class ServiceError(ValueError):
@@ -191,12 +177,13 @@ class SegosService:
                 ", ".join(precedence.skipped),
             )
         retriever = Retriever(snap, self.config)
+        retriever.prepare()  # on the loading thread: no request embeds the witnesses or indexes the edges
         loaded = _Loaded(
             snapshot=snap,
             retriever=retriever,
             precedence=precedence,
             loaded_at=datetime.now(UTC).isoformat(timespec="seconds"),
-            incidence=Incidence(snap.edges, snap.nodes["id"], retriever.names.ids),
+            incidence=retriever.incidence,
         )
         with self._lock:
             loaded = self._cache.setdefault(vid, loaded)
@@ -434,38 +421,35 @@ class SegosService:
         cfg = r.config
         top_n = _bounded("top_n", top_n if top_n is not None else cfg.top_n)
         total = _max_chars(cfg, max_chars)
-        ranking = r.rank(query, depth=top_n)
-        chosen, pruned = r.select(ranking, top_n)
-        seeds = [int(i) for i in ranking.seeds]
-        nodes = lo.snapshot.nodes
-        rows = nodes[chosen].to_dicts() if chosen else []
-        # Hydrate in retrieval rank, so the budget goes to the best-supported skills first; then order.
+        # Ranked, pruned and hydrated in retrieval rank (the budget goes to the best-supported skills
+        # first) by the one bundle builder, each member with why it is there; ordered for execution below.
+        bundle = r.retrieve(query, top_n, max_chars=total)
+        rows = [r.names.row_of(s.id) for s in bundle.skills]
+        contracts = lo.snapshot.nodes[rows].select("inputs", "outputs").to_dicts()
         kept: list[dict[str, Any]] = []
-        hydrated, over = hydrate_rows(rows, cfg.per_skill_chars, total)
-        for rank, (pos, text) in enumerate(hydrated, start=1):
-            i, row = chosen[pos], rows[pos]
+        for s, contract in zip(bundle.skills, contracts, strict=True):
             kept.append(
                 {
-                    "id": row["id"],
-                    "name": row["name"],
-                    "rank": rank,
-                    "score": round(ranking.score_of(i), 6),
-                    "seed": i in seeds,
-                    "lexical": round(ranking.evidence.at(i), 6),
-                    "graph": round(ranking.graph_of(i), 6),
-                    "semantic": round(ranking.semantic_of(i), 6),
-                    "experience": round(ranking.experience_of(i), 6),
-                    "co_use": round(ranking.co_use_of(i), 6),
-                    "capability": row["capability"] or "",
-                    "source_path": row["source_path"],
-                    "inputs": row["inputs"],
-                    "outputs": row["outputs"],
-                    "chars": len(text),
-                    "text": text,
+                    "id": s.id,
+                    "name": s.name,
+                    "rank": s.rank,
+                    "score": round(s.score, 6),
+                    "seed": s.seed,
+                    "lexical": round(s.lexical, 6),
+                    "graph": round(s.graph, 6),
+                    "semantic": round(s.semantic, 6),
+                    "experience": round(s.experience, 6),
+                    "co_use": round(s.co_use, 6),
+                    "capability": s.capability,
+                    "source_path": s.source_path,
+                    **contract,
+                    "chars": s.chars,
+                    "text": s.text,
                 }
             )
+        why = {s.id: (s.why, s.reasons) for s in bundle.skills}
+        seed_ids, pruned, over = bundle.seeds, bundle.pruned, bundle.over_budget
         members = [s["id"] for s in kept]
-        seed_ids = [str(r.ids[i]) for i in seeds]
         among = lo.edges_among(members)
         order = execution_order(
             members,
@@ -474,12 +458,10 @@ class SegosService:
             lo.precedence,
         )
         by_id = {s["id"]: s for s in kept}
-        link = set(members) | set(seed_ids)
         skills = []
         for pos, sid in enumerate(order.order, start=1):
-            s = by_id[sid]
-            reasons = _reasons(sid, s, link, lo.touching(sid), _learned(r, ranking, sid))
-            skills.append({"position": pos, **s, "why": _headline(reasons), "reasons": reasons})
+            headline, reasons = why[sid]
+            skills.append({"position": pos, **by_id[sid], "why": headline, "reasons": reasons})
             skills[-1]["after"] = sorted(c.before for c in order.constraints if c.after == sid)
         return {
             "version": lo.version,
@@ -735,110 +717,6 @@ def _max_chars(config: RetrievalConfig, max_chars: int | None) -> int:
     if total < 1:
         raise ServiceError("max_chars must be a positive number of characters")
     return total
-
-
-_PHRASE = {
-    "experience": "used on {tasks} successful task(s) like '{request}'",
-    "co-use": "used with {via} on {tasks} successful task(s)",
-    "seed": "lexical seed: matches the query best",
-    "lexical": "matches the query's terms",
-    "prerequisite": "prerequisite of {via}: its outputs feed it (dependency edge)",
-    "consumer": "uses the outputs of {via} (dependency edge)",
-    "workflow": "workflow neighbour of {via}: used together on successful tasks",
-    "semantic": "semantic neighbour of {via}",
-    "alternative": "alternative to {via}",
-    "graph": "reached from the seeds through the skill graph",
-}
-
-
-def _learned(retriever: Any, ranking: Any, sid: str) -> list[dict[str, Any]]:
-    """What a bundle member learned from traces that put it there: experience, when it counted for this
-    query as much as its own text did (the tasks and the closest request it served), and co-use, when the
-    best candidate brought it along (the tasks they shared)."""
-    index = retriever.experience
-    if index is None:
-        return []
-    node = int(retriever.names.row_of(sid))
-    out = []
-    evidence = ranking.experience
-    value = evidence.at(node) if evidence is not None else 0.0
-    explained = index.explain(node, evidence) if value > 0 else None
-    if explained is not None and value >= retriever.config.rerank_mu * ranking.evidence.at(node):
-        tasks, request = explained
-        clipped = request if len(request) <= _REQUEST_CHARS else request[: _REQUEST_CHARS - 1] + "…"
-        out.append(
-            {
-                "kind": "experience",
-                "via": None,
-                "relation": None,
-                "weight": value,
-                "tasks": tasks,
-                "request": clipped,
-            }
-        )
-    lift = ranking.co_use_of(node)
-    if lift > 0:
-        anchor = ranking.co_use.anchor
-        tasks = int(index.co_tasks[anchor, node])
-        out.append(
-            {
-                "kind": "co-use",
-                "via": str(retriever.ids[anchor]),
-                "relation": None,
-                "weight": lift,
-                "tasks": tasks,
-            }
-        )
-    return out
-
-
-_REQUEST_CHARS = 80  # of a witnessing request quoted in a `why`
-
-
-def _reasons(
-    sid: str,
-    skill: dict[str, Any],
-    link: set[str],
-    touching: list[Edge],
-    learned: list[dict[str, Any]] | None = None,
-) -> list[dict[str, Any]]:
-    """Every reason a bundle member is there: what it learned from traces, its own query evidence, then its
-    edges to other members or to the query's seeds."""
-    out: list[dict[str, Any]] = list(learned or [])
-    if skill["seed"]:
-        out.append({"kind": "seed", "via": None, "relation": None, "weight": skill["lexical"]})
-    elif skill["lexical"] > 0:
-        out.append({"kind": "lexical", "via": None, "relation": None, "weight": skill["lexical"]})
-    for src, dst, rel, w in touching:
-        other = dst if src == sid else src
-        if other == sid or other not in link or rel == AVOID:
-            continue
-        if rel == DEPENDENCY:
-            kind = "prerequisite" if src == sid else "consumer"
-        elif rel == WORKFLOW:
-            kind = "workflow"
-        elif rel == SEMANTIC:
-            kind = "semantic"
-        else:
-            kind = "alternative"
-        out.append(
-            {
-                "kind": kind,
-                "via": other,
-                "relation": rel,
-                "direction": "out" if src == sid else "in",
-                "weight": w,
-            }
-        )
-    if not out:
-        out.append({"kind": "graph", "via": None, "relation": None, "weight": skill["graph"]})
-    out.sort(key=lambda r: (REASON_PRIORITY.index(r["kind"]), -(r["weight"] or 0.0), r["via"] or ""))
-    return out
-
-
-def _headline(reasons: list[dict[str, Any]]) -> str:
-    top = reasons[0]
-    return _PHRASE[top["kind"]].format(**top)
 
 
 def _ordering_summary(order: ExecutionOrder, precedence: Precedence) -> dict[str, Any]:
