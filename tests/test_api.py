@@ -183,3 +183,42 @@ def test_a_replaced_but_readable_ancestor_traces_file_is_caught_by_its_hash(stor
     pl.DataFrame({"trace_id": ["forged"], "used": [skills[::-1]], "reward": [1.0]}).write_parquet(path)
     precedence = _precedence(store, tmp_path)
     assert precedence["versions"] == [newer] and precedence["skipped"] == [older]
+
+
+# ------------------------------------------------------------------------------ bounded work per request
+
+
+def test_near_miss_suggestions_come_from_an_index_and_are_capped_per_request(store: SnapshotStore, tmp_path):
+    import difflib
+
+    from segos_pipeline.service.api import MAX_SUGGESTED
+
+    service = SegosService(store, landing=tmp_path / "landing")
+    lo = service._request(None)
+    ids, names = lo.names.ids, lo.snapshot.nodes["name"].to_list()
+    # the index agrees with an exhaustive comparison on the best near miss
+    for miss in ("csv-lodaer", "data-wrangling/csv-loadr", "imag-resizer", "chart-plotterr"):
+        exhaustive = difflib.get_close_matches(miss, ids + names, n=1, cutoff=0.6)
+        assert lo.names.suggestions(miss)[:1] == exhaustive, miss
+    assert lo.names.suggestions("qqqqzzzz") == []
+    # one request with many unknown names: every one is reported, the first few with suggestions
+    misses = [f"csv-lodaer-{k}" for k in range(40)]
+    reply = service.hydrate(["data-wrangling/csv-loader", *misses], partial=True)
+    assert [s["id"] for s in reply["skills"]] == ["data-wrangling/csv-loader"]
+    errors = [e["error"] for e in reply["errors"]]
+    assert len(errors) == 40
+    assert sum("did you mean" in e for e in errors) == MAX_SUGGESTED
+    assert all("did you mean" not in e for e in errors[MAX_SUGGESTED:])
+    with pytest.raises(ServiceError, match="did you mean 'csv-loader'"):
+        service.skill_detail("csv-lodaer")
+
+
+def test_a_query_longer_than_a_trace_may_record_is_refused(store: SnapshotStore, tmp_path):
+    from segos_pipeline.config import MAX_TEXT_CHARS
+
+    service = SegosService(store, landing=tmp_path / "landing")
+    longest = "csv " * (MAX_TEXT_CHARS // 4)
+    assert service.retrieve_bundle(longest)["query"] == longest.strip()
+    for call in (service.retrieve_bundle, service.search):
+        with pytest.raises(ServiceError, match=f"at most {MAX_TEXT_CHARS:,} are accepted"):
+            call("x" * (MAX_TEXT_CHARS + 1))

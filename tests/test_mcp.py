@@ -230,12 +230,12 @@ def test_a_malformed_line_is_dropped_and_the_server_goes_on(store: Path):
 # Bounds every client sees in the input schema (JSON Schema keywords), by tool and parameter.
 BOUNDS = {
     "search_skills": {
-        "query": {"minLength": 1},
+        "query": {"minLength": 1, "maxLength": 32_768},  # the trace contract's MAX_TEXT_CHARS
         "top_k": {"minimum": 1, "maximum": 100},
         "version": {"maxLength": 200},
     },
     "retrieve_skill_bundle": {
-        "query": {"minLength": 1},
+        "query": {"minLength": 1, "maxLength": 32_768},
         "top_n": {"minimum": 1, "maximum": 100},
         "max_chars": {"minimum": 1},
         "version": {"maxLength": 200},

@@ -197,6 +197,9 @@ def retrieve(
     """Retrieve the skill bundle for QUERY."""
     if not query.strip():
         _fail("the query is empty; describe the task to retrieve skills for")
+    from ..service.api import check_query_length
+
+    query = check_query_length(query.strip())
     retriever = _load_retriever(store, version, top_n=top_n, total_chars=max_chars)
     bundle = retriever.retrieve(query)
     if as_json:

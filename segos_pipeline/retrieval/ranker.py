@@ -502,8 +502,9 @@ class Retriever:
 
     def prepare(self) -> None:
         """Build now what the first bundle would otherwise build inside a request (a server loads versions
-        on a background thread and calls this there): the incidence and the experience's vectors."""
-        _ = self.incidence
+        on a background thread and calls this there): the incidence, the name suggestions and the
+        experience's vectors."""
+        _ = self.incidence, self.names.suggestions
         if self.experience is not None:
             self.experience.prepare()
 

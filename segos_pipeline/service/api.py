@@ -24,7 +24,6 @@ errors.
 
 from __future__ import annotations
 
-import difflib
 import logging
 import os
 import threading
@@ -38,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import AVOID, MAX_TOP, RELATIONS, REMOTE_POLL_S, RetrievalConfig
+from ..config import AVOID, MAX_TEXT_CHARS, MAX_TOP, RELATIONS, REMOTE_POLL_S, RetrievalConfig
 from ..evolution.traces import (
     TraceError,
     native_line,
@@ -57,6 +56,7 @@ from ..text.names import SkillNames
 
 log = logging.getLogger(__name__)  # version switches; `segos mcp` shows them on stderr
 MAX_REPLY_UNKNOWN = 20  # unknown skill names listed in a record_trace reply (the count is always given)
+MAX_SUGGESTED = 5  # unknown names of one request that get near-miss suggestions (each costs a few ms)
 _STABLE_AFTER_NS = 2_000_000_000  # a versions/ mtime older than this cannot hide a same-tick commit
 
 
@@ -369,15 +369,14 @@ class SegosService:
         answered from; the MCP server lists and completes skill resources from it."""
         return self._request(version).snapshot.nodes
 
-    def _resolve(self, lo: _Loaded, name: str) -> tuple[int, list[str]]:
-        """Row index of a skill named by id or name (most specific first) and the other matches."""
+    def _resolve(self, lo: _Loaded, name: str, suggest: bool = True) -> tuple[int, list[str]]:
+        """Row index of a skill named by id or name (most specific first) and the other matches; an unknown
+        one's error suggests near misses when `suggest`."""
         if not isinstance(name, str) or not name.strip():
             raise ServiceError("give a skill id or name")
         found = lo.names.resolve(name.strip())
         if not found:
-            ids = lo.names.ids
-            names = lo.snapshot.nodes["name"].to_list()
-            close = list(dict.fromkeys(difflib.get_close_matches(name, ids + names, n=5, cutoff=0.6)))[:3]
+            close = lo.names.suggestions(name) if suggest else []
             hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
             raise UnknownSkill(f"unknown skill {name!r} in version {lo.version}{hint}")
         return found[0], [lo.names.ids[i] for i in found[1:]]
@@ -501,7 +500,7 @@ class SegosService:
         idx: list[int] = []
         for n in names:
             try:
-                idx.append(self._resolve(lo, n)[0])
+                idx.append(self._resolve(lo, n, suggest=len(unknown) < MAX_SUGGESTED)[0])
             except UnknownSkill as exc:
                 unknown.append((n, str(exc)))
         if unknown and (not partial or not idx):
@@ -702,7 +701,18 @@ def _cache_lineage(store: RemoteStore, snapshot: Snapshot) -> None:
 def _query(query: Any) -> str:
     if not isinstance(query, str) or not query.strip():
         raise ServiceError("the query is empty; describe the task to retrieve skills for")
-    return query.strip()
+    return check_query_length(query.strip())
+
+
+def check_query_length(query: str) -> str:
+    """`query`, unless it is longer than a trace may record one (MAX_TEXT_CHARS): a query is read in full
+    and echoed in replies, so its length is what bounds a request's work and its reply."""
+    if len(query) > MAX_TEXT_CHARS:
+        raise ServiceError(
+            f"the query is {len(query):,} characters; at most {MAX_TEXT_CHARS:,} are accepted: "
+            "describe the task, not its data"
+        )
+    return query
 
 
 def _bounded(name: str, value: Any) -> int:

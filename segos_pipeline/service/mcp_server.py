@@ -94,7 +94,14 @@ Version = Annotated[
         description="Answer from this version (id, prefix or vN) instead of the served one.", max_length=200
     ),
 ]
-Query = Annotated[str, Field(description="The task, in natural language.", min_length=1)]
+Query = Annotated[
+    str,
+    Field(
+        description=f"The task, in natural language (<= {MAX_TEXT_CHARS:,} chars).",
+        min_length=1,
+        max_length=MAX_TEXT_CHARS,
+    ),
+]
 SkillRef = Annotated[str, Field(description="Skill id or name.", min_length=1, max_length=1000)]
 MaxChars = Annotated[
     int | None, Field(description=f"Global character budget (default {_DEFAULTS.total_chars}).", ge=1)
