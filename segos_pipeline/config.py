@@ -49,7 +49,10 @@ class _Overridable:
         known = {f.name for f in fields(self)}  # type: ignore[arg-type]
         unknown = set(overrides) - known
         if unknown:
-            raise ValueError(f"unknown setting(s) for {type(self).__name__}: {', '.join(sorted(unknown))}")
+            raise ValueError(
+                f"unknown setting(s) for {type(self).__name__}: {', '.join(sorted(unknown))} "
+                f"(known: {', '.join(sorted(known))})"
+            )
         return replace(self, **overrides)  # type: ignore[type-var]
 
 

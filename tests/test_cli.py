@@ -169,6 +169,7 @@ def test_evolve_settings_and_errors(tmp_path):
     assert m["config"]["evolution"]["theta_avoid"] == 3 and "l3" not in m["counters"]
     bad = run("evolve", "--store", store, "--window", "w1", "--set", "zzz=1", ok=False)
     assert bad.exit_code != 0 and "unknown setting" in bad.output
+    assert "known: " in bad.output and "theta_avoid" in bad.output  # the valid keys are listed
     missing = run("evolve", "--store", store, "--window", "nope", ok=False)
     assert missing.exit_code != 0 and "no traces ingested" in missing.output
 
@@ -217,3 +218,22 @@ def test_damaged_versions_are_reported_not_hidden(tmp_path):
     assert f"{bad_manifest}: DAMAGED: manifest.json unreadable" in result.stdout
     assert "2 damaged version(s)" in result.stderr
     assert "not both" in run("verify", v1, "--all", "--store", store, ok=False).stderr
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    import click
+
+    from segos_pipeline.cli.main import main as group
+
+    missing = []
+
+    def walk(cmd: click.Command, path: str) -> None:
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                walk(sub, f"{path} {name}")
+        missing.extend(
+            f"{path} {p.opts[0]}" for p in cmd.params if isinstance(p, click.Option) and not p.help
+        )
+
+    walk(group, "segos")
+    assert not missing

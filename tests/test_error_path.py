@@ -134,6 +134,14 @@ def test_a_garbled_version_file_read_by_polars_is_named(demo):
 
 def test_a_missing_store_file_is_one_line(tmp_path):
     code, _out, err = _run("retrieve", "csv", "--store", tmp_path / "nowhere")
+    line = _one_error_line(err)
+    assert code == 2 and "no such folder" in line and str(tmp_path / "nowhere") in line
+    # a mistyped store is an error for the listing commands too, not an empty store
+    code, out, err = _run("versions", "--store", tmp_path / "nowhere")
+    assert code == 2 and "no such folder" in _one_error_line(err) and not out
+    # an existing empty folder is an empty store
+    (tmp_path / "empty").mkdir()
+    code, _out, err = _run("retrieve", "csv", "--store", tmp_path / "empty")
     assert code == 2 and "no versions yet" in _one_error_line(err)
 
 

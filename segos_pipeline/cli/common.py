@@ -174,8 +174,16 @@ def open_cli_store(root: str | Path, cache: Path | None) -> SnapshotStore:
     return open_store(root, cache)
 
 
-def _store(path: str | Path | None) -> SnapshotStore:
-    return open_cli_store(store_root(path), given_cache())
+def _store(path: str | Path | None, create: bool = False) -> SnapshotStore:
+    """The command's store; a folder that does not exist is an error (a mistyped `--store` would otherwise
+    read as an empty store) unless the command `create`s it."""
+    root = store_root(path)
+    if not create and not is_uri(str(root)) and not Path(root).exists():
+        raise ValueError(
+            f"no store at {root}: no such folder (give the store's folder with --store or $SEGOS_STORE; "
+            f"`segos build --store {root}` creates one)"
+        )
+    return open_cli_store(root, given_cache())
 
 
 def store_name(store: SnapshotStore) -> str:
@@ -184,10 +192,10 @@ def store_name(store: SnapshotStore) -> str:
 
 
 @contextlib.contextmanager
-def _writing(store: Path | None, wait: float) -> Iterator[SnapshotStore]:
+def _writing(store: Path | None, wait: float, create: bool = False) -> Iterator[SnapshotStore]:
     """The store, with its writer lock held for the whole command (read parent, compute, commit): a
     concurrent writer waits up to its --wait, and so does this one, saying so on stderr."""
-    st = _store(store)
+    st = _store(store, create)
     st.lock_timeout = wait
     with st.writer(notify=lambda msg: click.echo(f"segos: {msg}", err=True)):
         yield st

@@ -64,9 +64,15 @@ def _say(quiet: bool) -> Any:
 )
 @click.option("--rounds", type=int, default=3, show_default=True, help="Length of the multi-round curve.")
 @click.option(
-    "--out", type=click.Path(file_okay=False, path_type=Path), default=Path("eval-out"), show_default=True
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("eval-out"),
+    show_default=True,
+    help="Folder the report (report.md, report.json, charts) is written to.",
 )
-@click.option("--k", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option(
+    "--k", type=click.IntRange(min=1), default=5, show_default=True, help="Measure the top K skills."
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap, split and simulator seed.")
 @click.option("--bootstrap", "n_boot", type=int, default=2000, show_default=True, help="Bootstrap resamples.")
 @click.option("--no-charts", is_flag=True, help="Skip the PNG charts.")

@@ -72,7 +72,7 @@ def build(
     if not library.is_dir():
         _fail(f"skill library folder not found: {library} (give a folder that contains SKILL.md packages)")
     progress = reporter("build", quiet)
-    with _writing(store, wait) as st:
+    with _writing(store, wait, create=True) as st:
         manifest = build_cold_start(
             library, st, build_preset(preset), progress=progress, allow_empty=allow_empty
         )
@@ -97,7 +97,7 @@ def build(
 
 @main.command()
 @store_option
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @friendly_errors
 def versions(store: Path | None, as_json: bool) -> None:
     """List the versions in a store, oldest first."""
@@ -125,7 +125,7 @@ def versions(store: Path | None, as_json: bool) -> None:
 @main.command()
 @click.argument("version", required=False)
 @store_option
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @friendly_errors
 def report(version: str | None, store: Path | None, as_json: bool) -> None:
     """Show the build report (every parsing problem and what was done) of VERSION."""
@@ -182,7 +182,7 @@ def verify(version: str | None, store: Path | None, every: bool) -> None:
 @click.option(
     "--max-chars", type=click.IntRange(min=1), default=None, help="Global character budget (default 9000)."
 )
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("--show-text", is_flag=True, help="Print the hydrated skill texts.")
 @friendly_errors
 def retrieve(
@@ -220,8 +220,10 @@ def retrieve(
 @click.argument("queries", type=click.Path(path_type=Path))
 @store_option
 @version_option
-@click.option("--k", type=click.IntRange(min=1), default=5, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--k", type=click.IntRange(min=1), default=5, show_default=True, help="Measure the top K skills."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("--details", is_flag=True, help="Include per-query rankings.")
 @friendly_errors
 def replay_cmd(
@@ -273,7 +275,14 @@ def _parse_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
 @click.option(
     "--window", default=None, help="Window id (e.g. 2026-11-29); default: each trace's timestamp date."
 )
-@click.option("--format", "fmt", type=click.Choice(TRACE_FORMATS), default="native", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(TRACE_FORMATS),
+    default="native",
+    show_default=True,
+    help="Format of the trace files.",
+)
 @click.option(
     "--queries",
     type=click.Path(path_type=Path),
@@ -289,7 +298,7 @@ def _parse_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
     default=None,
     help="Lines validated and stored per batch (memory follows it; default 50,000).",
 )
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @wait_option
 @friendly_errors
@@ -379,7 +388,7 @@ def trace_schema() -> None:
     help="Partitions of the window by task hash (default: from the window's size).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest (with per-rule counters).")
-@click.option("--quiet", is_flag=True)
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @wait_option
 @friendly_errors
 def evolve(
@@ -427,18 +436,31 @@ def evolve(
     if as_json:
         _emit_json(manifest)
         return
-    click.echo(f"{manifest['parent']} + window {window} -> round {manifest['round']}")
-    for layer, rules in manifest["counters"].items():
-        click.echo(f"  {layer}: {json.dumps(rules)}")
+    if not quiet:
+        click.echo(f"{manifest['parent']} + window {window} -> round {manifest['round']}")
+        for layer, rules in manifest["counters"].items():
+            click.echo(f"  {layer}: {_counters_line(rules)}")
     click.echo(manifest["version"])
+
+
+def _counters_line(rules: Any, prefix: str = "") -> str:
+    """A round's counters of one layer as `key=value` pairs, nested ones dotted (the manifest has them as
+    JSON: `--json`)."""
+    if not isinstance(rules, dict):
+        return f"{prefix}={rules}" if prefix else str(rules)
+    parts = [
+        _counters_line(v, f"{prefix}{k}" if not isinstance(v, dict) else f"{prefix}{k}.")
+        for k, v in rules.items()
+    ]
+    return ", ".join(p for p in parts if p)
 
 
 @main.command()
 @click.argument("v1")
 @click.argument("v2")
 @store_option
-@click.option("--json", "as_json", is_flag=True)
-@click.option("--markdown", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@click.option("--markdown", is_flag=True, help="Print the diff as a Markdown report.")
 @click.option("--limit", type=int, default=15, show_default=True, help="Rows in the largest-changes listing.")
 @friendly_errors
 def diff(v1: str, v2: str, store: Path | None, as_json: bool, markdown: bool, limit: int) -> None:
@@ -466,9 +488,18 @@ def diff(v1: str, v2: str, store: Path | None, as_json: bool, markdown: bool, li
 )
 @store_option
 @version_option
-@click.option("--traces", "n_traces", type=int, default=1000, show_default=True)
+@click.option(
+    "--traces",
+    "n_traces",
+    type=int,
+    default=1000,
+    show_default=True,
+    help="How many SIMULATED traces to write.",
+)
 @click.option("--window", default="2026-11-29", show_default=True, help="Date the simulated traces carry.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Simulator seed (same seed, same traces)."
+)
 @click.option(
     "--out", type=click.Path(path_type=Path), required=True, help="JSONL file to write (native format)."
 )
@@ -502,8 +533,14 @@ def simulate(
 @main.command(name="generate-library")
 @click.argument("source", type=click.Path(path_type=Path))
 @click.argument("out_dir", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["apibank", "toolbench"]), required=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["apibank", "toolbench"]),
+    required=True,
+    help="Format of the source: its tools become the library's packages.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @friendly_errors
 def generate_library(source: Path, out_dir: Path, fmt: str, as_json: bool) -> None:
     """Write a SKILL.md library generated from a trace source's APIs (API-Bank, ToolBench)."""

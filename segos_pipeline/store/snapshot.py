@@ -814,7 +814,7 @@ class SnapshotStore:
         hint = f"ambiguous prefix (matches {len(matches)})" if matches else "no such version"
         raise UnknownVersion(
             f"{hint}: {version!r} in store {self.root}; known versions (newest last): {known}. "
-            "Run `segos versions --store ...` to list them."
+            f"Run `segos versions --store {getattr(self, 'uri', self.root)}` to list them."
         )
 
     def manifest(self, version: str | None = None) -> dict[str, Any]:
