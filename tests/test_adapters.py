@@ -354,3 +354,21 @@ def test_apibank_and_skillsbench_mutated_records_are_rejected(tmp_path: Path) ->
     path.write_text("\n".join(json.dumps(t) for t in trials) + "\n" + "[" * 5000 + "]" * 5000 + "\n")
     records, rejected = _split(list(iter_records(path, "skillsbench-trials")))
     assert not records and len(rejected) == 5 and all(r.reason for r in rejected)
+
+
+@pytest.mark.shared
+def test_generate_library_prints_a_summary_and_json_only_when_asked(
+    apibank_file: Path, tmp_path: Path
+) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from segos_pipeline.cli.main import main
+
+    args = ["generate-library", str(apibank_file), str(tmp_path / "a"), "--format", "apibank"]
+    text = CliRunner().invoke(main, args)
+    assert text.exit_code == 0 and text.stdout.startswith("wrote 21 skill package(s) from apibank to ")
+    assert "excluded meta tools: ToolSearcher" in text.stdout and not text.stdout.lstrip().startswith("{")
+    as_json = CliRunner().invoke(main, [*args[:2], str(tmp_path / "b"), *args[3:], "--json"])
+    assert json.loads(as_json.stdout)["skills"] == 21

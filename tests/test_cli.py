@@ -85,6 +85,10 @@ def test_replay_json_shape(built):
         assert key in out
     assert set(out["latency_ms"]) == {"p50", "p95"} and out["k"] == 5 and out["n"] >= 20
     assert 0 <= out["comp"] <= out["recall"] <= out["hit"] <= 1
+    # --details without --json: one line a query after the summary
+    text = run("replay", DEMO_DIR / "queries" / "demo.jsonl", "--store", store, "--details").stdout
+    lines = [line for line in text.splitlines() if line.startswith(("  hit ", "  MISS "))]
+    assert len(lines) == out["n"] and sum(line.startswith("  hit ") for line in lines) == out["n_hit"]
 
 
 @pytest.mark.parametrize(
@@ -218,6 +222,17 @@ def test_damaged_versions_are_reported_not_hidden(tmp_path):
     assert f"{bad_manifest}: DAMAGED: manifest.json unreadable" in result.stdout
     assert "2 damaged version(s)" in result.stderr
     assert "not both" in run("verify", v1, "--all", "--store", store, ok=False).stderr
+    as_json = run("verify", "--all", "--store", store, "--json", ok=False)
+    assert as_json.exit_code == 2 and "2 damaged version(s)" in as_json.stderr
+    report = json.loads(as_json.stdout)
+    assert report["damaged"] == 2
+    assert {r["version"]: r["ok"] for r in report["versions"]} == {
+        v1: True,
+        bad_files: False,
+        bad_manifest: False,
+    }
+    one = json.loads(run("verify", v1, "--store", store, "--json").stdout)
+    assert one == {"versions": [{"version": v1, "ok": True, "problem": None}], "damaged": 0}
 
 
 def test_every_option_of_every_command_says_what_it_does():

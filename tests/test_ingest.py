@@ -100,3 +100,19 @@ def test_record_without_timestamp_or_window_is_quarantined(store, tmp_path):
     path.write_text(json.dumps(OK) + "\n")
     report = TraceStore(store).ingest(iter_records(path, "native"))
     assert report.accepted == 0 and report.quarantined == 1
+
+
+def test_quarantine_reasons_are_counted_by_whole_words():
+    from segos_pipeline.evolution.ingest import reason_kind
+
+    assert reason_kind("missing `task_id`: `task_id` must be a non-empty JSON string") == "missing `task_id`"
+    assert reason_kind("`reward` must be a number in [0, 1], got 1.7 (reward: Input should be <= 1)") == (
+        "`reward` must be a number in [0, 1], got 1.7…"
+    )
+    long = (
+        "line is not valid JSON (control character (\\u0000-\\u001F) found while parsing a string at line 2)"
+    )
+    assert reason_kind(long) == "line is not valid JSON…"
+    words = " ".join(["word"] * 40)
+    kind = reason_kind(words)
+    assert len(kind) <= 80 and kind.endswith("word…") and kind[:-1] == " ".join(["word"] * (len(kind) // 5))

@@ -145,28 +145,34 @@ def report(version: str | None, store: Path | None, as_json: bool) -> None:
 @click.argument("version", required=False)
 @store_option
 @click.option("--all", "every", is_flag=True, help="Check every version, and report unreadable manifests.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @friendly_errors
-def verify(version: str | None, store: Path | None, every: bool) -> None:
+def verify(version: str | None, store: Path | None, every: bool, as_json: bool) -> None:
     """Check VERSION's files (default: the newest version's) against the sha256 hashes in its manifest."""
     st = _store(store)
-    if not every:
-        vid = st.resolve(version)
+    if every and version is not None:
+        _fail("give a VERSION or --all, not both")
+    problems = st.unreadable_versions() if every else {}
+    checked = [m["version"] for m in st.list_versions()] if every else [st.resolve(version)]
+    ok = []
+    for vid in checked:
         bad = st.verify(vid)
         if bad:
-            _fail(f"version {vid} is damaged: {', '.join(bad)} differ from the manifest")
-        click.echo(f"{vid}: ok")
-        return
-    if version is not None:
-        _fail("give a VERSION or --all, not both")
-    problems = st.unreadable_versions()
-    for m in st.list_versions():
-        bad = st.verify(m["version"])
-        if bad:
-            problems[m["version"]] = f"{', '.join(bad)} differ from the manifest"
+            problems[vid] = f"{', '.join(bad)} differ from the manifest"
         else:
-            click.echo(f"{m['version']}: ok")
-    for vid, why in sorted(problems.items()):
-        click.echo(f"{vid}: DAMAGED: {why}")
+            ok.append(vid)
+    if as_json:
+        rows = [{"version": v, "ok": True, "problem": None} for v in ok]
+        rows += [{"version": v, "ok": False, "problem": why} for v, why in sorted(problems.items())]
+        _emit_json({"versions": rows, "damaged": len(problems)})
+    elif every or not problems:  # one damaged version is the error line alone, on stderr
+        for vid in ok:
+            click.echo(f"{vid}: ok")
+        for vid, why in sorted(problems.items()):
+            click.echo(f"{vid}: DAMAGED: {why}")
+    if problems and not every:
+        vid, why = next(iter(problems.items()))
+        _fail(f"version {vid} is damaged: {why}")
     if problems:
         _fail(
             f"{len(problems)} damaged version(s); snapshots are never repaired in place: restore them from a "
@@ -253,6 +259,10 @@ def replay_cmd(
         f"MRR {result['mrr']:.3f}  mean best rank {mbr if mbr is None else round(mbr, 3)}"
     )
     click.echo(f"latency ms p50 {result['latency_ms']['p50']:.3f}  p95 {result['latency_ms']['p95']:.3f}")
+    for row in result.get("queries", []):  # --details: one line a query, misses marked
+        mark = "hit " if row["hit"] else "MISS"
+        label = row["task"] or f"line {row['line']}"
+        click.echo(f"  {mark} {label}: gold {', '.join(row['gold'])} | top {', '.join(row['ranked']) or '-'}")
 
 
 def _parse_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -341,8 +351,12 @@ def ingest(
         f"read {report.read}: {report.accepted} accepted, {report.duplicates} duplicate(s) skipped, "
         f"{report.quarantined} quarantined (skills resolved against {report.version})"
     )
+    traces_dir = TraceStore(st).root
     for w, c in sorted(report.windows.items()):
-        click.echo(f"  window {w}: +{c['accepted']} (total {c['total']}), {c['quarantined']} quarantined")
+        where = f" ({traces_dir / w / 'quarantine.jsonl'})" if c["quarantined"] else ""
+        click.echo(
+            f"  window {w}: +{c['accepted']} (total {c['total']}), {c['quarantined']} quarantined{where}"
+        )
     if report.conflicts:
         click.echo(f"  {report.conflicts} conflict(s): ids already ingested with different content")
     for reason, n in report.quarantine_reasons.items():
@@ -549,8 +563,13 @@ def generate_library(source: Path, out_dir: Path, fmt: str, as_json: bool) -> No
     summary = write_library(source, fmt, out_dir)
     if as_json:
         _emit_json(summary)
-    else:
-        click.echo(json.dumps(summary, indent=2, default=str))
+        return
+    click.echo(f"wrote {summary['skills']} skill package(s) from {fmt} to {summary['out_dir']}")
+    for key, value in summary.items():  # the adapter's counts and lists, each on its own line
+        if key in ("format", "out_dir", "skills") or value in ([], None, ""):
+            continue
+        shown = ", ".join(map(str, value)) if isinstance(value, list) else value
+        click.echo(f"  {key.replace('_', ' ')}: {shown}")
 
 
 main.add_command(eval_cmd)

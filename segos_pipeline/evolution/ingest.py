@@ -696,7 +696,7 @@ class _Run:
         added = 0
         with (folder / "quarantine.jsonl").open("a", encoding="utf-8") as fh:
             for r in rows:
-                key = r.reason.split(":")[0][:80]
+                key = reason_kind(r.reason)
                 self.report.quarantine_reasons[key] = self.report.quarantine_reasons.get(key, 0) + 1
                 if (r.source, r.reason, r.raw) in seen:  # the same rejection again: already quarantined
                     continue
@@ -709,6 +709,17 @@ class _Run:
         counts["quarantined"] += added
         if window in self.ids or self.traces.files(window):
             counts["total"] = len(self.stored_ids(window))
+
+
+def reason_kind(reason: str, limit: int = 80) -> str:
+    """What a quarantine reason is about, for counting them: its head before the first ':', at most `limit`
+    characters, cut between words and before a parenthesis it leaves open; "…" when something was cut
+    (the whole reason is in the quarantine file)."""
+    head = reason.split(":")[0].strip()
+    kind = head if len(head) <= limit else head[: limit - 1].rsplit(" ", 1)[0]
+    while kind.count("(") > kind.count(")"):
+        kind = kind[: kind.rfind("(")].rstrip()
+    return kind if kind == head else kind + "…"
 
 
 def empty_traces() -> pl.DataFrame:
