@@ -16,6 +16,7 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp.shared.exceptions import MCPError
 
 from segos_pipeline import SnapshotStore, build_cold_start
 from segos_pipeline.evolution.adapters import iter_records
@@ -340,8 +341,9 @@ def test_skills_are_resources_with_a_template_a_listing_and_completion(store: Pa
             assert body.strip()[:200] in content.text  # the full card, not a clipped one
             by_name = await client.read_resource("skill://csv-loader")
             assert by_name.contents[0].text == content.text
-            with pytest.raises(Exception, match="unknown skill"):
+            with pytest.raises(MCPError, match="unknown skill") as unknown:
                 await client.read_resource("skill://no-such-skill")
+            assert unknown.value.code == -32602  # invalid params: the client named no skill of the version
 
             prefix = loader.split("/")[0]
             done = await client.complete(
@@ -535,3 +537,23 @@ def test_a_taken_port_is_one_clear_error_before_anything_is_announced(store: Pat
         proc.stderr.strip()
         == f"error: cannot listen on 127.0.0.1:{port} (Address already in use); choose another --port"
     )
+
+
+def test_each_server_log_line_is_written_once(capfd):
+    import logging
+
+    from segos_pipeline.cli.service import server_log
+
+    log = server_log()
+    # what the MCP SDK's configure_logging does when a server is built (pytest's own root handlers make
+    # its basicConfig a no-op here, so the root handler is added by hand)
+    root_handler = logging.StreamHandler(sys.stderr)
+    logging.getLogger().addHandler(root_handler)
+    try:
+        log.info("version v0042-abcdef12 loaded in 0.1 s")
+        err = capfd.readouterr().err
+        assert err.count("v0042-abcdef12") == 1 and "segos mcp: version v0042-abcdef12" in err
+    finally:
+        logging.getLogger().removeHandler(root_handler)
+        log.propagate = True
+        log.handlers.clear()

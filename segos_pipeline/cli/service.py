@@ -34,6 +34,21 @@ if TYPE_CHECKING:
     from ..service.api import SegosService
 
 
+def server_log() -> logging.Logger:
+    """The service's log (version switches) on stderr, which MCP clients keep as the server's log (stdout is
+    the wire), each line once: the MCP SDK gives the root logger a handler of its own, so the service's log
+    does not propagate to it."""
+    service_log = logging.getLogger("segos_pipeline.service.api")
+    if not any(getattr(h, "segos", False) for h in service_log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("segos mcp: %(message)s"))
+        handler.segos = True  # type: ignore[attr-defined]
+        service_log.addHandler(handler)
+    service_log.setLevel(logging.INFO)
+    service_log.propagate = False
+    return service_log
+
+
 @click.command(name="mcp")
 @store_option
 @click.option(
@@ -92,13 +107,7 @@ def mcp_command(
         return
     from ..service.mcp_server import ServiceSlot, check_listen, serve
 
-    # Version switches go to stderr, which MCP clients keep as the server's log (stdout is the wire); set up
-    # first, so that a damaged newest version passed over at start is reported too.
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("segos mcp: %(message)s"))
-    service_log = logging.getLogger("segos_pipeline.service.api")
-    service_log.addHandler(handler)
-    service_log.setLevel(logging.INFO)
+    server_log()  # first, so that a damaged newest version passed over at start is reported too
     if http:
         check_listen("127.0.0.1", port)  # before anything starts: a taken port is one clear error line
     where = f"http://127.0.0.1:{port}/mcp" if http else "stdio"

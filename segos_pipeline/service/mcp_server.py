@@ -42,7 +42,7 @@ import anyio
 import anyio.to_thread
 import pydantic_core
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp.shared.message import SessionMessage
 from mcp.types import (
     CallToolResult,
@@ -423,7 +423,11 @@ def build_server(
         except Exception as exc:
             if not _expected(exc):
                 raise
-            raise ResourceError(str(exc)) from None
+            from .api import UnknownSkill  # loaded with the service
+
+            # an unknown skill is the client's argument (-32602); anything else, the server's state (-32603)
+            error = ResourceNotFoundError if isinstance(exc, UnknownSkill) else ResourceError
+            raise error(str(exc)) from None
         from ..retrieval.ranker import render_skill  # loaded with the service
 
         return render_skill(detail["skill"])
