@@ -150,6 +150,10 @@ wait_option = click.option(
 version_option = click.option(
     "--version", "version", default=None, help="Version id, prefix or vN (default: latest)."
 )
+json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+k_option = click.option(
+    "--k", type=click.IntRange(min=1), default=5, show_default=True, help="Measure the top K skills."
+)
 
 
 def store_root(given: str | Path | None) -> str | Path:

@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from ..config import EvolutionConfig, retrieval_for
-from .common import _emit_json, _store, friendly_errors, require_extra, store_option
+from .common import _emit_json, _store, friendly_errors, k_option, require_extra, store_option
 
 
 def _say(quiet: bool) -> Any:
@@ -70,9 +70,7 @@ def _say(quiet: bool) -> Any:
     show_default=True,
     help="Folder the report (report.md, report.json, charts) is written to.",
 )
-@click.option(
-    "--k", type=click.IntRange(min=1), default=5, show_default=True, help="Measure the top K skills."
-)
+@k_option
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap, split and simulator seed.")
 @click.option("--bootstrap", "n_boot", type=int, default=2000, show_default=True, help="Bootstrap resamples.")
 @click.option("--no-charts", is_flag=True, help="Skip the PNG charts.")

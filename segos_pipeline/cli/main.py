@@ -19,6 +19,8 @@ from .common import (
     _store,
     _writing,
     friendly_errors,
+    json_option,
+    k_option,
     reporter,
     require_extra,
     store_name,
@@ -97,7 +99,7 @@ def build(
 
 @main.command()
 @store_option
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@json_option
 @friendly_errors
 def versions(store: Path | None, as_json: bool) -> None:
     """List the versions in a store, oldest first."""
@@ -125,7 +127,7 @@ def versions(store: Path | None, as_json: bool) -> None:
 @main.command()
 @click.argument("version", required=False)
 @store_option
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@json_option
 @friendly_errors
 def report(version: str | None, store: Path | None, as_json: bool) -> None:
     """Show the build report (every parsing problem and what was done) of VERSION."""
@@ -145,7 +147,7 @@ def report(version: str | None, store: Path | None, as_json: bool) -> None:
 @click.argument("version", required=False)
 @store_option
 @click.option("--all", "every", is_flag=True, help="Check every version, and report unreadable manifests.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@json_option
 @friendly_errors
 def verify(version: str | None, store: Path | None, every: bool, as_json: bool) -> None:
     """Check VERSION's files (default: the newest version's) against the sha256 hashes in its manifest."""
@@ -188,7 +190,7 @@ def verify(version: str | None, store: Path | None, every: bool, as_json: bool) 
 @click.option(
     "--max-chars", type=click.IntRange(min=1), default=None, help="Global character budget (default 9000)."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@json_option
 @click.option("--show-text", is_flag=True, help="Print the hydrated skill texts.")
 @friendly_errors
 def retrieve(
@@ -226,10 +228,8 @@ def retrieve(
 @click.argument("queries", type=click.Path(path_type=Path))
 @store_option
 @version_option
-@click.option(
-    "--k", type=click.IntRange(min=1), default=5, show_default=True, help="Measure the top K skills."
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@k_option
+@json_option
 @click.option("--details", is_flag=True, help="Include per-query rankings.")
 @friendly_errors
 def replay_cmd(
@@ -308,7 +308,7 @@ def _parse_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
     default=None,
     help="Lines validated and stored per batch (memory follows it; default 50,000).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@json_option
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @wait_option
 @friendly_errors
@@ -473,7 +473,7 @@ def _counters_line(rules: Any, prefix: str = "") -> str:
 @click.argument("v1")
 @click.argument("v2")
 @store_option
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@json_option
 @click.option("--markdown", is_flag=True, help="Print the diff as a Markdown report.")
 @click.option("--limit", type=int, default=15, show_default=True, help="Rows in the largest-changes listing.")
 @friendly_errors
@@ -554,7 +554,7 @@ def simulate(
     required=True,
     help="Format of the source: its tools become the library's packages.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@json_option
 @friendly_errors
 def generate_library(source: Path, out_dir: Path, fmt: str, as_json: bool) -> None:
     """Write a SKILL.md library generated from a trace source's APIs (API-Bank, ToolBench)."""

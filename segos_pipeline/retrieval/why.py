@@ -68,8 +68,7 @@ def learned(
         tasks, request = explained
         clipped = request if len(request) <= REQUEST_CHARS else request[: REQUEST_CHARS - 1] + "…"
         out.append(_reason("experience", None, None, value, tasks=tasks, request=clipped))
-    lift = co_use.of(node) if co_use is not None else 0.0
-    if lift > 0 and co_use is not None:
+    if co_use is not None and (lift := co_use.of(node)) > 0:
         tasks = int(index.co_tasks[co_use.anchor, node])
         out.append(_reason("co-use", str(ids[co_use.anchor]), None, lift, tasks=tasks))
     return out

@@ -80,7 +80,11 @@ class _Loaded:
     retriever: Retriever
     precedence: Precedence
     loaded_at: str
-    incidence: Incidence  # every edge touching each skill
+
+    @property
+    def incidence(self) -> Incidence:
+        """Every edge touching each skill (the retriever's, built when the version loaded)."""
+        return self.retriever.incidence
 
     @property
     def version(self) -> str:
@@ -183,7 +187,6 @@ class SegosService:
             retriever=retriever,
             precedence=precedence,
             loaded_at=datetime.now(UTC).isoformat(timespec="seconds"),
-            incidence=retriever.incidence,
         )
         with self._lock:
             loaded = self._cache.setdefault(vid, loaded)
