@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import textwrap
 import uuid
@@ -19,6 +20,9 @@ from segos_pipeline.store.snapshot import MANIFEST, Snapshot, SnapshotStore, sha
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data"
+# The deliberately broken packages (one per parser error case; see its README.md). Kept out of the shipped
+# demo library so that a newcomer's first build is clean; tests add them to a copy of it.
+MALFORMED = Path(__file__).resolve().parent / "fixtures" / "malformed"
 
 
 def copy_checkout(dest: Path) -> Path:
@@ -49,6 +53,13 @@ def run_bash(script: str, cwd: Path, env: dict[str, str], timeout: float) -> sub
         text=True,
         timeout=timeout,
     )
+
+
+def demo_library_with_malformed(dest: Path) -> Path:
+    """A copy of the demo library at `dest` with the malformed packages under `dest/_malformed/`."""
+    shutil.copytree(DEFAULT_LIBRARY, dest)
+    shutil.copytree(MALFORMED, dest / "_malformed")
+    return dest
 
 
 def write_skill(

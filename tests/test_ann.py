@@ -208,7 +208,7 @@ def test_evidence_nodes_equals_the_dense_evidence_on_every_path_with_and_without
 
 @pytest.fixture
 def ivf_everywhere(monkeypatch):
-    """The large-library path on the 69-skill demo (with `LISTS`: lists from 20 skills): a query reads
+    """The large-library path on the 60-skill demo (with `LISTS`: lists from 20 skills): a query reads
     about half of its 8 lists."""
     monkeypatch.setattr(semantic_mod, "IVF_SCAN_ROWS", 30)
 
@@ -233,8 +233,8 @@ def test_semantic_evidence_through_inverted_lists_is_the_exact_pass_over_the_row
     assert {p.name for p in entry.iterdir()} >= {"centroids.npy", "order.npy", "offsets.npy", "vectors.npy"}
     for q in QUERIES:
         rows, _ = ivf.lists.scan(ivf.query_vector(q), ivf.scan_rows)
-        assert 30 <= len(rows) < 69
-        sims = np.full(69, -np.inf)
+        assert 30 <= len(rows) < 60
+        sims = np.full(60, -np.inf)
         sims[rows] = ivf.similarities(q)[rows]  # skills the scan did not read get nothing
         z_ivf = ivf.evidence(q)
         assert np.count_nonzero(z_ivf) > 0
@@ -318,5 +318,5 @@ def test_a_damaged_or_foreign_lists_cache_entry_is_rebuilt(demo_store, ivf_every
 def test_lists_are_off_when_the_setting_is_zero_or_the_library_smaller(demo_store, ivf_everywhere):
     snap = SnapshotStore(demo_store).load()
     assert Retriever(snap, RetrievalConfig(semantic_lists_min_skills=0)).semantic.lists is None
-    assert Retriever(snap, RetrievalConfig(semantic_lists_min_skills=69)).semantic.lists is None
-    assert Retriever(snap, RetrievalConfig(semantic_lists_min_skills=68)).semantic.lists is not None
+    assert Retriever(snap, RetrievalConfig(semantic_lists_min_skills=60)).semantic.lists is None
+    assert Retriever(snap, RetrievalConfig(semantic_lists_min_skills=59)).semantic.lists is not None

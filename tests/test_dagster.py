@@ -37,6 +37,8 @@ from segos_pipeline.evolution.round import evolve
 from segos_pipeline.paths import DEMO_TRACES
 from segos_pipeline.store.snapshot import SnapshotStore
 
+from .conftest import demo_library_with_malformed
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout
 
 # Outputs carry data versions on purpose (a beta parameter); the schedule helper uses a deprecated call
@@ -205,11 +207,7 @@ def test_windows_chain_versions(pipeline: dict[str, Any]) -> None:
 
 def test_metadata_and_diff(pipeline: dict[str, Any]) -> None:
     nodes = metadata(pipeline["cold"], "skill_nodes")
-    assert nodes["dagster/row_count"] > 0 and nodes["problems"] > 0
-    problems = nodes["problems_table"]  # a table with its schema, not Markdown
-    assert [c.name for c in problems.schema.columns] == ["severity", "file", "problem", "action"]
-    assert len(problems.records) == min(nodes["problems"], 50)
-    assert {r.data["severity"] for r in problems.records} <= {"error", "warning"}
+    assert nodes["dagster/row_count"] == 60 and nodes["problems"] == 0  # the shipped demo is clean
     edges = metadata(pipeline["cold"], "semantic_edges")
     assert edges["dagster/row_count"] > 0 and edges["stats"]["unordered_pairs"] > 0
     assert edges["stats"]["max_degree"] >= 1
@@ -251,6 +249,20 @@ def test_metadata_and_diff(pipeline: dict[str, Any]) -> None:
         assert 0.0 <= report["replay"]["hit@5"] <= 1.0 and isinstance(report["replay"]["mrr"], float)
         methods = [r.data["method"] for r in report["versus_baselines"].records]
         assert methods == ["version", "ppr", "lexical", "bm25"]
+
+
+def test_build_problems_are_a_table(tmp_path: Path) -> None:
+    """The malformed fixture's problems show as a table with its schema (not Markdown) on skill_nodes."""
+    library = demo_library_with_malformed(tmp_path / "lib")
+    resources = build_resources(tmp_path / "store", library_root=library)
+    result = run(AssetSelection.assets("skill_nodes"), resources, DagsterInstance.ephemeral())
+    nodes = metadata(result, "skill_nodes")
+    assert nodes["dagster/row_count"] == 69 and nodes["problems"] == 14
+    problems = nodes["problems_table"]
+    assert [c.name for c in problems.schema.columns] == ["severity", "file", "problem", "action"]
+    assert len(problems.records) == 14
+    assert {r.data["severity"] for r in problems.records} == {"error", "warning"}
+    assert any(r.data["file"] == "_malformed/unsafe-yaml/SKILL.md" for r in problems.records)
 
 
 def test_only_a_few_numbers_are_plotted(pipeline: dict[str, Any]) -> None:

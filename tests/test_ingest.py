@@ -10,6 +10,8 @@ from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.traces import TraceError, ctrf_reward, parse_native
 from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR
 
+from .conftest import demo_library_with_malformed
+
 OK = {"trace_id": "t1", "task_id": "task", "queries": [{"text": "q"}], "used": ["a"], "reward": 1.0}
 
 
@@ -62,7 +64,16 @@ def store(tmp_path):
     return st
 
 
-def test_demo_windows_ingest_idempotently_with_quarantine(store):
+@pytest.fixture
+def store_with_malformed(tmp_path):
+    """The demo library plus the malformed fixture, whose `duplicate-name` package is named `csv-loader`."""
+    st = SnapshotStore(tmp_path / "store")
+    build_cold_start(demo_library_with_malformed(tmp_path / "lib"), st)
+    return st
+
+
+def test_demo_windows_ingest_idempotently_with_quarantine(store_with_malformed):
+    store = store_with_malformed
     ts = TraceStore(store)
     first = ts.ingest(iter_records(DEMO_DIR / "traces", "native"))
     assert set(ts.windows()) == {"2026-11-27", "2026-11-28"}

@@ -40,7 +40,7 @@ def test_wheel_ships_the_demo_data_and_no_assets_package(wheel: Path):
     demo = ROOT / "segos_pipeline" / "demo"
     shipped = {n.removeprefix("segos_pipeline/demo/") for n in names if n.startswith("segos_pipeline/demo/")}
     on_disk = {p.relative_to(demo).as_posix() for p in demo.rglob("*") if p.is_file()}
-    assert on_disk and shipped == on_disk  # every file: `_malformed/`, scripts/, files without extensions
+    assert on_disk and shipped == on_disk  # every file: scripts/, files without extensions
     skills = [n for n in names if n.startswith("segos_pipeline/demo/library/") and n.endswith("/SKILL.md")]
     assert len(skills) == sum(1 for _ in (demo / "library").rglob("SKILL.md"))
     tops = {n.split("/", 1)[0] for n in names}

@@ -1,6 +1,3 @@
-import os
-from pathlib import Path
-
 import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -8,7 +5,7 @@ from hypothesis import strategies as st
 from segos_pipeline.config import ParseConfig
 from segos_pipeline.graph.parsing import NODE_SCHEMA, REPORT_SCHEMA, parse_library, split_frontmatter
 
-from .conftest import write_skill
+from .conftest import demo_library_with_malformed, write_skill
 
 FULL = """
 name: csv-loader
@@ -175,21 +172,44 @@ def test_split_frontmatter_handles_bom_and_dots_fence():
     assert fm.data == {"name": "a", "description": "b"} and fm.body == "body" and not fm.problems
 
 
-def test_demo_library_parses_with_reported_malformed_packages():
+def test_demo_library_is_clean():
+    """The shipped demo is what a newcomer's first `segos build` reads: 60 skills and no problem."""
     from segos_pipeline.paths import DEFAULT_LIBRARY
 
     parsed = parse_library(DEFAULT_LIBRARY)
-    on_disk = {p.parent.relative_to(DEFAULT_LIBRARY).as_posix() for p in DEFAULT_LIBRARY.rglob("SKILL.md")}
-    reported_skips = {
-        Path(f).parent.as_posix()
-        for f in parsed.report.filter(pl.col("action").str.contains("skipped"))["file"]
-    }
-    assert on_disk == set(parsed.nodes["id"]) | reported_skips
-    assert 40 <= parsed.nodes.height <= 90
-    malformed = parsed.nodes.filter(pl.col("id").str.starts_with("_malformed/"))
-    assert malformed.height >= 5
-    assert all(len(p) > 0 for p in malformed.filter(pl.col("id") != "_malformed/duplicate-name")["problems"])
-    assert os.path.isdir(DEFAULT_LIBRARY)
+    assert parsed.nodes.height == 60
+    assert parsed.report.height == 0, parsed.report
+    assert not any(i.startswith("_") for i in parsed.nodes["id"])
+
+
+# The problem codes each package of tests/fixtures/malformed must get (its README.md says why).
+MALFORMED_PROBLEMS = {
+    "bad-encoding": {"invalid_utf8"},
+    "broken-yaml": {"invalid_yaml"},
+    "duplicate-name": set(),  # a valid package: the clash is reported in the file report, below
+    "empty": {"empty"},
+    "frontmatter-not-mapping": {"frontmatter_not_mapping", "missing_name", "missing_description"},
+    "missing-description": {"missing_description"},
+    "missing-name": {"missing_name"},
+    "no-frontmatter": {"no_frontmatter", "missing_name", "missing_description"},
+    "unsafe-yaml": {"invalid_yaml"},
+}
+
+
+def test_malformed_fixture_packages_are_each_reported_never_dropped(tmp_path):
+    lib = demo_library_with_malformed(tmp_path / "lib")
+    parsed = parse_library(lib)
+    on_disk = {p.parent.relative_to(lib).as_posix() for p in lib.rglob("SKILL.md")}
+    assert on_disk == set(parsed.nodes["id"])  # nothing dropped
+    assert parsed.nodes.height == 69
+    for name, codes in MALFORMED_PROBLEMS.items():
+        assert set(_problems(parsed, f"_malformed/{name}")) == codes, name
+    assert _node(parsed.nodes, "_malformed/broken-yaml")["name"] == "yaml-config-merger"  # salvaged
+    assert _node(parsed.nodes, "_malformed/missing-name")["name"] == "missing-name"  # the folder's name
+    clash = set(parsed.report.filter(pl.col("problem").str.contains("also used"))["file"])
+    assert clash == {"data-wrangling/csv-loader/SKILL.md", "_malformed/duplicate-name/SKILL.md"}
+    assert parsed.report.height == 14
+    assert set(parsed.report["severity"]) == {"error", "warning"}
 
 
 def test_parallel_parse_equals_serial(tmp_path, monkeypatch):

@@ -196,7 +196,7 @@ def test_two_pass_search_of_a_large_library_gives_the_exact_evidence(demo_store,
     snap = SnapshotStore(demo_store).load()
     exact = Retriever(snap).semantic
     monkeypatch.setattr(semantic_mod, "FUNNEL_MIN_SKILLS", 10)
-    monkeypatch.setattr(semantic_mod, "FUNNEL_MIN_SHORTLIST", 50)  # of 69: the head is on it
+    monkeypatch.setattr(semantic_mod, "FUNNEL_MIN_SHORTLIST", 50)  # of 60: the head is on it
     monkeypatch.setattr(semantic_mod, "FUNNEL_FACTOR", 1)
     funnel = Retriever(snap).semantic
     assert funnel._coarse is not None and exact._coarse is None
