@@ -2,7 +2,8 @@
 # One command on a fresh machine: create .venv, install segos, then run the main job on the embedded demo
 # data shipped in segos_pipeline/demo with Dagster (cold start of its library, then the evolution windows of
 # its traces: 2026-11-27 and 2026-11-28, copied into the store's landing folder as agents' traces would
-# land), and show the result with the CLI: versions, what evolution changed, a bundle, replay.
+# land), and show the result with the CLI: versions, what evolution changed, then a before / after (a
+# held-out task's bundle and the held-out replay, cold start vs evolved) and the next steps.
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -33,17 +34,28 @@ for window in 2026-11-27 2026-11-28; do
   echo "== Dagster: evolution_job, window $window (traces landed in $LANDING)"
   run_job evolution_job --tags "{\"dagster/partition\": \"$window\"}"
 done
+# The CLI of this checkout (the code the Dagster runs above used), whichever `segos` PATH holds.
+segos() { .venv/bin/python -m segos_pipeline.cli "$@"; }
 echo "== versions"
-.venv/bin/segos versions
-read -r COLD LATEST < <(.venv/bin/segos versions --json | .venv/bin/python -c '
+segos versions
+read -r COLD LATEST < <(segos versions --json | .venv/bin/python -c '
 import json, sys
 v = json.load(sys.stdin)
 print([m["version"] for m in v if m["kind"] == "cold_start"][-1], v[-1]["version"])')
 echo "== what the two windows changed ($COLD -> $LATEST)"
-.venv/bin/segos diff "$COLD" "$LATEST" --limit 8
-echo "== a bundle for one task, cold start vs evolved"
-.venv/bin/segos retrieve "turn the recorded product demo video into an English subtitle file" --version "$COLD"
-.venv/bin/segos retrieve "turn the recorded product demo video into an English subtitle file" --version "$LATEST"
-echo "== replay of the held-out queries, cold start vs evolved"
-.venv/bin/segos replay "$DEMO"/queries/holdout.jsonl --k 5 --version "$COLD"
-.venv/bin/segos replay "$DEMO"/queries/holdout.jsonl --k 5 --version "$LATEST"
+segos diff "$COLD" "$LATEST" --limit 8
+# A held-out task (not one of the traces' tasks) that needs a chain of four skills: the traces' modelling
+# runs teach that chain, so its bundle is where evolution shows.
+TASK=$(.venv/bin/python -c 'import json, sys
+print(next(q["query"] for q in map(json.loads, open(sys.argv[1])) if q["task"] == "house-price-xgb"))' \
+  "$DEMO"/queries/holdout.jsonl)
+echo
+echo "== before / after: one task's bundle, cold start (before) vs evolved (after)"
+segos compare "$COLD" "$LATEST" --query "$TASK" --queries "$DEMO"/queries/holdout.jsonl --k 5
+echo
+echo "== next steps"
+echo "  open the UI (the runs above are in it):"
+echo "      DAGSTER_HOME=$DAGSTER_HOME .venv/bin/dagster dev     # http://127.0.0.1:3000"
+echo "  connect an agent (Claude Code; other clients: .venv/bin/segos mcp --print-config, docs/mcp.md):"
+echo "      claude mcp add-json segos \"\$(.venv/bin/segos mcp --print-config server)\""
+echo "  your own skills: .venv/bin/segos build /path/to/library, or SEGOS_LIBRARY in Dagster (docs/dagster.md)"

@@ -28,6 +28,7 @@ from .common import (
     version_option,
     wait_option,
 )
+from .compare import compare_cmd
 from .evaluate import eval_cmd
 from .service import COMMANDS as SERVICE_COMMANDS
 
@@ -573,5 +574,6 @@ def generate_library(source: Path, out_dir: Path, fmt: str, as_json: bool) -> No
 
 
 main.add_command(eval_cmd)
+main.add_command(compare_cmd)
 for _cmd in SERVICE_COMMANDS:  # segos mcp | add | update | remove
     main.add_command(_cmd)
