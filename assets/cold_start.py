@@ -87,10 +87,11 @@ def version_record(manifest: dict[str, Any], store_root: str) -> dict[str, Any]:
     kinds=TABLE_KINDS,
     owners=OWNERS,
     tags=tags("1-parse", GROUP),
-    metadata=column_schema(NODE_SCHEMA),
+    metadata=column_schema(NODE_SCHEMA, "The node table"),
     check_specs=[checks.unique_ids_spec("skill_nodes")],
-    description="Parse every SKILL.md under the library root into the node table, its tokens and the "
-    "build report (stage 1). Output: {nodes, tokens, report} Parquet tables.",
+    description="Parse every SKILL.md package under the library root (`SEGOS_LIBRARY`, default the demo "
+    "library) into one row per skill, its search tokens, and the build report: every problem found "
+    "(broken YAML, missing name, ...) and what was done about it. Output: {nodes, tokens, report} tables.",
 )
 def skill_nodes(
     context: AssetExecutionContext, segos: SegosPaths, build_settings: BuildSettings
@@ -128,9 +129,11 @@ def skill_nodes(
     kinds=TABLE_KINDS,
     owners=OWNERS,
     tags=tags("2-semantic-edges", GROUP),
-    metadata=column_schema(EDGE_SCHEMA),
+    metadata=column_schema(EDGE_SCHEMA, "The edge table"),
     check_specs=[checks.edge_invariants_spec("semantic_edges")],
-    description="Signature-token Jaccard kNN edges (stage 2). Output: {edges, stats} Parquet tables.",
+    description="The cold-start skill graph: `semantic` edges from each skill to the k skills whose "
+    "package text (every field but the body) shares the most tokens with it (Jaccard overlap). "
+    "Output: {edges, stats} tables.",
 )
 def semantic_edges(
     context: AssetExecutionContext, skill_nodes: dict[str, pl.DataFrame], build_settings: BuildSettings
@@ -166,7 +169,9 @@ def semantic_edges(
     owners=OWNERS,
     tags=tags("3-transition", GROUP),
     check_specs=[checks.transition_spec("transition_matrix")],
-    description="Reverse-aware, row-normalised CSR operator over the traversable edges (stage 3).",
+    description="The random-walk operator retrieval spreads relevance with (Personalized PageRank): a "
+    "row-normalised sparse matrix over the traversable edges, each also walked backwards with a "
+    "per-relation coefficient.",
 )
 def transition_matrix(
     context: AssetExecutionContext,

@@ -62,14 +62,15 @@ from segos_pipeline.store.diff import diff_versions, largest_changes
 
 from . import checks
 from .cold_start import version_record, version_uri
-from .locations import store_name
+from .locations import start_date, store_name
 from .metadata import OWNERS, RECORD_KINDS, TABLE_KINDS, column_schema, frame_table, rounded, table, tags
 from .resources import EngineSettings, EvolutionSettings, RetrievalSettings, SegosPaths
 from .spark_pipes import PipesSparkEngine
 
 GROUP = "evolution"
-# The demo traces are windows 2026-11-27 and 2026-11-28; a window's partition exists once its day ended.
-windows = DailyPartitionsDefinition(start_date="2026-11-27")
+# One window a day from `$SEGOS_START_DATE` (default: the demo traces' first window, 2026-11-27; read when
+# the code location loads); a window's partition exists once its day ended.
+windows = DailyPartitionsDefinition(start_date=start_date())
 PREVIOUS_WINDOW = TimeWindowPartitionMapping(start_offset=-1, end_offset=-1)
 # The nightly schedule commits the window of the day before at 03:00: a graph_snapshot not materialized for
 # more than a day (plus the run's margin) missed a night; two nights missed is a failure.
@@ -96,11 +97,12 @@ DIFF_COLUMNS = {  # a diff's largest changes (store.diff.largest_changes rows)
     kinds=TABLE_KINDS,
     owners=OWNERS,
     tags=tags("4-ingest", GROUP),
-    metadata=column_schema(TRACE_SCHEMA),
+    metadata=column_schema(TRACE_SCHEMA, "The trace table"),
     ins={"cold_start_snapshot": AssetIn()},
-    description="Ingest the window's landing file (<landing_dir>/<YYYY-MM-DD>.jsonl, native format) into "
-    "the store's trace table for the window: validated, quarantined with reasons, idempotent on trace id "
-    "(stage 4). Output: the window's trace table.",
+    description="Ingest the window's landing file (<landing_dir>/<YYYY-MM-DD>.jsonl: agents' execution "
+    "traces) into the store's trace table for the window: validated, bad lines quarantined with reasons, "
+    "idempotent on trace id. A day without a file materializes with 0 new traces. Output: the window's "
+    "trace table.",
 )
 def traces(
     context: AssetExecutionContext, cold_start_snapshot: dict[str, Any], segos: SegosPaths
@@ -126,8 +128,12 @@ def traces(
             unknown_skills=MetadataValue.json(report.unknown_skills),
         )
     else:
-        context.log.warning(f"no landing file {landing}: the window keeps what was ingested before")
+        # A day without traces is a window like any other: materialized, with nothing new to learn from.
+        context.log.info(
+            f"no landing file {landing}: 0 new traces; the window keeps what was ingested before"
+        )
         counts = {"read": 0, "accepted": 0, "duplicates": 0, "quarantined": 0}
+        meta["note"] = MetadataValue.text("no landing file for this window: 0 new traces")
     frame = trace_store.load(window) if window in trace_store.windows() else empty_traces()
     meta.update(
         {
@@ -168,26 +174,31 @@ def revisions_table(revisions: pl.DataFrame, limit: int = 20) -> MetadataValue:
             kinds=TABLE_KINDS,
             owners=OWNERS,
             tags=tags("5-l1-topology", GROUP),
-            metadata=column_schema(EDGE_SCHEMA),
-            description="L1: the edge table after workflow / dependency / avoid induction and avoid "
-            "retraction (stage 5). Per-rule counters as metadata.",
+            metadata=column_schema(EDGE_SCHEMA, "The edge table"),
+            description="Topology: the edge table after the window's traces added `workflow` edges "
+            "(a query's seed and the skills the successful run used), `dependency` edges (a skill used "
+            "before another whose inputs its outputs feed) and `avoid` edges (pairs co-used only on "
+            "failed runs), and retracted avoid edges successes disproved. Per-rule counters as metadata.",
         ),
         "edge_weights": AssetOut(
             code_version="1",
             kinds=TABLE_KINDS,
             owners=OWNERS,
             tags=tags("6-l2-weights", GROUP),
-            metadata=column_schema(EDGE_SCHEMA),
-            description="L2: the edge table after reinforcement and attenuation (stage 6).",
+            metadata=column_schema(EDGE_SCHEMA, "The edge table"),
+            description="Weights: the edge table after edges witnessed again gained the window's "
+            "evidence, and skills retrieved often but never used had their incoming semantic weights "
+            "lowered (never deleted).",
         ),
         "descriptions": AssetOut(
             code_version="1",
             kinds=TABLE_KINDS,
             owners=OWNERS,
             tags=tags("7-l3-descriptions", GROUP),
-            metadata=column_schema(REVISION_SCHEMA),
-            description="L3: every description revision tried this round, committed or not, with its "
-            "evidence and gates (stage 7).",
+            metadata=column_schema(REVISION_SCHEMA, "Description revisions"),
+            description="Descriptions: every rewrite tried this window of the description of a skill "
+            "a successful run used but retrieval missed (adding the words of its own package the query "
+            "needed), committed or not, with its evidence and the rank checks it passed or failed.",
         ),
         "graph_snapshot": AssetOut(
             code_version="1",
@@ -195,8 +206,9 @@ def revisions_table(revisions: pl.DataFrame, limit: int = 20) -> MetadataValue:
             owners=OWNERS,
             tags=tags("8-commit", GROUP),
             freshness_policy=NIGHTLY_FRESHNESS,
-            description="The window's version committed to the snapshot store, child of the previous "
-            "window's version (the cold start for the first window) (stage 8). Output: version record.",
+            description="The window's graph version committed to the snapshot store, child of the "
+            "previous window's version (the cold start for the first window); a window without traces "
+            "commits nothing and carries the previous version forward. Output: the version record.",
         ),
     },
     ins={
@@ -377,7 +389,7 @@ def _unchanged(parent_id: str, parent: Any, store: Any, window: str) -> Iterator
             "parent": parent_id,
             "committed": False,
             "traces": 0,
-            "note": "no traces",
+            "note": "no traces in this window: the previous version carries forward, nothing committed",
         },
     )
     yield checks.check_manifest("graph_snapshot", store, parent_id)
@@ -395,7 +407,7 @@ def _unchanged(parent_id: str, parent: Any, store: Any, window: str) -> Iterator
     owners=OWNERS,
     tags=tags("9-diff", GROUP),
     description="What the window changed: edges added / removed / reweighted / retyped and descriptions "
-    "changed, from the parent version to the window's version (SPEC §9 JSON shape).",
+    "changed, from the parent version to the window's version (the JSON of `segos diff --json`).",
 )
 def edge_diff(
     context: AssetExecutionContext, graph_snapshot: dict[str, Any], segos: SegosPaths

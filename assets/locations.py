@@ -12,14 +12,17 @@ the trace landing folder) are in its local cache, the same folder `segos --store
 from __future__ import annotations
 
 import os
+import re
+from datetime import date
 from pathlib import Path
 from typing import Any
 
-from segos_pipeline.paths import default_landing, default_store
+from segos_pipeline.paths import DEFAULT_LIBRARY, DEFAULT_QUERIES, default_landing, default_store
 from segos_pipeline.store.remote import cache_folder
 from segos_pipeline.store.uri import is_uri
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent  # the checkout that holds `assets/`
+DEMO_START_DATE = "2026-11-27"  # the demo traces' first window
 
 
 def resolve(path: str | Path) -> Path:
@@ -62,3 +65,28 @@ def resolve_landing(
 def store_name(store: Any) -> str:
     """What a store is reached by (`--store`, `store_root`): its URI, or its folder."""
     return str(getattr(store, "uri", None) or store.root)
+
+
+def library_location(library_root: str | None) -> Path:
+    """The configured library, else `$SEGOS_LIBRARY` (read at run time), else the demo library."""
+    return resolve(library_root or os.environ.get("SEGOS_LIBRARY") or DEFAULT_LIBRARY)
+
+
+def queries_location(queries: str | None) -> Path:
+    """The configured query set, else `$SEGOS_QUERIES` (read at run time), else the demo's queries."""
+    return resolve(queries or os.environ.get("SEGOS_QUERIES") or DEFAULT_QUERIES)
+
+
+def start_date() -> str:
+    """The first daily window: `$SEGOS_START_DATE` (YYYY-MM-DD), else the demo's. Read once, when the code
+    location loads: Dagster builds partition definitions at import, so a change needs a reload."""
+    given = os.environ.get("SEGOS_START_DATE", "").strip() or DEMO_START_DATE
+    try:
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", given):
+            raise ValueError
+        date.fromisoformat(given)
+    except ValueError:
+        raise ValueError(
+            f"SEGOS_START_DATE={given!r} is not a date: give the first window of traces as YYYY-MM-DD"
+        ) from None
+    return given

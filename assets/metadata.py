@@ -4,19 +4,26 @@ Dagster plots every numeric metadata entry across materializations, so only the 
 numbers here (row counts, edges by relation, recall and COMP); the rest goes into JSON or table entries.
 Tables (problems, revisions, a diff's largest changes) are `MetadataValue.table` with their schema, which
 the UI renders as sortable tables; column schemas of the fixed tables come from the library's own
-schemas, so they cannot drift from what is written.
+schemas, so they cannot drift from what is written, and each column's description from the column tables
+of docs/data-contracts.md (the code location runs from a checkout, which holds docs/), so the UI says what
+the documentation says.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
 
+from .locations import PROJECT_ROOT
+
 OWNERS = ["team:segos"]
+CONTRACTS = PROJECT_ROOT / "docs" / "data-contracts.md"
 DIGITS = 4  # plotted floats: 0.9635 rather than 0.9635416666666667
 
 # `kinds` are the badges (and icons) the asset graph shows; Dagster knows polars, parquet and scipy.
@@ -45,9 +52,43 @@ def table_schema(schema: Mapping[str, Any], descriptions: Mapping[str, str] | No
     )
 
 
-def column_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
-    """Definition metadata declaring an asset's columns (`dagster/column_schema`)."""
-    return {"dagster/column_schema": table_schema(schema)}
+def _plain(markdown: str) -> str:
+    """Markdown cell text as the UI shows plain text: no backticks, links as their text."""
+    return re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", markdown).replace("`", "").strip()
+
+
+def contract_columns(text: str) -> dict[str, dict[str, str]]:
+    """{section heading: {column: meaning}} of every column table in data-contracts.md: a table whose
+    header's first cell is `column` and last `meaning`; a row naming several columns gives each of them
+    its meaning."""
+    tables: dict[str, dict[str, str]] = {}
+    heading, in_table = "", False
+    for line in text.splitlines():
+        if line.startswith("#"):
+            heading, in_table = line.lstrip("#").strip(), False
+            continue
+        if not line.startswith("|"):
+            in_table = False
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells[0] == "column" and cells[-1] == "meaning":
+            in_table = True
+            continue
+        if not in_table or set(cells[0]) <= set("-:"):
+            continue
+        for name in re.findall(r"`([^`]+)`", cells[0]):
+            tables.setdefault(heading, {})[name] = _plain(cells[-1])
+    return tables
+
+
+def column_schema(schema: Mapping[str, Any], table: str, contracts: Path = CONTRACTS) -> dict[str, Any]:
+    """Definition metadata declaring an asset's columns (`dagster/column_schema`), each with its meaning
+    from the data-contracts.md section whose heading starts with `table`."""
+    tables = contract_columns(contracts.read_text(encoding="utf-8"))
+    found = [cols for heading, cols in tables.items() if heading.startswith(table)]
+    if not found:
+        raise ValueError(f"{contracts} has no column table under a heading starting {table!r}")
+    return {"dagster/column_schema": table_schema(schema, found[0])}
 
 
 def _cell(value: Any) -> str | int | float | bool | None:

@@ -1,8 +1,10 @@
 """Resources: where the data lives and which configuration the stages run with.
 
-The library and the query set default to the demo data shipped inside `segos_pipeline` (read only), so a
-fresh clone materializes with no setup. Relative paths are resolved against the project root (not the
-process CWD: the webserver, the daemon and run workers may start elsewhere). The store defaults to
+The library and the query set are the configured ones, else `$SEGOS_LIBRARY` / `$SEGOS_QUERIES` (read at
+run time, as `$SEGOS_STORE`), else the demo data shipped inside `segos_pipeline` (read only), so a fresh
+clone materializes with no setup and your own data needs only the environment (docs/dagster.md).
+Relative paths are resolved against the project root (not the process CWD: the webserver, the daemon and
+run workers may start elsewhere). The store defaults to
 `$SEGOS_STORE`, else `data/store`, exactly as the `segos` CLI run from the project root does, so every
 version Dagster commits is one `segos versions` lists; the trace landing folder to `$SEGOS_LANDING`, else
 `STORE/landing`, as `segos mcp` does, so what agents record is what windows read.
@@ -30,25 +32,33 @@ from segos_pipeline.config import (
     build_preset,
     retrieval_for,
 )
-from segos_pipeline.paths import DEFAULT_LIBRARY, DEFAULT_QUERIES
 from segos_pipeline.store.filesystem import open_location
 from segos_pipeline.store.remote import open_store
 from segos_pipeline.store.snapshot import SnapshotStore
 
 from .io_managers import SegosIOManager
-from .locations import PROJECT_ROOT, cache_base, local_root, resolve, resolve_landing, store_location
+from .locations import (
+    PROJECT_ROOT,
+    cache_base,
+    library_location,
+    local_root,
+    queries_location,
+    resolve_landing,
+    store_location,
+)
 from .spark_pipes import LAUNCHES
 
 
 class SegosPaths(ConfigurableResource):
     """Locations of the skill library, the snapshot store, the trace landing folder and the query set."""
 
-    library_root: str = str(DEFAULT_LIBRARY)  # the demo library shipped with segos
+    library_root: str | None = None  # None: $SEGOS_LIBRARY, else the demo library shipped with segos
     store_root: str | None = None  # a folder or a URI; None: $SEGOS_STORE, else data/store (as the CLI)
     cache_dir: str | None = None  # local cache of a URI store; None: $SEGOS_CACHE, else ~/.cache/segos
     # None: $SEGOS_LANDING, else STORE/landing (as `segos mcp`); one native <YYYY-MM-DD>.jsonl per window
     landing_dir: str | None = None
-    queries: str = str(DEFAULT_QUERIES)  # query set with gold bundles for the replay report (the demo's)
+    # the query set with gold bundles for the replay report; None: $SEGOS_QUERIES, else the demo's
+    queries: str | None = None
     replay_k: int = 5
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
@@ -59,7 +69,7 @@ class SegosPaths(ConfigurableResource):
             open_location(where)
 
     def library(self) -> Path:
-        return resolve(self.library_root)
+        return library_location(self.library_root)
 
     def store_path(self) -> Path:
         """The store's folder on this machine (for a store at a URI: its local cache)."""
@@ -80,7 +90,7 @@ class SegosPaths(ConfigurableResource):
         return resolve_landing(self.landing_dir, self.store_root, self.cache_dir)
 
     def queries_path(self) -> Path:
-        return resolve(self.queries)
+        return queries_location(self.queries)
 
 
 def _set(**values: Any) -> dict[str, Any]:

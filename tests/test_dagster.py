@@ -27,7 +27,7 @@ from dagster import (
     materialize,
 )
 
-from assets.automation import trace_landing_sensor
+from assets.automation import due_windows, trace_landing_sensor
 from assets.checks import check_edges
 from assets.definitions import ASSETS, defs
 from assets.evolution import windows
@@ -37,7 +37,7 @@ from segos_pipeline.evolution.round import evolve
 from segos_pipeline.paths import DEMO_TRACES
 from segos_pipeline.store.snapshot import SnapshotStore
 
-from .conftest import demo_library_with_malformed
+from .conftest import demo_library_with_malformed, simple_library
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout
 
@@ -147,10 +147,40 @@ def test_every_asset_has_kinds_owners_and_tags_and_the_tables_declare_columns() 
     for name, schema in expected.items():  # the library's own schemas, column for column
         assert [c.name for c in declared[name].columns] == list(schema), name
         assert [c.type for c in declared[name].columns] == [str(t) for t in schema.values()], name
+        # each column with its meaning from docs/data-contracts.md
+        assert all(c.description for c in declared[name].columns), (name, declared[name].columns)
+    notes = {c.name: c.description for c in declared["traces"].columns}
+    assert notes["used"] == "skill ids the agent used, in first-use order"
+    assert {c.name: c.description for c in declared["skill_nodes"].columns}["problems"] == (
+        "problem codes (the build report has the details)"  # backticks and links made plain
+    )
     snapshot = graph.get(AssetKey("graph_snapshot"))  # the nightly one: stale after a missed night
     assert snapshot.freshness_policy is not None
     assert snapshot.freshness_policy.warn_window.to_timedelta().total_seconds() == 25 * 3600
     assert snapshot.freshness_policy.fail_window.to_timedelta().total_seconds() == 49 * 3600
+
+
+def test_descriptions_say_the_thing_without_citing_the_spec() -> None:
+    """Users do not have the specification: asset and check descriptions stand on their own."""
+    graph = defs.resolve_asset_graph()
+    for key in graph.get_all_asset_keys():
+        text = graph.get(key).description or ""
+        assert len(text) > 40 and "SPEC" not in text and "(stage " not in text, (key, text)
+    for spec in graph.asset_check_keys:
+        text = graph.get_check_spec(spec).description or ""
+        assert text and "SPEC" not in text, (spec, text)
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    assert "dg check" not in readme, "the README must not advertise `dg`: no extra installs it"
+
+
+def test_column_tables_are_read_from_the_data_contracts() -> None:
+    from assets.metadata import contract_columns
+
+    text = "## The x table (`x.parquet`)\n\n| column | type | meaning |\n|---|---|---|\n"
+    text += "| `a`, `b` | str | the [thing](y.md) `z` |\n| `c` | int | count |\n\nafter\n| `d` | e |\n"
+    assert contract_columns(text) == {
+        "The x table (`x.parquet`)": {"a": "the thing z", "b": "the thing z", "c": "count"}
+    }
 
 
 def test_workspace_validates(tmp_path: Path) -> None:
@@ -356,6 +386,12 @@ def test_window_without_traces_commits_nothing(tmp_path: Path) -> None:
     assert metadata(result, "graph_snapshot")["committed"] is False
     assert metadata(result, "edge_diff")["counts"]["added"] == 0
     assert len(SnapshotStore(tmp_path / "store").list_versions()) == 1
+    # a materialized no-op, not a missing partition: every asset of the window has it, saying 0 traces
+    traces = metadata(result, "traces")
+    assert traces["dagster/row_count"] == 0 and "0 new traces" in traces["note"]
+    assert metadata(result, "graph_snapshot")["traces"] == 0
+    for key in ("traces", "graph_snapshot", "edge_diff", "replay_report"):
+        assert instance.get_materialized_partitions(AssetKey(key)) == {W1}, key
 
 
 def test_landing_folder_follows_segos_landing_as_segos_mcp_does(tmp_path: Path, monkeypatch) -> None:
@@ -371,25 +407,81 @@ def test_landing_folder_follows_segos_landing_as_segos_mcp_does(tmp_path: Path, 
     assert SegosPaths().landing_path() == tmp_path / "env-store" / "landing"
 
 
+def _tick(paths: SegosPaths, instance: DagsterInstance, cursor: str | None = None) -> Any:
+    return trace_landing_sensor(
+        build_sensor_context(cursor=cursor, resources={"segos": paths}, instance=instance)
+    )
+
+
 def test_sensor_requests_new_and_changed_windows(tmp_path: Path) -> None:
     paths = SegosPaths(landing_dir=str(tmp_path))
+    instance = DagsterInstance.ephemeral()
     (tmp_path / f"{W1}.jsonl").write_text("{}\n")
     (tmp_path / "README.md").write_text("not a window")
     (tmp_path / "2999-01-01.jsonl").write_text("{}\n")  # its day has not ended: no partition yet
 
-    result = trace_landing_sensor(build_sensor_context(resources={"segos": paths}))
+    result = _tick(paths, instance)
     assert [r.partition_key for r in result.run_requests] == [W1]
     cursor = result.cursor
     assert "2999-01-01.jsonl" not in json.loads(cursor)
 
-    again = trace_landing_sensor(build_sensor_context(cursor=cursor, resources={"segos": paths}))
+    again = _tick(paths, instance, cursor)
     assert isinstance(again, SkipReason) and "2999-01-01" in again.skip_message
 
     (tmp_path / f"{W2}.jsonl").write_text("{}\n")
     st = (tmp_path / f"{W1}.jsonl").stat()
     os.utime(tmp_path / f"{W1}.jsonl", (st.st_atime, st.st_mtime + 10))  # rewritten file
-    changed = trace_landing_sensor(build_sensor_context(cursor=cursor, resources={"segos": paths}))
-    assert sorted(r.partition_key for r in changed.run_requests) == [W1, W2]
+    changed = _tick(paths, instance, cursor)
+    # W2 builds on W1, which is not materialized yet: it waits for a later tick (and says so)
+    assert [r.partition_key for r in changed.run_requests] == [W1]
+    assert f"{W2}.jsonl" not in json.loads(changed.cursor)
+
+
+def test_sensor_first_tick_skips_windows_already_materialized(
+    pipeline: dict[str, Any], tmp_path: Path
+) -> None:
+    """Turning the sensor on after the quick start does not re-run its windows (the served graph would
+    go back to an older state while they re-run); a file rewritten afterwards is a new request."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    ingested = time.time() - 3600  # landed before the pipeline fixture's runs ingested them
+    for window in (W1, W2):
+        (landing / f"{window}.jsonl").write_bytes((DEMO_TRACES / f"{window}.jsonl").read_bytes())
+        os.utime(landing / f"{window}.jsonl", (ingested, ingested))
+    paths = SegosPaths(landing_dir=str(landing))
+    first = _tick(paths, pipeline["instance"])
+    assert not first.run_requests, [r.partition_key for r in first.run_requests]
+    cursor = json.loads(first.cursor)
+    assert set(cursor) == {f"{W1}.jsonl", f"{W2}.jsonl"}
+    os.utime(landing / f"{W2}.jsonl", (time.time() + 10, time.time() + 10))  # rewritten since
+    second = _tick(paths, pipeline["instance"], first.cursor)
+    assert [r.partition_key for r in second.run_requests] == [W2]
+
+
+def test_sensor_runs_days_without_traces_in_order() -> None:
+    """A day without a landing file before a landed one runs as a no-op window, each window once its
+    previous one is materialized, so the chain never waits on a missing partition."""
+    keys = ["2026-11-27", "2026-11-28", "2026-11-29", "2026-11-30", "2026-12-01"]
+    files = {"2026-11-27.jsonl": 1.0, "2026-11-30.jsonl": 2.0}
+    never: Any = lambda _w: None  # noqa: E731
+
+    def tick(done: set[str], seen: dict[str, float]) -> list[tuple[str, str]]:
+        due, _, _ = due_windows(keys, files, seen, done, never)
+        return [(d.window, d.run_key) for d in due]
+
+    assert tick(set(), {}) == [("2026-11-27", "2026-11-27:1.0")]
+    seen = {"2026-11-27.jsonl": 1.0}
+    assert tick({"2026-11-27"}, seen) == [("2026-11-28", "2026-11-28:no-traces")]
+    assert tick({"2026-11-27", "2026-11-28"}, seen) == [("2026-11-29", "2026-11-29:no-traces")]
+    assert tick({"2026-11-27", "2026-11-28", "2026-11-29"}, seen) == [("2026-11-30", "2026-11-30:2.0")]
+    done = {"2026-11-27", "2026-11-28", "2026-11-29", "2026-11-30"}
+    assert tick(done, {**seen, "2026-11-30.jsonl": 2.0}) == []  # after the newest file: nothing to run
+    _, _, waiting = due_windows(keys, files, {}, set(), never)
+    assert waiting == [
+        "2026-11-28 (after 2026-11-27)",
+        "2026-11-29 (after 2026-11-28)",
+        "2026-11-30 (after 2026-11-29)",
+    ]
 
 
 def test_nightly_schedule_targets_the_day_that_ended() -> None:
@@ -418,3 +510,84 @@ def test_window_needs_the_previous_window(tmp_path: Path) -> None:
         for e in failures
     )
     assert len(SnapshotStore(tmp_path / "store").list_versions()) == 1
+
+
+def _dagster_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of a `dagster` command on this checkout: a scratch instance, the test's env."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEGOS_")}
+    home = tmp_path / "dagster_home"
+    home.mkdir(exist_ok=True)
+    return {**env, "DAGSTER_HOME": str(home), **extra}
+
+
+def test_cold_start_job_builds_the_library_segos_library_names(tmp_path: Path) -> None:
+    """`SEGOS_LIBRARY=<library> dagster job execute -m assets.definitions -d . -j cold_start_job` (the
+    README's form: `job execute` takes no workspace file) builds that library into `$SEGOS_STORE`: your
+    own data needs only the environment."""
+    library = simple_library(
+        tmp_path / "my-skills",
+        {
+            "invoice-ocr": "Read invoice fields from scanned invoices.",
+            "ledger-export": "Export ledger entries to a CSV file.",
+            "fx-converter": "Convert amounts between currencies at daily rates.",
+        },
+    )
+    store = tmp_path / "store"
+    env = _dagster_env(tmp_path, SEGOS_LIBRARY=str(library), SEGOS_STORE=str(store))
+    proc = subprocess.run(
+        [
+            str(BIN / "dagster"),
+            "job",
+            "execute",
+            "-m",
+            "assets.definitions",
+            "-d",
+            ".",
+            "-j",
+            "cold_start_job",
+        ],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [version] = SnapshotStore(store).list_versions()
+    assert version["kind"] == "cold_start" and version["library"]["root"] == str(library)
+    assert version["counts"]["skills"] == 3 and version["counts"]["problems"] == 0
+    assert sorted(SnapshotStore(store).load().nodes["id"]) == ["fx-converter", "invoice-ocr", "ledger-export"]
+
+
+def test_library_and_queries_follow_the_environment(tmp_path: Path, monkeypatch) -> None:
+    from segos_pipeline.paths import DEFAULT_LIBRARY, DEFAULT_QUERIES
+
+    monkeypatch.delenv("SEGOS_LIBRARY", raising=False)
+    monkeypatch.delenv("SEGOS_QUERIES", raising=False)
+    assert SegosPaths().library() == DEFAULT_LIBRARY and SegosPaths().queries_path() == DEFAULT_QUERIES
+    monkeypatch.setenv("SEGOS_LIBRARY", str(tmp_path / "lib"))
+    monkeypatch.setenv("SEGOS_QUERIES", "queries/mine.jsonl")  # relative: from the checkout's root
+    assert SegosPaths().library() == tmp_path / "lib"
+    assert SegosPaths().queries_path() == PROJECT_ROOT / "queries" / "mine.jsonl"
+    # run config (a resource field) wins over the environment
+    assert SegosPaths(library_root=str(tmp_path / "other")).library() == tmp_path / "other"
+
+
+def test_partition_start_date_follows_segos_start_date(tmp_path: Path) -> None:
+    code = "from assets.evolution import windows; print(windows.start.date())"
+
+    def start(value: str) -> subprocess.CompletedProcess[str]:
+        env = _dagster_env(tmp_path, SEGOS_START_DATE=value)
+        return subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=PROJECT_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    assert start("2026-10-01").stdout.strip() == "2026-10-01"
+    assert start("").stdout.strip() == W1  # the default: the demo's first window
+    bad = start("2026-13-01")
+    assert bad.returncode != 0 and "SEGOS_START_DATE='2026-13-01' is not a date" in bad.stderr
