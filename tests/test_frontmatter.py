@@ -22,7 +22,7 @@ from segos_pipeline.graph.frontmatter import (
 from segos_pipeline.graph.parsing import _FENCE
 from segos_pipeline.paths import DEFAULT_LIBRARY
 
-from .conftest import SHARED_DATA
+from .conftest import MALFORMED, SHARED_DATA
 
 LIMITS = YamlLimits()
 
@@ -165,6 +165,7 @@ def _frontmatters(paths: list[str]) -> list[str]:
 
 def test_fast_reader_covers_and_matches_the_demo_and_real_frontmatter():
     paths = glob.glob(f"{DEFAULT_LIBRARY}/**/SKILL.md", recursive=True)
+    paths += glob.glob(f"{MALFORMED}/**/SKILL.md", recursive=True)  # the broken shapes, as before
     paths += glob.glob(f"{SHARED_DATA}/skills/**/SKILL.md", recursive=True)
     raws = _frontmatters(paths)
     read = [(raw, simple_yaml(raw, LIMITS)) for raw in raws]
