@@ -34,7 +34,7 @@ from segos_pipeline.store.snapshot import (
     UnknownVersion,
 )
 
-from .conftest import simple_library
+from .conftest import demo_library_with_malformed, simple_library
 
 WINDOW = "2026-11-28"
 
@@ -345,7 +345,8 @@ def test_cli_commands_on_a_uri_store(uri, tmp_path):
     cache = tmp_path / "cache"
     common = ["--store", uri, "--cache", cache]
     vid = run("build", *common, "--quiet").output.strip().splitlines()[-1]
-    again = run("build", *common, "--quiet").output
+    # a library with build problems (the demo's own has none): the hint names the report command
+    again = run("build", demo_library_with_malformed(tmp_path / "lib"), *common, "--quiet").output
     assert "segos report v0002" in again and f"--store {uri}\n" in again  # the URI, not the cache
     listed = json.loads(run("versions", *common, "--json").stdout)
     assert listed[0]["version"] == vid and len(listed) == 2
