@@ -233,12 +233,14 @@ class ExperienceIndex:
         return int(self.tasks[rows].sum()), self.texts[best]
 
 
-# Witnesses a query reads: all of them up to this many, else the nearest lists' rows up to about as many.
-# The vote's weight falls by e^-2 for every 0.1 of cosine below the best neighbour, so only the nearest
-# few witnesses count, which the nearest lists hold; a wider scan cost a query on 20k generated skills
-# about 1 ms more (benchmarks/results/learning.md).
-_EXACT_WITNESSES = 4_096
-_SCAN_WITNESSES = 4_096
+# Witnesses a query reads: all of them up to `_EXACT_WITNESSES`, else the nearest lists' rows up to about
+# `_SCAN_WITNESSES`. The vote's weight falls by e^-2 for every 0.1 of cosine below the best neighbour, so
+# only the nearest few witnesses count, which the nearest lists hold. Reading 4,096 rows (4 MB of vectors)
+# cost a query on a 199-tool library with 6k witnesses 0.7 ms, more than the whole experience evidence may
+# (evolved/cold ≤ 1.5): 1,024 rows cost 0.2-0.3 ms and changed 1 top-5 of 1,000 there, 21 of 500 (none of
+# their hits) on 20k generated skills (benchmarks/results/learning.md).
+_EXACT_WITNESSES = 2_048
+_SCAN_WITNESSES = 1_024
 # Skills whose witnesses measure the register gap: enough for a stable median, a few ms once per version.
 _GAP_SKILLS = 2_048
 # A vote below this share of the neighbourhood's weight is no evidence: it keeps the candidate set to the
