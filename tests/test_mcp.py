@@ -87,7 +87,20 @@ def test_every_tool_errors_and_the_trace_round_trip(store: Path, tmp_path: Path)
 
             overview = await call(client, "search_skills", query=QUERY, top_k=3)
             assert len(overview["results"]) == 3
-            assert set(overview["results"][0]) == {"rank", "id", "name", "capability", "score", "seed"}
+            first_result = overview["results"][0]
+            assert set(first_result) == {"rank", "id", "name", "capability", "score", "relevance", "seed"}
+            assert overview["no_match"] is False and first_result["relevance"] >= overview["min_score"]
+
+            # nothing relevant: no skills and no_match, from both tools; min_score 0 lists the closest
+            for nonsense in ("xyzzy quux", "bake a chocolate cake"):
+                none = await call(client, "search_skills", query=nonsense)
+                assert none["results"] == [] and none["no_match"] is True, nonsense
+                empty = await call(client, "retrieve_skill_bundle", query=nonsense)
+                assert empty["skills"] == [] and empty["order"] == [] and empty["no_match"] is True
+                assert empty["seeds"] == [] and empty["chars"] == 0
+            closest = await call(client, "search_skills", query="xyzzy quux", min_score=0)
+            assert closest["results"] and closest["no_match"] is False
+            assert "min_score" in await error(client, "search_skills", query=QUERY, min_score=-1)
 
             bundle = await call(client, "retrieve_skill_bundle", query=QUERY, max_chars=4000)
             assert bundle["version"] == v1 and 0 < bundle["chars"] <= 4000

@@ -190,6 +190,12 @@ def verify(version: str | None, store: Path | None, every: bool, as_json: bool) 
 @click.option(
     "--max-chars", type=click.IntRange(min=1), default=None, help="Global character budget (default 9000)."
 )
+@click.option(
+    "--min-score",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Relevance floor: no skills unless one reaches it (default 0.3; 0 turns it off).",
+)
 @json_option
 @click.option("--show-text", is_flag=True, help="Print the hydrated skill texts.")
 @friendly_errors
@@ -199,6 +205,7 @@ def retrieve(
     version: str | None,
     top_n: int | None,
     max_chars: int | None,
+    min_score: float | None,
     as_json: bool,
     show_text: bool,
 ) -> None:
@@ -209,14 +216,21 @@ def retrieve(
 
     query = check_query_length(query.strip())
     retriever = _load_retriever(store, version, top_n=top_n, total_chars=max_chars)
-    bundle = retriever.retrieve(query)
+    bundle = retriever.retrieve(query, min_score=min_score)
     if as_json:
         _emit_json(bundle.to_dict())
         return
+    if bundle.no_match:
+        click.echo(
+            f"version {bundle.version}: no skill is relevant to this query (none reaches relevance "
+            f"{bundle.min_score:g}; --min-score 0 lists the closest anyway)"
+        )
+        return
     click.echo(f"version {bundle.version}: {len(bundle.skills)} skill(s), {bundle.chars} chars")
+    click.echo(f"{'':>3} {'skill':<36} {'score':>8} {'relev.':>6}")
     for s in bundle.skills:
         mark = "seed" if s.seed else "co-use" if s.co_use > 0 else "graph" if s.lexical == 0 else ""
-        click.echo(f"{s.rank:>2}. {s.name:<36} {s.score:8.4f} {mark:<6} {s.id}")
+        click.echo(f"{s.rank:>2}. {s.name:<36} {s.score:8.4f} {s.relevance:6.2f} {mark:<6} {s.id}")
     for p in bundle.pruned:
         click.echo(f"    pruned {p['id']} (avoid edge with {p['avoided_with']})")
     if show_text:

@@ -363,6 +363,21 @@ class LexicalIndex:
         total = float(_idf(self.n, self.df[known]).sum())
         return float(best / total) if total > 0 else 0.0
 
+    def word_shares(self, query: str, nodes: np.ndarray) -> np.ndarray:
+        """The share of the query's word weight (idf mass of its distinct tokens, a token no skill has
+        weighing as much as the rarest) that each of the given sorted skills' text holds: an absolute
+        measure, unlike the per-query normalised evidence. Words the library does not know count against
+        it, so a query made of them ("xyzzy quux") holds nothing anywhere."""
+        tokens = set(tokenize(query))
+        index = self.vocab.index
+        known = np.array(sorted(index[t] for t in tokens if t in index), dtype=np.int64)
+        idf = _idf(self.n, self.df[known])
+        total = float(idf.sum()) + (len(tokens) - len(known)) * float(_idf(self.n, np.zeros(1))[0])
+        if not len(known) or total <= 0:
+            return np.zeros(len(nodes))
+        (held,) = _sums_at(self.matrix, known, [idf], [True], nodes)
+        return held / total
+
     @cached_property
     def high(self) -> sp.csc_matrix:
         """The high tier of the frequent columns (`high_tier`), built on a two-phase query's first use."""

@@ -384,14 +384,18 @@ class SegosService:
             raise UnknownSkill(f"unknown skill {name!r} in version {lo.version}{hint}")
         return found[0], [lo.names.ids[i] for i in found[1:]]
 
-    def search(self, query: str, top_k: int = 10, version: str | None = None) -> dict[str, Any]:
-        """Ranked overview of the skills for `query`: id, name, capability, score; no bodies."""
+    def search(
+        self, query: str, top_k: int = 10, version: str | None = None, min_score: float | None = None
+    ) -> dict[str, Any]:
+        """Ranked overview of the skills for `query`: id, name, capability, score, relevance; no bodies.
+        None, with `no_match`, when none reaches the relevance floor (`min_score`, else the configured)."""
         query = _query(query)
         top_k = _bounded("top_k", top_k)
         lo = self._request(version)
         r = lo.retriever
         ranking = r.rank(query, depth=top_k)
-        chosen, pruned = r.select(ranking, top_k)
+        picked = r.members(query, ranking, top_k, _min_score(min_score))
+        chosen, pruned, relevance = picked.chosen, picked.pruned, picked.relevance.value
         seeds = set(ranking.seeds.tolist())
         caps = lo.snapshot.nodes["capability"]
         names = lo.snapshot.nodes["name"]
@@ -402,11 +406,19 @@ class SegosService:
                 "name": names[i],
                 "capability": caps[i] or "",
                 "score": round(ranking.score_of(i), 6),
+                "relevance": round(float(relevance[pos]), 6),
                 "seed": i in seeds,
             }
-            for rank, i in enumerate(chosen, start=1)
+            for pos, (rank, i) in enumerate(enumerate(chosen, start=1))
         ]
-        return {"version": lo.version, "query": query, "results": results, "pruned": pruned}
+        return {
+            "version": lo.version,
+            "query": query,
+            "results": results,
+            "pruned": pruned,
+            "no_match": picked.no_match,
+            "min_score": picked.floor,
+        }
 
     def retrieve_bundle(
         self,
@@ -414,9 +426,11 @@ class SegosService:
         top_n: int | None = None,
         max_chars: int | None = None,
         version: str | None = None,
+        min_score: float | None = None,
     ) -> dict[str, Any]:
         """The hydrated bundle for `query` under the budgets, in execution order, with the edges among its
-        members and why each skill is included."""
+        members and why each skill is included; empty, with `no_match`, when none reaches the relevance
+        floor (`min_score`, else the configured one)."""
         query = _query(query)
         lo = self._request(version)
         r = lo.retriever
@@ -425,7 +439,7 @@ class SegosService:
         total = _max_chars(cfg, max_chars)
         # Ranked, pruned and hydrated in retrieval rank (the budget goes to the best-supported skills
         # first) by the one bundle builder, each member with why it is there; ordered for execution below.
-        bundle = r.retrieve(query, top_n, max_chars=total)
+        bundle = r.retrieve(query, top_n, max_chars=total, min_score=_min_score(min_score))
         rows = [r.names.row_of(s.id) for s in bundle.skills]
         contracts = lo.snapshot.nodes[rows].select("inputs", "outputs").to_dicts()
         kept: list[dict[str, Any]] = []
@@ -442,6 +456,7 @@ class SegosService:
                     "semantic": round(s.semantic, 6),
                     "experience": round(s.experience, 6),
                     "co_use": round(s.co_use, 6),
+                    "relevance": round(s.relevance, 6),
                     "capability": s.capability,
                     "source_path": s.source_path,
                     **contract,
@@ -477,6 +492,8 @@ class SegosService:
             "budget": {"per_skill_chars": cfg.per_skill_chars, "max_chars": total, "top_n": top_n},
             "pruned": pruned,
             "over_budget": over,
+            "no_match": bundle.no_match,
+            "min_score": bundle.min_score,
         }
 
     def hydrate(
@@ -722,6 +739,15 @@ def _bounded(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or not 1 <= int(value) <= MAX_TOP:
         raise ServiceError(f"{name} must be an integer between 1 and {MAX_TOP}, got {value!r}")
     return int(value)
+
+
+def _min_score(value: float | None) -> float | None:
+    """A relevance floor from a client: a finite number from 0 (off) up, or None for the configured one."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+        raise ServiceError(f"min_score must be a number from 0 (no floor) up, got {value!r}")
+    return float(value)
 
 
 def _max_chars(config: RetrievalConfig, max_chars: int | None) -> int:

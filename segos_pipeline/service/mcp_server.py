@@ -103,6 +103,17 @@ Query = Annotated[
     ),
 ]
 SkillRef = Annotated[str, Field(description="Skill id or name.", min_length=1, max_length=1000)]
+MinScore = Annotated[
+    float | None,
+    Field(
+        description=(
+            "Relevance floor: no skills and no_match=true unless one reaches it (each result's `relevance`; "
+            f"default {_DEFAULTS.min_score}, 0 turns it off)."
+        ),
+        ge=0,
+        le=10,
+    ),
+]
 MaxChars = Annotated[
     int | None, Field(description=f"Global character budget (default {_DEFAULTS.total_chars}).", ge=1)
 ]
@@ -317,9 +328,12 @@ def build_server(
 
     @app.tool(title="Search skills", annotations=_READ, structured_output=False)
     @tool_errors
-    async def search_skills(query: Query, top_k: TopK = 10, version: Version = None) -> dict[str, Any]:
-        """Ranked overview of the skills for a task: id, name, capability and score (no skill bodies)."""
-        return service.search(query, top_k, version=version)
+    async def search_skills(
+        query: Query, top_k: TopK = 10, min_score: MinScore = None, version: Version = None
+    ) -> dict[str, Any]:
+        """Ranked overview of the skills for a task: id, name, capability, score and relevance (no skill
+        bodies); none, with no_match=true, when no skill is relevant to it."""
+        return service.search(query, top_k, version=version, min_score=min_score)
 
     @app.tool(title="Retrieve a skill bundle", annotations=_READ, structured_output=False)
     @tool_errors
@@ -327,11 +341,13 @@ def build_server(
         query: Query,
         top_n: TopN = None,
         max_chars: MaxChars = None,
+        min_score: MinScore = None,
         version: Version = None,
     ) -> dict[str, Any]:
         """The skills to use for a task, hydrated under the character budgets and listed in execution order
-        (prerequisites first), with the edges among them and why each one is included."""
-        return service.retrieve_bundle(query, top_n, max_chars, version=version)
+        (prerequisites first), with the edges among them and why each one is included; none, with
+        no_match=true, when no skill is relevant to the task."""
+        return service.retrieve_bundle(query, top_n, max_chars, version=version, min_score=min_score)
 
     @app.tool(title="Read skills", annotations=_READ, structured_output=False)
     @tool_errors
