@@ -141,8 +141,9 @@ class RetrievalConfig(_Overridable):
     # plain cosine when it shares none: an embedding finds 0.2-0.25 in nonsense). On the dev sets (44
     # SkillsBench tasks and their keyword forms, 1,000 MetaTool requests, 250 two-tool requests, cold
     # start) it empties 0, 0, 15 and 2 bundles, losing 0, 0, 3 and 2 hits@5, and 9 of 10 off-topic
-    # requests to the demo library ("xyzzy quux", "bake a chocolate cake", ...). Without an embedding
-    # (semantic "none") only the words share counts: lower the floor there. 0 turns it off.
+    # requests to the demo library ("xyzzy quux", "bake a chocolate cake", ...). Without the query's
+    # embedding (semantic "none", or a long task text) it asks only for a word in common (a per-request
+    # `min_score` applies to the words share as given). 0 turns it off.
     min_score: float = 0.3
     relevance_cosine_weight: float = 3.0
     field_weights: dict[str, float] = field(default_factory=lambda: dict(FIELD_WEIGHTS))

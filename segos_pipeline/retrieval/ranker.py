@@ -164,6 +164,7 @@ class Ranking:
         experience: ExperienceEvidence | None = None,
         co_use: CoUse | None = None,
         query_vector: np.ndarray | None = None,
+        query: str = "",
     ):
         self.n = n
         self.candidates = candidates
@@ -175,6 +176,7 @@ class Ranking:
         self.experience = experience  # None: the version has no experience
         self.co_use = co_use  # None: no companion of the best candidate was raised
         self.query_vector = query_vector  # unit; None: the query was not embedded
+        self.query = query
         self.complete = evidence.complete
 
     def top(self, n: int) -> np.ndarray:
@@ -381,10 +383,13 @@ class Retriever:
     def fusion_weight(self, evidence: Evidence) -> float:
         """λ of m = (1 − λ)·lexical + λ·semantic (see RetrievalConfig): large for short queries whose own
         words match no skill well, small for long task texts and for queries naming a skill's rare words."""
+        return self.length_weight(evidence) * (1.0 - evidence.coverage)
+
+    def length_weight(self, evidence: Evidence) -> float:
+        """The part of λ that falls with the query's length: below `semantic_min_weight`, a task text."""
         cfg = self.config
         scale = cfg.semantic_length_scale
-        by_length = min(1.0, cfg.semantic_weight / (1.0 + (evidence.n_query_tokens / scale) ** 2))
-        return by_length * (1.0 - evidence.coverage)
+        return min(1.0, cfg.semantic_weight / (1.0 + (evidence.n_query_tokens / scale) ** 2))
 
     def revision_patch(self, node: int, revised: pl.DataFrame, node_tokens: pl.DataFrame) -> RowPatch:
         """The patch that scores `node` as its revised one-row node table (and its token rows) would be."""
@@ -443,7 +448,9 @@ class Retriever:
         co_use = None
         if self.experience is not None and self.config.co_use_weight > 0 and len(cand):
             cand, scores, co_use = self._complete(cand, scores)
-        return Ranking(self.n, cand, scores, seeds, g_nodes, g_mass, ev, sem_nodes, sem_z, xp, co_use, q_vec)
+        return Ranking(
+            self.n, cand, scores, seeds, g_nodes, g_mass, ev, sem_nodes, sem_z, xp, co_use, q_vec, query
+        )
 
     def _complete(self, cand: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, CoUse | None]:
         """Co-use completion (SPEC §8): the best candidate's companions score at least their lift.
@@ -479,30 +486,42 @@ class Retriever:
                 chosen.append(int(i))
         return chosen, pruned
 
-    def members(self, query: str, ranking: Ranking, top_n: int, min_score: float | None = None) -> Members:
+    def members(self, ranking: Ranking, top_n: int, min_score: float | None = None) -> Members:
         """The top-N after avoid pruning (`select`) with their relevance, or none at all when not one of
         them reaches the relevance floor (`min_score`, else the configured one). The floor judges the
         bundle, not each member: a dependency an execution needs may share no word with the request."""
         floor = self.config.min_score if min_score is None else float(min_score)
         chosen, pruned = self.select(ranking, top_n)
         nodes = np.array(chosen, dtype=np.int64)
-        relevance = self.relevance(query, ranking, nodes, floor)
-        if floor > 0 and not (len(nodes) and float(relevance.value.max()) >= floor):
+        relevance = self.relevance(ranking, nodes, floor)
+        best = float(relevance.value.max()) if len(nodes) else 0.0
+        # Words alone cannot tell one matching word of a real request from one of an off-topic one: a query
+        # judged without its embedding (no backend, or a long task text) meets the configured floor with a
+        # word in common; an explicit floor holds as given.
+        reached = best > 0 if relevance.cosine is None and min_score is None else best >= floor
+        if floor > 0 and not reached:
             empty = np.zeros(0)
             return Members([], [], Relevance(empty, empty, None, empty), True, floor)
         return Members(chosen, pruned, relevance, False, floor)
 
-    def relevance(self, query: str, ranking: Ranking, nodes: np.ndarray, floor: float = 0.0) -> Relevance:
-        """The absolute relevance of the given skills to `query` (see `Relevance`). A query ranked without
-        its embedding (a long task text) is embedded here only when its words alone leave every skill
-        below `floor`."""
-        words = self.lexical.word_shares(query, nodes)
+    def relevance(self, ranking: Ranking, nodes: np.ndarray, floor: float = 0.0) -> Relevance:
+        """The absolute relevance of the given skills to the ranked query (see `Relevance`). A query that
+        was ranked without its embedding because its words matched a skill's fully (a short one) is embedded
+        here when those words leave every skill below `floor`; a long task text stays decided by its words
+        (embedding it would cost more than the rest of the query)."""
+        words = ranking.evidence.words(nodes)
         xp = ranking.experience
         if self.experience is not None and xp is not None:
             words = np.maximum(words, self.experience.closest(nodes, xp)[0])
         q = ranking.query_vector
-        if q is None and self.semantic is not None and len(nodes) and float(words.max()) < floor:
-            q = self.semantic.query_vector(query)
+        if (
+            q is None
+            and self.semantic is not None
+            and len(nodes)
+            and float(words.max()) < floor
+            and self.length_weight(ranking.evidence) >= self.config.semantic_min_weight
+        ):
+            q = self.semantic.query_vector(ranking.query)
         if q is None or self.semantic is None:
             return Relevance(nodes, words, None, words)
         cosine = (self.semantic.matrix[nodes] @ q).astype(np.float64)
@@ -522,7 +541,7 @@ class Retriever:
     def ranked_ids(self, query: str, k: int, min_score: float | None = None) -> list[str]:
         """The first k skills after avoid pruning and the relevance floor, without hydration (what replay
         measures)."""
-        return [str(self.ids[i]) for i in self.members(query, self.rank(query, depth=k), k, min_score).chosen]
+        return [str(self.ids[i]) for i in self.members(self.rank(query, depth=k), k, min_score).chosen]
 
     # -------------------------------------------------------------------------------------- bundles
 
@@ -541,7 +560,7 @@ class Retriever:
         cfg = self.config
         top_n = top_n or cfg.top_n
         ranking = self.rank(query, depth=top_n)
-        picked = self.members(query, ranking, top_n, min_score)
+        picked = self.members(ranking, top_n, min_score)
         chosen, pruned, relevance = picked.chosen, picked.pruned, picked.relevance
         seeds = set(ranking.seeds.tolist())
         cards = [self._card(i) for i in chosen]

@@ -394,7 +394,7 @@ class SegosService:
         lo = self._request(version)
         r = lo.retriever
         ranking = r.rank(query, depth=top_k)
-        picked = r.members(query, ranking, top_k, _min_score(min_score))
+        picked = r.members(ranking, top_k, _min_score(min_score))
         chosen, pruned, relevance = picked.chosen, picked.pruned, picked.relevance.value
         seeds = set(ranking.seeds.tolist())
         caps = lo.snapshot.nodes["capability"]
