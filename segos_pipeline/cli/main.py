@@ -363,6 +363,8 @@ def ingest(
         click.echo(f"  quarantined x{n}: {reason}")
     if report.unknown_skills:
         click.echo(f"  unknown skills (dropped from the traces): {', '.join(report.unknown_skills)}")
+    for item in report.skipped:  # left unread: links, non-regular files, torn last lines
+        click.echo(f"  skipped {item['source']}: {item['reason']}")
 
 
 @main.command("trace-schema")

@@ -51,7 +51,7 @@ from ..store.remote import RemoteStore, open_store
 from ..store.snapshot import SnapshotError, SnapshotStore
 from ..text.names import SkillNames
 from . import columnar
-from .adapters.common import RAW_LIMIT, Rejected, files_under, read_lines, rejected
+from .adapters.common import RAW_LIMIT, Rejected, Skipped, files_under, read_lines, rejected
 from .traces import (
     DEFAULT_AGENT,
     NATIVE_KEYS,
@@ -90,6 +90,8 @@ class IngestReport:
         0  # inputs rejected by this run, new or already quarantined: read = accepted+duplicates+rejected
     )
     conflicts: int = 0  # of those, ids already ingested with different content
+    # inputs left unread, each {"source", "reason"}: links and other non-regular files, torn last lines
+    skipped: list[dict[str, str]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -123,6 +125,7 @@ class Batch:
     frame: pl.DataFrame
     rejected: list[Rejected]
     read: int
+    skipped: list[Skipped] = field(default_factory=list)
 
 
 # ------------------------------------------------------------------------------------------- sources
@@ -138,14 +141,22 @@ def native_batches(path: Path, batch_size: int = INGEST_BATCH, *, fast: bool = T
     for file in files_under(Path(path), "*.jsonl"):
         lines: list[bytes] = []
         linenos: list[int] = []
-        for lineno, line in read_lines(file):
-            lines.append(line)
-            linenos.append(lineno)
+        skipped: list[Skipped] = []  # a refused file, or a torn last line: after every line of the file
+        for item in read_lines(file):
+            if isinstance(item, Skipped):
+                skipped.append(item)
+                continue
+            lines.append(item[1])
+            linenos.append(item[0])
             if len(lines) >= batch_size:
                 yield _native_batch(file, lines, linenos, reader)
                 lines, linenos = [], []
         if lines:
-            yield _native_batch(file, lines, linenos, reader)
+            batch = _native_batch(file, lines, linenos, reader)
+            batch.skipped = skipped
+            yield batch
+        elif skipped:
+            yield Batch(pl.DataFrame(schema=TRACE_SCHEMA), [], 0, skipped)
 
 
 def _native_batch(
@@ -239,13 +250,18 @@ def _native_frame(file: Path, native: pl.DataFrame, linenos: list[int]) -> pl.Da
 
 
 def record_batches(
-    items: Iterable[TraceRecord | Rejected], batch_size: int = INGEST_BATCH
+    items: Iterable[TraceRecord | Rejected | Skipped], batch_size: int = INGEST_BATCH
 ) -> Iterator[Batch]:
-    """Adapter output in batches: each record checked against the contract, else rejected with why."""
+    """Adapter output in batches: each record checked against the contract, else rejected with why; inputs
+    the adapter skipped unread are carried to the report."""
     rows: list[dict[str, Any]] = []
     bad: list[Rejected] = []
+    skipped: list[Skipped] = []
     read = 0
     for item in items:
+        if isinstance(item, Skipped):
+            skipped.append(item)
+            continue
         read += 1
         if isinstance(item, Rejected):
             bad.append(item)
@@ -255,10 +271,10 @@ def record_batches(
             except TraceError as exc:
                 bad.append(rejected(item.source, str(exc), _raw_record(item)))
         if read >= batch_size:
-            yield Batch(pl.DataFrame(rows, schema=TRACE_SCHEMA), bad, read)
-            rows, bad, read = [], [], 0
-    if read:
-        yield Batch(pl.DataFrame(rows, schema=TRACE_SCHEMA), bad, read)
+            yield Batch(pl.DataFrame(rows, schema=TRACE_SCHEMA), bad, read, skipped)
+            rows, bad, read, skipped = [], [], 0, []
+    if read or skipped:
+        yield Batch(pl.DataFrame(rows, schema=TRACE_SCHEMA), bad, read, skipped)
 
 
 def _raw_record(record: TraceRecord) -> str:
@@ -438,7 +454,7 @@ class TraceStore:
 
     def ingest(
         self,
-        items: Iterable[TraceRecord | Rejected],
+        items: Iterable[TraceRecord | Rejected | Skipped],
         *,
         window: str | None = None,
         version: str | None = None,
@@ -588,6 +604,7 @@ class _Run:
 
     def add(self, batch: Batch, window: str | None) -> None:
         self.report.read += batch.read
+        self.report.skipped += [{"source": s.source, "reason": s.reason} for s in batch.skipped]
         fallback = window or UNPLACED
         frame = batch.frame.with_columns(
             window=pl.lit(window, dtype=pl.String) if window else pl.col("timestamp").str.slice(0, 10)
