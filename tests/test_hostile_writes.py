@@ -310,3 +310,44 @@ def test_a_linked_file_given_by_name_is_refused(store: Path, tmp_path: Path):
     report = TraceStore(store).ingest_path(link)
     assert report.read == 0 and report.skipped[0]["source"] == str(link)
     assert stored_ids(store) == []
+
+
+# ------------------------------------------------------------------------------- small ones (item 8)
+
+
+def test_ingest_sweeps_only_old_orphan_temporary_parts(store: Path, tmp_path: Path):
+    parts = store / "traces" / WINDOW / "parts"
+    parts.mkdir(parents=True)
+    old, fresh = parts / "killed.parquet.tmp", parts / "live.parquet.tmp"
+    old.write_bytes(b"PAR1 half a part")
+    fresh.write_bytes(b"PAR1 being written")
+    two_hours_ago = time.time() - 7200
+    os.utime(old, (two_hours_ago, two_hours_ago))
+    source = tmp_path / f"{WINDOW}.jsonl"
+    source.write_bytes(line(1) + b"\n")
+    res = run("ingest", source, "--store", store, "--quiet")
+    assert res.exit_code == 0, res.output
+    assert not old.exists() and fresh.exists()  # a live run's part is never taken
+    assert stored_ids(store) == ["w-1"]
+
+
+@pytest.mark.parametrize("inside", [".", "traces", "versions"])
+def test_ingest_refuses_the_store_and_its_own_folders(store: Path, inside: str):
+    (store / "landing").mkdir()
+    (store / "landing" / f"{WINDOW}.jsonl").write_bytes(line(1) + b"\n")
+    assert run("ingest", store / "landing", "--store", store, "--quiet").exit_code == 0
+    log = store / "traces" / "ingest_log.jsonl"
+    before = log.read_bytes()
+    res = run("ingest", store / inside, "--store", store, "--quiet")
+    assert res.exit_code == 2, res.output
+    assert "not traces" in res.output and f"segos ingest {store / 'landing'}" in res.output
+    assert log.read_bytes() == before  # nothing read, nothing logged
+    assert stored_ids(store) == ["w-1"]
+    assert TraceStore(store).quarantine(WINDOW) == []
+
+
+def test_a_malformed_window_date_names_its_option(store: Path, tmp_path: Path):
+    res = run("simulate", "--window", "w1", "--store", store, "--out", tmp_path / "sim.jsonl")
+    assert res.exit_code == 2
+    assert "'--window': expected YYYY-MM-DD, got 'w1'" in res.output
+    assert "isoformat" not in res.output

@@ -35,6 +35,7 @@ import queue
 import re
 import tempfile
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -66,6 +67,8 @@ from .traces import (
 
 T = TypeVar("T")
 _WINDOW_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+STORE_FOLDERS = frozenset({"traces", "versions", "cache", ".staging"})  # what a store writes: never input
+ORPHAN_PART_AGE_S = 3600  # a part is written in seconds: a temporary one idle this long is a killed run's
 INGEST_BATCH = 50_000  # lines per batch: bounds memory (about 1 KB of Python objects per trace in flight)
 UNPLACED = "unplaced"
 # What "same content" compares for two traces with one id: everything but where and when it was read.
@@ -481,6 +484,7 @@ class TraceStore:
         """Ingest a file or folder of format `fmt`; native JSONL takes the streaming columnar path."""
         from .adapters import iter_records
 
+        self.check_source(Path(path))
         if fmt == "native":
             if not Path(path).exists():
                 raise FileNotFoundError(f"trace source not found: {path}")
@@ -494,6 +498,37 @@ class TraceStore:
             progress=progress,
         )
 
+    def check_source(self, path: Path) -> None:
+        """Refuse to ingest the store itself or one of its own folders (a slip for `STORE/landing`: the
+        ingest log and quarantines would be read back as traces, and the quarantine grow every run).
+        Files of one's own placed in the store's root, and its landing folder, are fine."""
+        root = os.path.realpath(self.store.root)
+        real = os.path.realpath(path)
+        first = os.path.relpath(real, root).split(os.sep)[0] if real.startswith(root + os.sep) else None
+        if real == root or first in STORE_FOLDERS:
+            where = Path(self.store.root) / "landing"
+            raise ValueError(
+                f"{path}: this is the store {self.store.root} (or one of its own folders), not traces; "
+                f"agents' traces land in its landing folder: `segos ingest {where}`"
+            )
+
+    def sweep_orphan_parts(self, now: float | None = None) -> list[Path]:
+        """Remove the temporary parts (`parts/*.parquet.tmp`) of ingests killed while writing: only those
+        untouched for ORPHAN_PART_AGE_S, so a part a live run is writing is never removed. Runs at the
+        start of each ingest (which `segos ingest` holds the store's writer lock for)."""
+        if not self.root.is_dir():
+            return []
+        limit = (time.time() if now is None else now) - ORPHAN_PART_AGE_S
+        removed = []
+        for tmp in self.root.glob("*/parts/*.parquet.tmp"):
+            try:
+                if tmp.lstat().st_mtime < limit:
+                    tmp.unlink()
+                    removed.append(tmp)
+            except FileNotFoundError:
+                continue  # renamed into place or removed by its run meanwhile
+        return removed
+
     def ingest_batches(
         self,
         batches: Iterable[Batch],
@@ -505,6 +540,7 @@ class TraceStore:
         snap_id = self.store.resolve(version)
         if window is not None:
             check_window(window)
+        self.sweep_orphan_parts()
         run = _Run(
             self, SkillNames(self.store.load(snap_id, verify=False).nodes), IngestReport(version=snap_id)
         )
