@@ -351,3 +351,14 @@ def test_a_malformed_window_date_names_its_option(store: Path, tmp_path: Path):
     assert res.exit_code == 2
     assert "'--window': expected YYYY-MM-DD, got 'w1'" in res.output
     assert "isoformat" not in res.output
+
+
+def test_quarantine_keeps_a_bounded_prefix_and_the_length(store: Path, tmp_path: Path):
+    path = tmp_path / f"{WINDOW}.jsonl"
+    foreign = b"ssh-ed25519 " + b"A" * 200_000  # a whole foreign line: not a trace
+    path.write_bytes(line(1) + b"\n" + foreign + b"\n")
+    report = TraceStore(store).ingest_path(path)
+    assert (report.accepted, report.rejected) == (1, 1)
+    (q,) = TraceStore(store).quarantine("unplaced")
+    assert len(q["raw"]) <= 2000 and q["raw_bytes"] >= len(foreign)
+    assert q["raw"].startswith("ssh-ed25519 AAAA")

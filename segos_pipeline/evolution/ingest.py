@@ -4,7 +4,7 @@ Layout inside a store:
 
     STORE/traces/<window>/parts/<run>-<n>.parquet  accepted traces (TRACE_SCHEMA), one part per batch
     STORE/traces/<window>/traces.parquet           a whole-window table written before parts (still read)
-    STORE/traces/<window>/quarantine.jsonl         every rejected input: {"source", "reason", "raw", "at"}
+    STORE/traces/<window>/quarantine.jsonl         every rejected input: {"source", "reason", "raw", "at"...}
     STORE/traces/ingest_log.jsonl                  one line per ingestion run with its counts
 
 `TraceStore.scan(window)` is the window as one `pl.LazyFrame` over all of its files, `load(window)` the
@@ -754,7 +754,8 @@ class _Run:
                 if (r.source, r.reason, r.raw) in seen:  # the same rejection again: already quarantined
                     continue
                 seen.add((r.source, r.reason, r.raw))
-                fh.write(json.dumps({"source": r.source, "reason": r.reason, "raw": r.raw, "at": now}) + "\n")
+                entry = {"source": r.source, "reason": r.reason, "raw": r.raw, "raw_bytes": r.raw_bytes}
+                fh.write(json.dumps({**entry, "at": now}) + "\n")
                 added += 1
         self.report.rejected += len(rows)
         self.report.quarantined += added

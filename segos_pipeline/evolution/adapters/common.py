@@ -55,6 +55,7 @@ class Rejected:
     source: str  # "file:line" or "file#index"
     reason: str  # one sentence a user can act on
     raw: str  # the offending text (truncated to 2,000 chars)
+    raw_bytes: int = 0  # UTF-8 length of the whole offending text, of which `raw` is a bounded prefix
 
 
 def rejected(source: str, reason: str, raw: Any) -> Rejected:
@@ -65,7 +66,8 @@ def rejected(source: str, reason: str, raw: Any) -> Rejected:
             text = json.dumps(raw, ensure_ascii=False, default=str)
         except (ValueError, TypeError, RecursionError):
             text = f"<a {type(raw).__name__} that cannot be shown as JSON>"
-    return Rejected(source=source, reason=reason, raw=text[:RAW_LIMIT])
+    size = len(text.encode("utf-8", "surrogatepass"))
+    return Rejected(source=source, reason=reason, raw=text[:RAW_LIMIT], raw_bytes=size)
 
 
 @dataclass
