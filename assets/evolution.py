@@ -124,7 +124,10 @@ def traces(
         meta.update(
             quarantine_reasons=MetadataValue.json(report.quarantine_reasons),
             unknown_skills=MetadataValue.json(report.unknown_skills),
+            skipped=MetadataValue.json(report.skipped),  # a link or a torn last line: never read
         )
+        for item in report.skipped:
+            context.log.warning(f"skipped {item['source']}: {item['reason']}")
     else:
         context.log.warning(f"no landing file {landing}: the window keeps what was ingested before")
         counts = {"read": 0, "accepted": 0, "duplicates": 0, "quarantined": 0}

@@ -4,6 +4,7 @@ add to them freely, never change what exists."""
 from __future__ import annotations
 
 import json
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -377,6 +378,8 @@ def ingest(
         click.echo(f"  quarantined x{n}: {reason}")
     if report.unknown_skills:
         click.echo(f"  unknown skills (dropped from the traces): {', '.join(report.unknown_skills)}")
+    for item in report.skipped:  # left unread: links, non-regular files, torn last lines
+        click.echo(f"  skipped {item['source']}: {item['reason']}")
 
 
 @main.command("trace-schema")
@@ -524,7 +527,13 @@ def diff(v1: str, v2: str, store: Path | None, as_json: bool, markdown: bool, li
     show_default=True,
     help="How many SIMULATED traces to write.",
 )
-@click.option("--window", default="2026-11-29", show_default=True, help="Date the simulated traces carry.")
+@click.option(
+    "--window",
+    default="2026-11-29",
+    show_default=True,
+    callback=lambda ctx, param, value: _date(param, value),
+    help="Date the simulated traces carry (YYYY-MM-DD).",
+)
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Simulator seed (same seed, same traces)."
 )
@@ -556,6 +565,17 @@ def simulate(
             fh.write(json.dumps(to_native(r)) + "\n")
     ok = sum(r.reward >= 0.9 for r in records)
     click.echo(f"wrote {len(records)} SIMULATED traces ({ok} successful) for {len(tasks)} tasks to {out}")
+
+
+def _date(param: click.Parameter, value: str) -> str:
+    """A YYYY-MM-DD option value, or a usage error naming the option (not "Invalid isoformat string")."""
+    try:  # fromisoformat alone also takes 20261129 and 2026-W48-1
+        ok = len(value) == 10 and date.fromisoformat(value) is not None
+    except ValueError:
+        ok = False
+    if not ok:
+        raise click.BadParameter(f"expected YYYY-MM-DD, got {value!r}", param=param)
+    return value
 
 
 @main.command(name="generate-library")

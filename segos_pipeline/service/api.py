@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..config import AVOID, MAX_TEXT_CHARS, MAX_TOP, RELATIONS, REMOTE_POLL_S, RetrievalConfig
+from ..evolution.landing import LandingWriteError, append_line
 from ..evolution.traces import (
     TraceError,
     native_line,
@@ -70,6 +71,10 @@ class UnknownSkill(ServiceError):
 
 class TraceRejected(ServiceError):
     pass
+
+
+class TraceNotWritten(ServiceError):
+    """A valid trace the landing file could not take (disk full, I/O error): nothing of it was kept."""
 
 
 @dataclass
@@ -634,6 +639,10 @@ class SegosService:
 
         The next `segos ingest <landing>` reads it into its window (the date of its timestamp, UTC; now
         when none is given). Unknown skill names do not reject a trace (ingestion keeps it and reports them).
+
+        The reply comes only once the line is on disk whole (`evolution.landing.append_line`: locked,
+        fsynced); when it cannot be (disk full, I/O error) the call raises TraceNotWritten and the landing
+        file is left as it was.
         """
         if reward is not None and ctrf is not None:
             raise TraceRejected(
@@ -668,13 +677,17 @@ class SegosService:
         check = resolve_skills(record_of_row(record.row()), lo.names)  # a copy: resolving rewrites it
         self.landing.mkdir(parents=True, exist_ok=True)
         path = self.landing / f"{window}.jsonl"
-        # One write() on an O_APPEND descriptor: concurrent recorders never interleave inside a line.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            os.write(fd, line + b"\n")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        try:  # under a lock, whole and fsynced, a torn tail moved aside first: only then acknowledged
+            done = append_line(path, line)
+        except LandingWriteError as exc:
+            raise TraceNotWritten(str(exc)) from None
+        if done.torn_bytes:
+            log.warning(
+                "%s ended in a torn line (%d bytes, a write cut short): moved to %s",
+                path,
+                done.torn_bytes,
+                done.torn_file,
+            )
         return {
             "trace_id": record.trace_id,
             "task_id": record.task_id,
