@@ -188,8 +188,12 @@ def test_auto_promote_off_leaves_a_round_unserved(tmp_path: Path):
     off = cli("evolve", "--window", FIRST, "--store", store, "--quiet", "--set", "auto_promote=false")
     assert "auto_promote is off" in off.stderr and served(SnapshotStore(store)) == v1
     # the next round builds on the latest (v2), whose parent is not served: it stays unserved too
-    v3 = last_line(cli("evolve", "--window", SECOND, "--store", store, "--quiet"))
-    assert served(SnapshotStore(store)) == v1 and v3 != v1
+    later = cli("evolve", "--window", SECOND, "--store", store, "--quiet")
+    assert served(SnapshotStore(store)) == v1 and "`--from served` evolves the served one" in later.stderr
+    # built on the served version instead, the round is served again
+    v4 = last_line(cli("evolve", "--window", SECOND, "--from", "served", "--store", store, "--quiet"))
+    st = SnapshotStore(store)
+    assert st.manifest(v4)["parent"] == v1 and served(st) == v4
 
 
 def test_an_incremental_change_is_served_when_its_parent_was(tmp_path: Path):

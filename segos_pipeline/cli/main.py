@@ -472,7 +472,12 @@ def trace_schema() -> None:
 @main.command()
 @store_option
 @click.option("--window", required=True, help="The window of ingested traces to evolve on.")
-@click.option("--from", "from_version", default=None, help="Parent version (default: latest).")
+@click.option(
+    "--from",
+    "from_version",
+    default=None,
+    help="Parent version: an id, vN, latest or served (default: latest).",
+)
 @click.option("--pool", is_flag=True, help="Pool all attempts instead of the final one per (task, agent).")
 @click.option("--no-l1", is_flag=True, help="Skip the topology update.")
 @click.option("--no-l2", is_flag=True, help="Skip the edge-weight update.")
@@ -563,7 +568,10 @@ def evolve(
 
 def _why_not_served(manifest: dict[str, Any], config: EvolutionConfig, kept: str) -> str:
     if manifest.get("parent") != kept:
-        return f"the round's parent {manifest.get('parent')} is not the served version"
+        return (
+            f"the round's parent {manifest.get('parent')} is not the served version; `--from served` "
+            "evolves the served one"
+        )
     if not config.auto_promote:
         return "auto_promote is off"
     return "the round's held-out check did not pass"
