@@ -180,6 +180,15 @@ def test_a_damaged_version_is_not_promoted_and_nothing_to_roll_back_is_one_line(
     unknown = cli("promote", "v0099", "--store", store, ok=False)
     assert unknown.exit_code == 2 and "no such version" in unknown.stderr and served(st) == v1
 
+    # an unreadable pointer is one clear line wherever it is read, `versions` still lists, and
+    # `segos promote` repairs it
+    (store / SERVED).write_text("{not json")
+    broken = cli("retrieve", "csv", "--version", "served", "--store", store, ok=False)
+    assert broken.exit_code == 2 and "served.json is unreadable" in broken.stderr
+    assert "served.json is unreadable" in cli("versions", "--store", store).stderr
+    cli("promote", v1, "--store", store)
+    assert pointer(st).version == v1 and pointer(st).previous == ()
+
 
 def test_auto_promote_off_leaves_a_round_unserved(tmp_path: Path):
     store = tmp_path / "store"

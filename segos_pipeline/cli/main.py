@@ -181,11 +181,10 @@ def promote(version: str, store: Path | None, as_json: bool, wait: float) -> Non
     Example:
       segos promote v3 --store data/store
     """
-    from ..store.served import pointer
     from ..store.served import promote as serve
 
     with _writing(store, wait) as st:
-        before = pointer(st).version
+        before = _served_before(st)
         now = serve(st, version, f"segos promote {version}")
     _served_result(now, before, as_json)
 
@@ -202,21 +201,32 @@ def rollback(store: Path | None, as_json: bool, wait: float) -> None:
     Example:
       segos rollback --store data/store
     """
-    from ..store.served import pointer
     from ..store.served import rollback as roll_back
 
     with _writing(store, wait) as st:
-        before = pointer(st).version
+        before = _served_before(st)
         now = roll_back(st, "segos rollback")
     _served_result(now, before, as_json)
 
 
-def _served_result(now: Any, before: str, as_json: bool) -> None:
+def _served_before(st: Any) -> str | None:
+    """The version served before the command; None when the pointer file is unreadable (`promote`
+    rewrites it, and says so)."""
+    from ..store.served import ServedError, pointer
+
+    try:
+        return pointer(st).version
+    except ServedError:
+        return None
+
+
+def _served_result(now: Any, before: str | None, as_json: bool) -> None:
     """What `promote` and `rollback` print: the pointer (JSON) or one line, the served id last."""
     if as_json:
         _emit_json({**now.as_dict(), "was": before})
         return
-    click.echo(f"served: {before} -> {now.version}" if before != now.version else "served: unchanged")
+    was = before or "an unreadable served.json (rewritten)"
+    click.echo(f"served: {was} -> {now.version}" if before != now.version else "served: unchanged")
     click.echo(now.version)
 
 

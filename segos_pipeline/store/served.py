@@ -105,10 +105,13 @@ def promote(store: SnapshotStore, version: str, reason: str, verify: bool = True
                     f"version {vid} is damaged ({', '.join(bad[:5])} differ from its manifest); it is not "
                     f"served (`segos verify {vid}` tells more; still served: {_current(store)})"
                 )
-        now = pointer(store)
-        if now.version == vid:
+        try:
+            now: ServedPointer | None = pointer(store)
+        except ServedError:  # an unreadable pointer file: promoting is how it is repaired
+            now = None
+        if now is not None and now.version == vid:
             return now if now.recorded else _write(store, replace(now, updated_at=_now(), reason=reason))
-        previous = (*now.previous, now.version)
+        previous = (*now.previous, now.version) if now is not None else ()
         return _write(store, ServedPointer(vid, previous[-HISTORY:], _now(), reason))
 
 
