@@ -141,6 +141,8 @@ class SegosService:
         # a reader of its own that lists the URI at most every poll_s: requests in between never ask it
         self.store = store.polling(self.poll_s) if isinstance(store, RemoteStore) else store
         self.remote = isinstance(self.store, RemoteStore)
+        # joined once: refresh stats both on every request
+        self._watched = (str(self.store.versions_dir), str(self.store.root / SERVED))
         self.config = config  # None: each version's own preset (see config.retrieval_for)
         self.landing = Path(landing) if landing is not None else default_landing(self.store.root)
         self.verify = verify
@@ -279,12 +281,13 @@ class SegosService:
 
     def _store_mtime(self) -> tuple[int, int] | None:
         """The mtimes of `versions/` and of the served pointer (0 while there is none)."""
+        versions_dir, pointer_file = self._watched
         try:
-            versions = os.stat(self.store.versions_dir).st_mtime_ns
+            versions = os.stat(versions_dir).st_mtime_ns
         except OSError:
             return None
         try:
-            return versions, os.stat(self.store.root / SERVED).st_mtime_ns
+            return versions, os.stat(pointer_file).st_mtime_ns
         except OSError:
             return versions, 0
 
