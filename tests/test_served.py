@@ -186,6 +186,8 @@ def test_a_damaged_version_is_not_promoted_and_nothing_to_roll_back_is_one_line(
     broken = cli("retrieve", "csv", "--version", "served", "--store", store, ok=False)
     assert broken.exit_code == 2 and "served.json is unreadable" in broken.stderr
     assert "served.json is unreadable" in cli("versions", "--store", store).stderr
+    rebuilt = cli("build", "--store", store, "--quiet")  # commits, and says what to do about the pointer
+    assert "served.json is unreadable" in rebuilt.stderr and "segos promote" in rebuilt.stderr
     cli("promote", v1, "--store", store)
     assert pointer(st).version == v1 and pointer(st).previous == ()
 

@@ -84,8 +84,8 @@ def build(
     """
     from ..graph.build import build_cold_start
     from ..retrieval.ranker import warm_caches
-    from ..store.served import pointer
     from ..store.served import promote as serve
+    from ..store.served import served_or_none
 
     library = library or DEFAULT_LIBRARY
     if not library.is_dir():
@@ -99,11 +99,11 @@ def build(
         vid = manifest["version"]
         if promote or first:
             serve(st, vid, "cold start (segos build --promote)" if promote else "first version", verify=False)
-        kept = pointer(st).version
+        kept = served_or_none(st)
     progress.add_timings(manifest.get("timings_s", {}))
     if kept != vid:  # on stderr: stdout keeps the version id last (and --json its shape)
         click.echo(
-            f"warning: {kept} stays served; {vid} is not served yet. Serve it with "
+            f"warning: {_staying(kept)}; {vid} is not served yet. Serve it with "
             f"`segos promote {vid} --store {store_name(st)}` (or build with --promote)",
             err=True,
         )
@@ -182,9 +182,10 @@ def promote(version: str, store: Path | None, as_json: bool, wait: float) -> Non
       segos promote v3 --store data/store
     """
     from ..store.served import promote as serve
+    from ..store.served import served_or_none
 
     with _writing(store, wait) as st:
-        before = _served_before(st)
+        before = served_or_none(st)
         now = serve(st, version, f"segos promote {version}")
     _served_result(now, before, as_json)
 
@@ -202,22 +203,19 @@ def rollback(store: Path | None, as_json: bool, wait: float) -> None:
       segos rollback --store data/store
     """
     from ..store.served import rollback as roll_back
+    from ..store.served import served_or_none
 
     with _writing(store, wait) as st:
-        before = _served_before(st)
+        before = served_or_none(st)
         now = roll_back(st, "segos rollback")
     _served_result(now, before, as_json)
 
 
-def _served_before(st: Any) -> str | None:
-    """The version served before the command; None when the pointer file is unreadable (`promote`
-    rewrites it, and says so)."""
-    from ..store.served import ServedError, pointer
-
-    try:
-        return pointer(st).version
-    except ServedError:
-        return None
+def _staying(kept: str | None) -> str:
+    """Which version stays served, for a command whose new version is not served."""
+    if kept is None:
+        return "the store's served.json is unreadable (`segos promote VERSION` rewrites it)"
+    return f"{kept} stays served"
 
 
 def _served_result(now: Any, before: str | None, as_json: bool) -> None:
@@ -545,7 +543,7 @@ def evolve(
     from ..evolution.engines import make_engine
     from ..evolution.round import evolve as run_evolution
     from ..retrieval.ranker import warm_caches
-    from ..store.served import served
+    from ..store.served import served_or_none
 
     engine_config = EngineConfig(engine=engine, spark_master=spark_master, partitions=partitions)
     if engine == "spark":
@@ -555,7 +553,7 @@ def evolve(
         manifest = run_evolution(
             st, window, from_version, config, progress=progress, engine=make_engine(engine_config)
         )
-        kept = served(st)
+        kept = served_or_none(st)
     progress.add_timings(manifest.get("timings_s", {}))
     with stage(progress, "retrieval caches"):
         warm_caches(st.load(manifest["version"]))
@@ -569,14 +567,16 @@ def evolve(
             click.echo(f"  {layer}: {_counters_line(rules)}")
     if kept != manifest["version"]:
         click.echo(
-            f"{kept} stays served ({_why_not_served(manifest, config, kept)}); serve this version with "
+            f"{_staying(kept)} ({_why_not_served(manifest, config, kept)}); serve this version with "
             f"`segos promote {manifest['version']} --store {store_name(st)}`",
             err=True,
         )
     click.echo(manifest["version"])
 
 
-def _why_not_served(manifest: dict[str, Any], config: EvolutionConfig, kept: str) -> str:
+def _why_not_served(manifest: dict[str, Any], config: EvolutionConfig, kept: str | None) -> str:
+    if kept is None:
+        return "a round moves only a readable pointer"
     if manifest.get("parent") != kept:
         return (
             f"the round's parent {manifest.get('parent')} is not the served version; `--from served` "

@@ -199,14 +199,15 @@ def _change(
     wait: float = WRITER_WAIT_S,
 ) -> None:
     from ..graph.incremental import apply_change
-    from ..store.served import served
+    from ..store.served import served_or_none
 
     with _writing(store, wait) as st:
         result = apply_change(st, action, skill_dir, library=library)
-        kept = served(st)
+        kept = served_or_none(st)
     if result.changed and not result.served:  # on stderr: stdout keeps the version id last
+        stays = f"{kept} stays served" if kept else "the store's served.json is unreadable"
         click.echo(
-            f"{kept} stays served (the change was made to {result.parent}, which is not served); serve "
+            f"{stays} (the change was made to {result.parent}, which is not served); serve "
             f"this version with `segos promote {result.version} --store {store_name(st)}`",
             err=True,
         )

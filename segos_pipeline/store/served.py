@@ -93,6 +93,15 @@ def served(store: SnapshotStore) -> str:
     return found.version
 
 
+def served_or_none(store: SnapshotStore) -> str | None:
+    """`served`, or None when the pointer file is unreadable: for a command that has committed already
+    and only reports what is served (`segos promote` rewrites such a file)."""
+    try:
+        return pointer(store).version
+    except ServedError:
+        return None
+
+
 def promote(store: SnapshotStore, version: str, reason: str, verify: bool = True) -> ServedPointer:
     """Serve `version` (an id, prefix, `vN`, `latest`); the one served before goes on the `previous`
     stack. Refuses a version whose files fail their hash check (with `verify`), changing nothing."""
@@ -132,8 +141,8 @@ def advance(store: SnapshotStore, manifest: Mapping[str, Any], reason: str) -> b
     lineage; a child of an older version leaves the pointer where it is). True when it moved."""
     parent = manifest.get("parent")
     with store.writer():
-        if parent is None or pointer(store).version != parent:
-            return False
+        if parent is None or served_or_none(store) != parent:
+            return False  # an unreadable pointer moves only by `segos promote`, which repairs it
         promote(store, manifest["version"], reason, verify=False)  # just committed and hash-checked
     return True
 
