@@ -244,6 +244,9 @@ class EvolutionConfig(_Overridable):
     # Seconds of editor calls one round may spend; candidates past it are recorded as skipped. Bounds a
     # round against a slow endpoint: 200 candidates at a 30 s deadline would otherwise be 100 minutes.
     editor_round_budget_s: float = 600.0
+    # A round on the served version is served once committed if its held-out check passed
+    # (`store/served.py`); False leaves the pointer to `segos promote`.
+    auto_promote: bool = True
 
 
 ENGINES = ("local", "spark")

@@ -83,7 +83,7 @@ def test_every_tool_errors_and_the_trace_round_trip(store: Path, tmp_path: Path)
                 assert t.annotations.idempotent_hint is (t.name != "record_trace"), t.name
             status = await call(client, "get_status")
             v1 = status["version"]
-            assert status["mode"] == "latest" and status["counts"]["skills"] > 0
+            assert status["mode"] == "served" and status["counts"]["skills"] > 0
 
             overview = await call(client, "search_skills", query=QUERY, top_k=3)
             assert len(overview["results"]) == 3
@@ -235,7 +235,7 @@ def test_a_malformed_line_is_dropped_and_the_server_goes_on(store: Path):
     finally:
         proc.kill()
     version = SnapshotStore(store).latest()
-    assert f"segos mcp: serving {version} (following the newest version) on stdio" in err.decode()
+    assert f"segos mcp: serving {version} (following the served version) on stdio" in err.decode()
     answers = [json.loads(line) for line in out.splitlines()]
     assert [a["id"] for a in answers] == [7] and answers[0]["result"]["serverInfo"]["name"] == "segos"
     assert proc.returncode == 0  # stdin closed: a clean exit

@@ -1,7 +1,7 @@
 """`segos mcp`: the MCP server over a snapshot store (official `mcp` SDK, 2.x `MCPServer`, public API only).
 
 Every tool is a thin call into `SegosService` (service/api.py), which picks the version per request: the
-pinned one, or the newest committed one (switching between requests when a new version lands). Expected
+pinned one, or the store's served one (switching between requests when the served pointer moves). Expected
 failures (unknown skill or version, malformed trace, bad argument) become MCP tool errors (`is_error` with
 the reason; arguments that do not fit a tool's input schema get one short line per field); anything
 unexpected becomes the SDK's generic tool error. The server never exits on a bad request.
