@@ -13,7 +13,7 @@ import pytest
 
 from segos_pipeline import SnapshotStore, build_cold_start
 from segos_pipeline.paths import DEFAULT_LIBRARY
-from segos_pipeline.service.api import SegosService, ServiceError
+from segos_pipeline.service.api import MAX_ECHO_CHARS, SegosService, ServiceError
 from segos_pipeline.store.snapshot import DamagedSnapshot, SnapshotError
 
 from .conftest import commit_copy, damage
@@ -218,7 +218,11 @@ def test_a_query_longer_than_a_trace_may_record_is_refused(store: SnapshotStore,
 
     service = SegosService(store, landing=tmp_path / "landing")
     longest = "csv " * (MAX_TEXT_CHARS // 4)
-    assert service.retrieve_bundle(longest)["query"] == longest.strip()
+    # accepted, and repeated only as a bounded prefix: a reply never grows with what a client sends
+    for call in (service.retrieve_bundle, service.search):
+        echo = call(longest)["query"]
+        assert echo == longest.strip()[:MAX_ECHO_CHARS] + "…"
+    assert service.search("chart revenue")["query"] == "chart revenue"
     for call in (service.retrieve_bundle, service.search):
         with pytest.raises(ServiceError, match=f"at most {MAX_TEXT_CHARS:,} are accepted"):
             call("x" * (MAX_TEXT_CHARS + 1))

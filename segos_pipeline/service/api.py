@@ -62,6 +62,7 @@ from ..text.names import SkillNames
 log = logging.getLogger(__name__)  # version switches; `segos mcp` shows them on stderr
 MAX_REPLY_UNKNOWN = 20  # unknown skill names listed in a record_trace reply (the count is always given)
 MAX_SUGGESTED = 5  # unknown names of one request that get near-miss suggestions (each costs a few ms)
+MAX_ECHO_CHARS = 200  # of a query, repeated in a reply
 _STABLE_AFTER_NS = 2_000_000_000  # a versions/ mtime older than this cannot hide a same-tick commit
 
 
@@ -450,7 +451,7 @@ class SegosService:
         ]
         return {
             "version": lo.version,
-            "query": query,
+            "query": _echo(query),
             "results": results,
             "pruned": pruned,
             "no_match": picked.no_match,
@@ -519,7 +520,7 @@ class SegosService:
             skills[-1]["after"] = sorted(c.before for c in order.constraints if c.after == sid)
         return {
             "version": lo.version,
-            "query": query,
+            "query": _echo(query),
             "order": order.order,
             "skills": skills,
             "edges": [{"src": s, "dst": d, "relation": rel, "weight": round(w, 6)} for s, d, rel, w in among],
@@ -732,8 +733,9 @@ class SegosService:
             "unknown_skills_count": len(check.unknown_skills),
             "bytes": len(line) + 1,
             "version": lo.version,
-            "next": f"segos ingest {self.landing} --store {self.store_name} ; "
-            f"segos evolve --window {window} --store {self.store_name}",
+            # for the agent that recorded it, not an operator's shell: what happens to the trace next
+            "next": f"recorded in the landing folder for the {window} window: the evolution round over "
+            "that window learns from it",
         }
 
 
@@ -778,6 +780,12 @@ def check_query_length(query: str) -> str:
             "describe the task, not its data"
         )
     return query
+
+
+def _echo(query: str) -> str:
+    """The query as a reply repeats it: a bounded prefix (the client has the rest), so that a reply never
+    grows with what a client sends."""
+    return query if len(query) <= MAX_ECHO_CHARS else query[:MAX_ECHO_CHARS] + "…"
 
 
 def _bounded(name: str, value: Any) -> int:

@@ -62,6 +62,7 @@ from .._version import __version__
 from ..config import (
     MAX_ATTEMPT,
     MAX_ID_CHARS,
+    MAX_NAME_CHARS,
     MAX_QUERIES,
     MAX_SKILLS,
     MAX_TEXT_CHARS,
@@ -394,26 +395,35 @@ def build_server(
             ),
         ],
         queries: Annotated[
-            list[str | dict[str, Any]],
+            list[Annotated[str, Field(max_length=MAX_TEXT_CHARS)] | dict[str, Any]],
             Field(
                 description=f"Queries issued (<= {MAX_QUERIES}): text, or {{text, retrieved?, seeds?}}; "
-                f"text <= {MAX_TEXT_CHARS:,} chars."
+                f"text <= {MAX_TEXT_CHARS:,} chars.",
+                max_length=MAX_QUERIES,
             ),
         ],
         used: Annotated[
-            list[str],
-            Field(description=f"Skills actually used, in first-use order (<= {MAX_SKILLS} names)."),
+            list[Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]],
+            Field(
+                description=f"Skills actually used, in first-use order (<= {MAX_SKILLS} names).",
+                max_length=MAX_SKILLS,
+            ),
         ],
         reward: Annotated[
             float | None, Field(description="Outcome in [0, 1] (or give ctrf).", ge=0, le=1)
         ] = None,
         ctrf: Annotated[dict[str, Any] | None, Field(description="A CTRF test report to derive it.")] = None,
-        agent: Annotated[str | None, Field(description="Model/harness that ran the attempt.")] = None,
+        agent: Annotated[
+            str | None,
+            Field(description="Model/harness that ran the attempt.", min_length=1, max_length=MAX_NAME_CHARS),
+        ] = None,
         attempt: Annotated[
             int | None,
             Field(description=f"Attempt number, 1-{MAX_ATTEMPT:,} (default 1).", ge=1, le=MAX_ATTEMPT),
         ] = None,
-        trace_id: Annotated[str | None, Field(description="Default: a fresh id.")] = None,
+        trace_id: Annotated[
+            str | None, Field(description="Default: a fresh id.", min_length=1, max_length=MAX_ID_CHARS)
+        ] = None,
     ) -> dict[str, Any]:
         """Report how an attempt went. Validated exactly as `segos ingest` validates a line (the trace
         contract, `segos trace-schema`), so what is recorded is ingested; appended to the trace landing
