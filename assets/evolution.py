@@ -126,7 +126,10 @@ def traces(
         meta.update(
             quarantine_reasons=MetadataValue.json(report.quarantine_reasons),
             unknown_skills=MetadataValue.json(report.unknown_skills),
+            skipped=MetadataValue.json(report.skipped),  # a link or a torn last line: never read
         )
+        for item in report.skipped:
+            context.log.warning(f"skipped {item['source']}: {item['reason']}")
     else:
         # A day without traces is a window like any other: materialized, with nothing new to learn from.
         context.log.info(

@@ -130,6 +130,7 @@ class EvolutionSettings(ConfigurableResource):
     editor: str | None = None
     editor_endpoint: str | None = None
     editor_model: str | None = None
+    auto_promote: bool | None = None  # False: a round on the served version is not served by itself
 
     def config(self) -> EvolutionConfig:
         return EvolutionConfig().with_overrides(**_set(**self._fields()))

@@ -134,6 +134,18 @@ class RetrievalConfig(_Overridable):
     ppr_push_min_nodes: int = 2_000
     per_skill_chars: int = 1_800  # (paper)
     total_chars: int = 9_000  # (paper)
+    # The relevance floor (segos' choice): a bundle none of whose members reaches `min_score` is empty,
+    # with `no_match`, instead of the per-query best of nothing. A member's relevance is absolute
+    # (retrieval/ranker.py `Relevance`): the share of the query's word weight its text or closest witness
+    # holds, or `relevance_cosine_weight` × its cosine to the query when it shares a word with it (the
+    # plain cosine when it shares none: an embedding finds 0.2-0.25 in nonsense). On the dev sets (44
+    # SkillsBench tasks and their keyword forms, 1,000 MetaTool requests, 250 two-tool requests, cold
+    # start) it empties 0, 0, 15 and 2 bundles, losing 0, 0, 3 and 2 hits@5, and 9 of 10 off-topic
+    # requests to the demo library ("xyzzy quux", "bake a chocolate cake", ...). Without the query's
+    # embedding (semantic "none", or a long task text) it asks only for a word in common (a per-request
+    # `min_score` applies to the words share as given). 0 turns it off.
+    min_score: float = 0.3
+    relevance_cosine_weight: float = 3.0
     field_weights: dict[str, float] = field(default_factory=lambda: dict(FIELD_WEIGHTS))
     # BM25F parameters (segos' scoring of the GoS fields; standard Robertson values).
     bm25_k1: float = 1.2
@@ -232,6 +244,9 @@ class EvolutionConfig(_Overridable):
     # Seconds of editor calls one round may spend; candidates past it are recorded as skipped. Bounds a
     # round against a slow endpoint: 200 candidates at a 30 s deadline would otherwise be 100 minutes.
     editor_round_budget_s: float = 600.0
+    # A round on the served version is served once committed if its held-out check passed
+    # (`store/served.py`); False leaves the pointer to `segos promote`.
+    auto_promote: bool = True
 
 
 ENGINES = ("local", "spark")

@@ -134,12 +134,16 @@ def damage(path: Path, offset: int, data: bytes) -> None:
         fh.write(data)
 
 
-def commit_copy(store: SnapshotStore, extra_tables: dict[str, pl.DataFrame] | None = None) -> str:
+def commit_copy(
+    store: SnapshotStore, extra_tables: dict[str, pl.DataFrame] | None = None, serve: bool = True
+) -> str:
     """Commit a new version with the newest one's content (a version to switch to), plus any extra tables
-    (e.g. round traces); its id."""
+    (e.g. round traces); its id. `serve`: promote it, so that following services switch to it."""
+    from segos_pipeline.store.served import promote
+
     parent = store.latest()
     snap = store.load(parent)
-    return store.write(
+    vid = store.write(
         nodes=snap.nodes,
         tokens=snap.tokens,
         edges=snap.edges,
@@ -147,6 +151,9 @@ def commit_copy(store: SnapshotStore, extra_tables: dict[str, pl.DataFrame] | No
         manifest={"kind": "copy", "parent": parent},
         extra_tables=extra_tables,
     )["version"]
+    if serve:
+        promote(store, vid, "test: commit_copy", verify=False)
+    return vid
 
 
 @pytest.fixture(params=["memory", "file"])

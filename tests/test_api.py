@@ -13,7 +13,7 @@ import pytest
 
 from segos_pipeline import SnapshotStore, build_cold_start
 from segos_pipeline.paths import DEFAULT_LIBRARY
-from segos_pipeline.service.api import SegosService, ServiceError
+from segos_pipeline.service.api import MAX_ECHO_CHARS, SegosService, ServiceError
 from segos_pipeline.store.snapshot import DamagedSnapshot, SnapshotError
 
 from .conftest import commit_copy, damage
@@ -66,7 +66,7 @@ def test_requests_are_answered_from_the_old_version_while_the_new_one_loads(
     assert status["version"] == v2 and status["loading"] is None and status["switches"] == 1
     assert status["in_memory"] == [v2]  # the replaced version is not kept
     said = [r.getMessage() for r in caplog.records]  # what `segos mcp` shows on stderr
-    assert said[0] == f"version {v2} committed; loading it (serving {v1} meanwhile)"
+    assert said[0] == f"version {v2} is served; loading it (serving {v1} meanwhile)"
     assert said[1].startswith(f"version {v2} loaded in ") and said[2] == f"now serving {v2} (was {v1})"
 
 
@@ -107,7 +107,7 @@ def test_a_damaged_newest_version_at_start_is_passed_over_for_the_one_before(
     with caplog.at_level(logging.WARNING, logger="segos_pipeline.service.api"):
         svc = SegosService(store, landing=tmp_path)
     status = svc.status()
-    assert status["version"] == v1 and status["latest"] == v2 and status["mode"] == "latest"
+    assert status["version"] == v1 and status["latest"] == v2 and status["mode"] == "served"
     assert "damaged" in status["unservable"][v2]
     assert any(v2 in r.getMessage() and "cannot be served" in r.getMessage() for r in caplog.records)
     _until_idle(svc)
@@ -218,7 +218,11 @@ def test_a_query_longer_than_a_trace_may_record_is_refused(store: SnapshotStore,
 
     service = SegosService(store, landing=tmp_path / "landing")
     longest = "csv " * (MAX_TEXT_CHARS // 4)
-    assert service.retrieve_bundle(longest)["query"] == longest.strip()
+    # accepted, and repeated only as a bounded prefix: a reply never grows with what a client sends
+    for call in (service.retrieve_bundle, service.search):
+        echo = call(longest)["query"]
+        assert echo == longest.strip()[:MAX_ECHO_CHARS] + "…"
+    assert service.search("chart revenue")["query"] == "chart revenue"
     for call in (service.retrieve_bundle, service.search):
         with pytest.raises(ServiceError, match=f"at most {MAX_TEXT_CHARS:,} are accepted"):
             call("x" * (MAX_TEXT_CHARS + 1))

@@ -76,6 +76,21 @@ def test_retrieve_json_shape(built):
     assert out["seeds"] == served["seeds"]
 
 
+@pytest.mark.parametrize("query", ["xyzzy quux", "bake a chocolate cake"])
+def test_nothing_relevant_is_an_empty_bundle_not_the_best_of_nothing(built, query):
+    store, vid = built
+    out = json.loads(run("retrieve", query, "--store", store, "--version", vid, "--json").output)
+    assert out["skills"] == [] and out["no_match"] is True and out["seeds"] == []
+    assert "no skill is relevant" in run("retrieve", query, "--store", store).output
+    # the floor is a setting: 0 lists the closest skills, each with its (low) absolute relevance
+    closest = json.loads(run("retrieve", query, "--store", store, "--min-score", "0", "--json").output)
+    assert closest["skills"] and closest["no_match"] is False
+    assert max(s["relevance"] for s in closest["skills"]) < out["min_score"]
+    real = json.loads(run("retrieve", "parse a csv file and plot a chart", "--store", store, "--json").output)
+    assert real["no_match"] is False and real["skills"][0]["relevance"] >= real["min_score"]
+    assert all(0 <= s["words"] <= 1 and 0 <= s["relevance"] <= 1 for s in real["skills"])
+
+
 def test_replay_json_shape(built):
     store, _ = built
     out = json.loads(

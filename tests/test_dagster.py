@@ -35,6 +35,7 @@ from assets.resources import SegosPaths, build_resources
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.round import evolve
 from segos_pipeline.paths import DEMO_TRACES
+from segos_pipeline.store.served import served
 from segos_pipeline.store.snapshot import SnapshotStore
 
 from .conftest import demo_library_with_malformed, simple_library
@@ -222,6 +223,9 @@ def test_windows_chain_versions(pipeline: dict[str, Any]) -> None:
     assert v1["parent"] == cold["version"] and v1["window"] == W1 and v1["round"] == 1
     assert v2["parent"] == v1["version"] and v2["window"] == W2 and v2["round"] == 2
     assert v2["orchestrator"]["partition"] == W2
+    # a Dagster round commits through the CLI round's call: each extends the served version and passed its
+    # held-out check, so each is served in turn (store/served.py)
+    assert served(store) == v2["version"]
     # the version records the assets passed along name the same versions
     snap_meta = metadata(pipeline["w2"], "graph_snapshot")
     assert snap_meta["version"] == v2["version"] and snap_meta["parent"] == v1["version"]

@@ -83,11 +83,24 @@ def test_every_tool_errors_and_the_trace_round_trip(store: Path, tmp_path: Path)
                 assert t.annotations.idempotent_hint is (t.name != "record_trace"), t.name
             status = await call(client, "get_status")
             v1 = status["version"]
-            assert status["mode"] == "latest" and status["counts"]["skills"] > 0
+            assert status["mode"] == "served" and status["counts"]["skills"] > 0
 
             overview = await call(client, "search_skills", query=QUERY, top_k=3)
             assert len(overview["results"]) == 3
-            assert set(overview["results"][0]) == {"rank", "id", "name", "capability", "score", "seed"}
+            first_result = overview["results"][0]
+            assert set(first_result) == {"rank", "id", "name", "capability", "score", "relevance", "seed"}
+            assert overview["no_match"] is False and first_result["relevance"] >= overview["min_score"]
+
+            # nothing relevant: no skills and no_match, from both tools; min_score 0 lists the closest
+            for nonsense in ("xyzzy quux", "bake a chocolate cake"):
+                none = await call(client, "search_skills", query=nonsense)
+                assert none["results"] == [] and none["no_match"] is True, nonsense
+                empty = await call(client, "retrieve_skill_bundle", query=nonsense)
+                assert empty["skills"] == [] and empty["order"] == [] and empty["no_match"] is True
+                assert empty["seeds"] == [] and empty["chars"] == 0
+            closest = await call(client, "search_skills", query="xyzzy quux", min_score=0)
+            assert closest["results"] and closest["no_match"] is False
+            assert "min_score" in await error(client, "search_skills", query=QUERY, min_score=-1)
 
             bundle = await call(client, "retrieve_skill_bundle", query=QUERY, max_chars=4000)
             assert bundle["version"] == v1 and 0 < bundle["chars"] <= 4000
@@ -222,7 +235,7 @@ def test_a_malformed_line_is_dropped_and_the_server_goes_on(store: Path):
     finally:
         proc.kill()
     version = SnapshotStore(store).latest()
-    assert f"segos mcp: serving {version} (following the newest version) on stdio" in err.decode()
+    assert f"segos mcp: serving {version} (following the served version) on stdio" in err.decode()
     answers = [json.loads(line) for line in out.splitlines()]
     assert [a["id"] for a in answers] == [7] and answers[0]["result"]["serverInfo"]["name"] == "segos"
     assert proc.returncode == 0  # stdin closed: a clean exit

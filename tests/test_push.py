@@ -182,7 +182,7 @@ def _dense_evidence(index, query):
             values = values * np.repeat(col_weights, lengths)
         return np.bincount(m.indices[pos], weights=values, minlength=n)
 
-    cols, weights, known, _ = index.query_columns(query)
+    cols, weights, known, _, _ = index.query_columns(query)
     score = column_sum(index.matrix, cols, weights)
     matched = column_sum(index.name_matrix, known)
     name_match = (index.name_len > 0) & (matched >= index.name_len)

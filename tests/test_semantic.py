@@ -13,6 +13,7 @@ import pytest
 from segos_pipeline import RetrievalConfig, Retriever, SnapshotStore, build_cold_start
 from segos_pipeline.graph.incremental import apply_change
 from segos_pipeline.retrieval import semantic as semantic_mod
+from segos_pipeline.retrieval.lexical import _idf
 from segos_pipeline.retrieval.semantic import (
     SemanticUnavailable,
     WordLlamaBackend,
@@ -48,7 +49,8 @@ def test_common_query_tokens_do_not_seed_unless_nothing_else_is_left(store):
     r = Retriever(store.load(), LEXICAL)
     data = r.lexical.vocab.index["data"]
     assert r.lexical.df[data] == 6
-    cols, weights, _, _ = r.lexical.query_columns("data csv data")
+    cols, weights, _, _, unknown = r.lexical.query_columns("data csv data")
+    assert unknown == 0
     assert data not in cols.tolist() and cols.tolist() == [r.lexical.vocab.index["csv"]]
     assert weights.tolist() == [1.0]  # csv once: 1 + ln 1
     ev = r.lexical.evidence("data csv")
@@ -62,7 +64,7 @@ def test_common_query_tokens_do_not_seed_unless_nothing_else_is_left(store):
 
 def test_repeated_query_terms_weigh_more_and_coverage_is_the_best_skills_share(store):
     r = Retriever(store.load(), LEXICAL)
-    cols, weights, _, _ = r.lexical.query_columns("pdf pdf pdf email")
+    cols, weights, _, _, _ = r.lexical.query_columns("pdf pdf pdf email")
     by_col = dict(zip(cols.tolist(), weights.tolist(), strict=True))
     assert by_col[r.lexical.vocab.index["pdf"]] == pytest.approx(1 + np.log(3))
     assert by_col[r.lexical.vocab.index["email"]] == 1.0
@@ -208,3 +210,27 @@ def test_two_pass_search_of_a_large_library_gives_the_exact_evidence(demo_store,
     ):
         np.testing.assert_allclose(funnel.evidence(q), exact.evidence(q), rtol=0, atol=1e-6)
         assert np.count_nonzero(funnel.evidence(q)) > 0
+
+
+def test_relevance_is_absolute_and_the_floor_empties_a_bundle_of_nothing(store):
+    """Evidence is normalised per query (the best of nothing scores 1); relevance is not. A query whose
+    words no skill has gets no skills and no_match, with or without an embedding; the floor judges the
+    bundle, and 0 turns it off."""
+    for config in (RetrievalConfig(), LEXICAL):
+        r = Retriever(store.load(), config)
+        nothing = r.retrieve("xyzzy quux frobnicate")
+        assert nothing.no_match and nothing.skills == [] and nothing.seeds == []
+        assert r.ranked_ids("xyzzy quux frobnicate", 5) == []
+        real = r.retrieve("compress archives")
+        assert not real.no_match and real.skills[0].id.endswith("zipper")
+        assert real.skills[0].words == pytest.approx(1.0)  # both words are the zipper's
+        assert real.skills[0].relevance >= config.min_score
+        # one word of two: "compress" (one skill has it) against a word no skill has, which weighs more
+        half = r.retrieve("compress frobnicate")
+        known, unknown = _idf(8, np.array([1, 0]))
+        assert half.skills[0].words == pytest.approx(known / (known + unknown))
+    lexical = Retriever(store.load(), LEXICAL)
+    # without an embedding the configured floor asks for a word in common; an explicit one holds as given
+    assert not lexical.retrieve("compress frobnicate").no_match
+    assert lexical.retrieve("compress frobnicate", min_score=0.6).no_match
+    assert lexical.retrieve("xyzzy quux", min_score=0).skills == []  # no evidence at all: nothing to list

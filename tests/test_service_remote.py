@@ -206,7 +206,7 @@ def test_segos_mcp_keeps_the_uri_and_follows_it(tmp_path):
             rec = await _call(
                 client, "record_trace", task_id="t", queries=[QUERY], used=["csv-loader"], reward=1
             )
-            assert Path(rec["file"]).parent == landing and f"--store {uri}" in rec["next"]
+            assert Path(rec["file"]).parent == landing and rec["window"] in rec["next"]
 
     anyio.run(scenario)
 

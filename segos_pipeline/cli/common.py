@@ -148,7 +148,7 @@ wait_option = click.option(
     "wait). Writers of one store take turns; readers never wait.",
 )
 version_option = click.option(
-    "--version", "version", default=None, help="Version id, prefix or vN (default: latest)."
+    "--version", "version", default=None, help="Version id, prefix, vN, latest or served (default: latest)."
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 k_option = click.option(

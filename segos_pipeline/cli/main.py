@@ -4,6 +4,7 @@ add to them freely, never change what exists."""
 from __future__ import annotations
 
 import json
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,12 @@ def main() -> None:
     "no semantic evidence); recorded in the manifest, and retrieval over the version starts from it.",
 )
 @click.option("--allow-empty", is_flag=True, help="Commit a version even if LIBRARY holds no skill package.")
+@click.option(
+    "--promote",
+    is_flag=True,
+    help="Serve the new version (followers switch to it) even if the store already holds versions; "
+    "into an empty store the first version is always served.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest instead of a summary.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @wait_option
@@ -63,23 +70,45 @@ def build(
     store: Path | None,
     preset: str,
     allow_empty: bool,
+    promote: bool,
     as_json: bool,
     quiet: bool,
     wait: float,
 ) -> None:
-    """Build the cold-start graph version of LIBRARY (default: the demo library shipped with segos)."""
+    """Build the cold-start graph version of LIBRARY (default: the demo library shipped with segos).
+
+    Into a store that already holds versions, the new version is not served (followers keep serving the
+    served version) unless --promote is given; `segos promote VERSION` serves it later.
+
+    \b
+    Example:
+      segos build path/to/skills --store data/store --promote
+    """
     from ..graph.build import build_cold_start
     from ..retrieval.ranker import warm_caches
+    from ..store.served import promote as serve
+    from ..store.served import served_or_none
 
     library = library or DEFAULT_LIBRARY
     if not library.is_dir():
         _fail(f"skill library folder not found: {library} (give a folder that contains SKILL.md packages)")
     progress = reporter("build", quiet)
     with _writing(store, wait, create=True) as st:
+        first = not st.list_versions()
         manifest = build_cold_start(
             library, st, build_preset(preset), progress=progress, allow_empty=allow_empty
         )
+        vid = manifest["version"]
+        if promote or first:
+            serve(st, vid, "cold start (segos build --promote)" if promote else "first version", verify=False)
+        kept = served_or_none(st)
     progress.add_timings(manifest.get("timings_s", {}))
+    if kept != vid:  # on stderr: stdout keeps the version id last (and --json its shape)
+        click.echo(
+            f"warning: {_staying(kept)}; {vid} is not served yet. Serve it with "
+            f"`segos promote {vid} --store {store_name(st)}` (or build with --promote)",
+            err=True,
+        )
     with stage(progress, "retrieval caches"):
         warm_caches(st.load(manifest["version"]))
     progress.summary()
@@ -103,13 +132,26 @@ def build(
 @json_option
 @friendly_errors
 def versions(store: Path | None, as_json: bool) -> None:
-    """List the versions in a store, oldest first."""
+    """List the versions in a store, oldest first; the served one is marked (`"served": true`).
+
+    \b
+    Example:
+      segos versions --store data/store --json
+    """
+    from ..store.served import served
+    from ..store.snapshot import SnapshotError
+
     st = _store(store)
     manifests = st.list_versions()
     for vid, why in sorted(st.unreadable_versions().items()):  # on stderr: --json's stdout keeps its shape
         click.echo(f"warning: {vid} is not listed: {why} (`segos verify --all` reports it)", err=True)
+    try:
+        serving = served(st) if manifests else None
+    except SnapshotError as exc:  # a pointer to a version not listed: the listing is what helps then
+        serving = None
+        click.echo(f"warning: {exc}", err=True)
     if as_json:
-        _emit_json(manifests)
+        _emit_json([{**m, "served": m["version"] == serving} for m in manifests])
         return
     if not manifests:
         click.echo("no versions yet; run `segos build`")
@@ -119,10 +161,73 @@ def versions(store: Path | None, as_json: bool) -> None:
     )
     for m in manifests:
         c = m.get("counts", {})
+        mark = "  <- served" if m["version"] == serving else ""
         click.echo(
             f"{m['version']:<16} {m.get('kind', ''):<11} {m.get('parent') or '-':<16} "
             f"{m.get('window') or '-':<12} {c.get('skills', 0):>7} {c.get('edges', 0):>8}  {m['created_at']}"
+            f"{mark}"
         )
+
+
+@main.command()
+@click.argument("version")
+@store_option
+@json_option
+@wait_option
+@friendly_errors
+def promote(version: str, store: Path | None, as_json: bool, wait: float) -> None:
+    """Serve VERSION: `segos mcp` and every service following the store switch to it. VERSION is an id, a
+    unique prefix, vN or `latest`; a damaged version is refused. `segos rollback` undoes it.
+
+    \b
+    Example:
+      segos promote v3 --store data/store
+    """
+    from ..store.served import promote as serve
+    from ..store.served import served_or_none
+
+    with _writing(store, wait) as st:
+        before = served_or_none(st)
+        now = serve(st, version, f"segos promote {version}")
+    _served_result(now, before, as_json)
+
+
+@main.command()
+@store_option
+@json_option
+@wait_option
+@friendly_errors
+def rollback(store: Path | None, as_json: bool, wait: float) -> None:
+    """Serve again the version served before the current one (each promotion is kept, newest last).
+
+    \b
+    Example:
+      segos rollback --store data/store
+    """
+    from ..store.served import rollback as roll_back
+    from ..store.served import served_or_none
+
+    with _writing(store, wait) as st:
+        before = served_or_none(st)
+        now = roll_back(st, "segos rollback")
+    _served_result(now, before, as_json)
+
+
+def _staying(kept: str | None) -> str:
+    """Which version stays served, for a command whose new version is not served."""
+    if kept is None:
+        return "the store's served.json is unreadable (`segos promote VERSION` rewrites it)"
+    return f"{kept} stays served"
+
+
+def _served_result(now: Any, before: str | None, as_json: bool) -> None:
+    """What `promote` and `rollback` print: the pointer (JSON) or one line, the served id last."""
+    if as_json:
+        _emit_json({**now.as_dict(), "was": before})
+        return
+    was = before or "an unreadable served.json (rewritten)"
+    click.echo(f"served: {was} -> {now.version}" if before != now.version else "served: unchanged")
+    click.echo(now.version)
 
 
 @main.command()
@@ -191,6 +296,12 @@ def verify(version: str | None, store: Path | None, every: bool, as_json: bool) 
 @click.option(
     "--max-chars", type=click.IntRange(min=1), default=None, help="Global character budget (default 9000)."
 )
+@click.option(
+    "--min-score",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Relevance floor: no skills unless one reaches it (default 0.3; 0 turns it off).",
+)
 @json_option
 @click.option("--show-text", is_flag=True, help="Print the hydrated skill texts.")
 @friendly_errors
@@ -200,6 +311,7 @@ def retrieve(
     version: str | None,
     top_n: int | None,
     max_chars: int | None,
+    min_score: float | None,
     as_json: bool,
     show_text: bool,
 ) -> None:
@@ -210,14 +322,21 @@ def retrieve(
 
     query = check_query_length(query.strip())
     retriever = _load_retriever(store, version, top_n=top_n, total_chars=max_chars)
-    bundle = retriever.retrieve(query)
+    bundle = retriever.retrieve(query, min_score=min_score)
     if as_json:
         _emit_json(bundle.to_dict())
         return
+    if bundle.no_match:
+        click.echo(
+            f"version {bundle.version}: no skill is relevant to this query (none reaches relevance "
+            f"{bundle.min_score:g}; --min-score 0 lists the closest anyway)"
+        )
+        return
     click.echo(f"version {bundle.version}: {len(bundle.skills)} skill(s), {bundle.chars} chars")
+    click.echo(f"{'':>3} {'skill':<36} {'score':>8} {'relev.':>6}")
     for s in bundle.skills:
         mark = "seed" if s.seed else "co-use" if s.co_use > 0 else "graph" if s.lexical == 0 else ""
-        click.echo(f"{s.rank:>2}. {s.name:<36} {s.score:8.4f} {mark:<6} {s.id}")
+        click.echo(f"{s.rank:>2}. {s.name:<36} {s.score:8.4f} {s.relevance:6.2f} {mark:<6} {s.id}")
     for p in bundle.pruned:
         click.echo(f"    pruned {p['id']} (avoid edge with {p['avoided_with']})")
     if show_text:
@@ -364,6 +483,8 @@ def ingest(
         click.echo(f"  quarantined x{n}: {reason}")
     if report.unknown_skills:
         click.echo(f"  unknown skills (dropped from the traces): {', '.join(report.unknown_skills)}")
+    for item in report.skipped:  # left unread: links, non-regular files, torn last lines
+        click.echo(f"  skipped {item['source']}: {item['reason']}")
 
 
 @main.command("trace-schema")
@@ -377,7 +498,12 @@ def trace_schema() -> None:
 @main.command()
 @store_option
 @click.option("--window", required=True, help="The window of ingested traces to evolve on.")
-@click.option("--from", "from_version", default=None, help="Parent version (default: latest).")
+@click.option(
+    "--from",
+    "from_version",
+    default=None,
+    help="Parent version: an id, vN, latest or served (default: latest).",
+)
 @click.option("--pool", is_flag=True, help="Pool all attempts instead of the final one per (task, agent).")
 @click.option("--no-l1", is_flag=True, help="Skip the topology update.")
 @click.option("--no-l2", is_flag=True, help="Skip the edge-weight update.")
@@ -435,6 +561,7 @@ def evolve(
     from ..evolution.engines import make_engine
     from ..evolution.round import evolve as run_evolution
     from ..retrieval.ranker import warm_caches
+    from ..store.served import served_or_none
 
     engine_config = EngineConfig(engine=engine, spark_master=spark_master, partitions=partitions)
     if engine == "spark":
@@ -444,6 +571,7 @@ def evolve(
         manifest = run_evolution(
             st, window, from_version, config, progress=progress, engine=make_engine(engine_config)
         )
+        kept = served_or_none(st)
     progress.add_timings(manifest.get("timings_s", {}))
     with stage(progress, "retrieval caches"):
         warm_caches(st.load(manifest["version"]))
@@ -455,7 +583,26 @@ def evolve(
         click.echo(f"{manifest['parent']} + window {window} -> round {manifest['round']}")
         for layer, rules in manifest["counters"].items():
             click.echo(f"  {layer}: {_counters_line(rules)}")
+    if kept != manifest["version"]:
+        click.echo(
+            f"{_staying(kept)} ({_why_not_served(manifest, config, kept)}); serve this version with "
+            f"`segos promote {manifest['version']} --store {store_name(st)}`",
+            err=True,
+        )
     click.echo(manifest["version"])
+
+
+def _why_not_served(manifest: dict[str, Any], config: EvolutionConfig, kept: str | None) -> str:
+    if kept is None:
+        return "a round moves only a readable pointer"
+    if manifest.get("parent") != kept:
+        return (
+            f"the round's parent {manifest.get('parent')} is not the served version; `--from served` "
+            "evolves the served one"
+        )
+    if not config.auto_promote:
+        return "auto_promote is off"
+    return "the round's held-out check did not pass"
 
 
 def _counters_line(rules: Any, prefix: str = "") -> str:
@@ -511,7 +658,13 @@ def diff(v1: str, v2: str, store: Path | None, as_json: bool, markdown: bool, li
     show_default=True,
     help="How many SIMULATED traces to write.",
 )
-@click.option("--window", default="2026-11-29", show_default=True, help="Date the simulated traces carry.")
+@click.option(
+    "--window",
+    default="2026-11-29",
+    show_default=True,
+    callback=lambda ctx, param, value: _date(param, value),
+    help="Date the simulated traces carry (YYYY-MM-DD).",
+)
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Simulator seed (same seed, same traces)."
 )
@@ -543,6 +696,17 @@ def simulate(
             fh.write(json.dumps(to_native(r)) + "\n")
     ok = sum(r.reward >= 0.9 for r in records)
     click.echo(f"wrote {len(records)} SIMULATED traces ({ok} successful) for {len(tasks)} tasks to {out}")
+
+
+def _date(param: click.Parameter, value: str) -> str:
+    """A YYYY-MM-DD option value, or a usage error naming the option (not "Invalid isoformat string")."""
+    try:  # fromisoformat alone also takes 20261129 and 2026-W48-1
+        ok = len(value) == 10 and date.fromisoformat(value) is not None
+    except ValueError:
+        ok = False
+    if not ok:
+        raise click.BadParameter(f"expected YYYY-MM-DD, got {value!r}", param=param)
+    return value
 
 
 @main.command(name="generate-library")

@@ -25,6 +25,7 @@ from .common import (
     friendly_errors,
     given_cache,
     open_cli_store,
+    store_name,
     store_option,
     store_root,
     wait_option,
@@ -52,7 +53,10 @@ def server_log() -> logging.Logger:
 @click.command(name="mcp")
 @store_option
 @click.option(
-    "--version", "version", default=None, help="Serve this version only (default: follow the newest)."
+    "--version",
+    "version",
+    default=None,
+    help="Serve this version only (default: follow the store's served version, see `segos promote`).",
 )
 @click.option("--http", is_flag=True, help="Serve streamable HTTP on 127.0.0.1 instead of stdio.")
 @click.option(
@@ -60,7 +64,7 @@ def server_log() -> logging.Logger:
     "poll",
     type=click.FloatRange(min=0),
     default=None,
-    help=f"Seconds between two listings of a store given as a URI, when following the newest version "
+    help=f"Seconds between two listings of a store given as a URI, when following the served version "
     f"(default {REMOTE_POLL_S:g}); requests in between ask the URI nothing. Unused for a store folder.",
 )
 @click.option(
@@ -107,7 +111,7 @@ def mcp_command(
         return
     from ..service.mcp_server import ServiceSlot, check_listen, serve
 
-    server_log()  # first, so that a damaged newest version passed over at start is reported too
+    server_log()  # first, so that a damaged served version passed over at start is reported too
     if http:
         check_listen("127.0.0.1", port)  # before anything starts: a taken port is one clear error line
     where = f"http://127.0.0.1:{port}/mcp" if http else "stdio"
@@ -118,7 +122,7 @@ def mcp_command(
         return SegosService(open_cli_store(root, cache), version, landing=landing, poll_s=poll)
 
     def ready(service: SegosService) -> None:
-        mode = "pinned" if service.pinned else "following the newest version"
+        mode = "pinned" if service.pinned else "following the served version"
         click.echo(f"segos mcp: serving {service.version} ({mode}) on {where}", err=True)
 
     # The store loads on a thread while the server answers the client's handshake (seconds on a large
@@ -195,9 +199,18 @@ def _change(
     wait: float = WRITER_WAIT_S,
 ) -> None:
     from ..graph.incremental import apply_change
+    from ..store.served import served_or_none
 
     with _writing(store, wait) as st:
         result = apply_change(st, action, skill_dir, library=library)
+        kept = served_or_none(st)
+    if result.changed and not result.served:  # on stderr: stdout keeps the version id last
+        stays = f"{kept} stays served" if kept else "the store's served.json is unreadable"
+        click.echo(
+            f"{stays} (the change was made to {result.parent}, which is not served); serve "
+            f"this version with `segos promote {result.version} --store {store_name(st)}`",
+            err=True,
+        )
     if as_json:
         _emit_json(result.to_dict())
         return

@@ -4,7 +4,7 @@ Layout inside a store:
 
     STORE/traces/<window>/parts/<run>-<n>.parquet  accepted traces (TRACE_SCHEMA), one part per batch
     STORE/traces/<window>/traces.parquet           a whole-window table written before parts (still read)
-    STORE/traces/<window>/quarantine.jsonl         every rejected input: {"source", "reason", "raw", "at"}
+    STORE/traces/<window>/quarantine.jsonl         every rejected input: {"source", "reason", "raw", "at"...}
     STORE/traces/ingest_log.jsonl                  one line per ingestion run with its counts
 
 `TraceStore.scan(window)` is the window as one `pl.LazyFrame` over all of its files, `load(window)` the
@@ -35,6 +35,7 @@ import queue
 import re
 import tempfile
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -51,7 +52,7 @@ from ..store.remote import RemoteStore, open_store
 from ..store.snapshot import SnapshotError, SnapshotStore
 from ..text.names import SkillNames
 from . import columnar
-from .adapters.common import RAW_LIMIT, Rejected, files_under, read_lines, rejected
+from .adapters.common import RAW_LIMIT, Rejected, Skipped, files_under, read_lines, rejected
 from .traces import (
     DEFAULT_AGENT,
     NATIVE_KEYS,
@@ -66,6 +67,8 @@ from .traces import (
 
 T = TypeVar("T")
 _WINDOW_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+STORE_FOLDERS = frozenset({"traces", "versions", "cache", ".staging"})  # what a store writes: never input
+ORPHAN_PART_AGE_S = 3600  # a part is written in seconds: a temporary one idle this long is a killed run's
 INGEST_BATCH = 50_000  # lines per batch: bounds memory (about 1 KB of Python objects per trace in flight)
 UNPLACED = "unplaced"
 # What "same content" compares for two traces with one id: everything but where and when it was read.
@@ -90,6 +93,8 @@ class IngestReport:
         0  # inputs rejected by this run, new or already quarantined: read = accepted+duplicates+rejected
     )
     conflicts: int = 0  # of those, ids already ingested with different content
+    # inputs left unread, each {"source", "reason"}: links and other non-regular files, torn last lines
+    skipped: list[dict[str, str]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -123,6 +128,7 @@ class Batch:
     frame: pl.DataFrame
     rejected: list[Rejected]
     read: int
+    skipped: list[Skipped] = field(default_factory=list)
 
 
 # ------------------------------------------------------------------------------------------- sources
@@ -138,14 +144,22 @@ def native_batches(path: Path, batch_size: int = INGEST_BATCH, *, fast: bool = T
     for file in files_under(Path(path), "*.jsonl"):
         lines: list[bytes] = []
         linenos: list[int] = []
-        for lineno, line in read_lines(file):
-            lines.append(line)
-            linenos.append(lineno)
+        skipped: list[Skipped] = []  # a refused file, or a torn last line: after every line of the file
+        for item in read_lines(file):
+            if isinstance(item, Skipped):
+                skipped.append(item)
+                continue
+            lines.append(item[1])
+            linenos.append(item[0])
             if len(lines) >= batch_size:
                 yield _native_batch(file, lines, linenos, reader)
                 lines, linenos = [], []
         if lines:
-            yield _native_batch(file, lines, linenos, reader)
+            batch = _native_batch(file, lines, linenos, reader)
+            batch.skipped = skipped
+            yield batch
+        elif skipped:
+            yield Batch(pl.DataFrame(schema=TRACE_SCHEMA), [], 0, skipped)
 
 
 def _native_batch(
@@ -239,13 +253,18 @@ def _native_frame(file: Path, native: pl.DataFrame, linenos: list[int]) -> pl.Da
 
 
 def record_batches(
-    items: Iterable[TraceRecord | Rejected], batch_size: int = INGEST_BATCH
+    items: Iterable[TraceRecord | Rejected | Skipped], batch_size: int = INGEST_BATCH
 ) -> Iterator[Batch]:
-    """Adapter output in batches: each record checked against the contract, else rejected with why."""
+    """Adapter output in batches: each record checked against the contract, else rejected with why; inputs
+    the adapter skipped unread are carried to the report."""
     rows: list[dict[str, Any]] = []
     bad: list[Rejected] = []
+    skipped: list[Skipped] = []
     read = 0
     for item in items:
+        if isinstance(item, Skipped):
+            skipped.append(item)
+            continue
         read += 1
         if isinstance(item, Rejected):
             bad.append(item)
@@ -255,10 +274,10 @@ def record_batches(
             except TraceError as exc:
                 bad.append(rejected(item.source, str(exc), _raw_record(item)))
         if read >= batch_size:
-            yield Batch(pl.DataFrame(rows, schema=TRACE_SCHEMA), bad, read)
-            rows, bad, read = [], [], 0
-    if read:
-        yield Batch(pl.DataFrame(rows, schema=TRACE_SCHEMA), bad, read)
+            yield Batch(pl.DataFrame(rows, schema=TRACE_SCHEMA), bad, read, skipped)
+            rows, bad, read, skipped = [], [], 0, []
+    if read or skipped:
+        yield Batch(pl.DataFrame(rows, schema=TRACE_SCHEMA), bad, read, skipped)
 
 
 def _raw_record(record: TraceRecord) -> str:
@@ -438,7 +457,7 @@ class TraceStore:
 
     def ingest(
         self,
-        items: Iterable[TraceRecord | Rejected],
+        items: Iterable[TraceRecord | Rejected | Skipped],
         *,
         window: str | None = None,
         version: str | None = None,
@@ -465,6 +484,7 @@ class TraceStore:
         """Ingest a file or folder of format `fmt`; native JSONL takes the streaming columnar path."""
         from .adapters import iter_records
 
+        self.check_source(Path(path))
         if fmt == "native":
             if not Path(path).exists():
                 raise FileNotFoundError(f"trace source not found: {path}")
@@ -478,6 +498,37 @@ class TraceStore:
             progress=progress,
         )
 
+    def check_source(self, path: Path) -> None:
+        """Refuse to ingest the store itself or one of its own folders (a slip for `STORE/landing`: the
+        ingest log and quarantines would be read back as traces, and the quarantine grow every run).
+        Files of one's own placed in the store's root, and its landing folder, are fine."""
+        root = os.path.realpath(self.store.root)
+        real = os.path.realpath(path)
+        first = os.path.relpath(real, root).split(os.sep)[0] if real.startswith(root + os.sep) else None
+        if real == root or first in STORE_FOLDERS:
+            where = Path(self.store.root) / "landing"
+            raise ValueError(
+                f"{path}: this is the store {self.store.root} (or one of its own folders), not traces; "
+                f"agents' traces land in its landing folder: `segos ingest {where}`"
+            )
+
+    def sweep_orphan_parts(self, now: float | None = None) -> list[Path]:
+        """Remove the temporary parts (`parts/*.parquet.tmp`) of ingests killed while writing: only those
+        untouched for ORPHAN_PART_AGE_S, so a part a live run is writing is never removed. Runs at the
+        start of each ingest (which `segos ingest` holds the store's writer lock for)."""
+        if not self.root.is_dir():
+            return []
+        limit = (time.time() if now is None else now) - ORPHAN_PART_AGE_S
+        removed = []
+        for tmp in self.root.glob("*/parts/*.parquet.tmp"):
+            try:
+                if tmp.lstat().st_mtime < limit:
+                    tmp.unlink()
+                    removed.append(tmp)
+            except FileNotFoundError:
+                continue  # renamed into place or removed by its run meanwhile
+        return removed
+
     def ingest_batches(
         self,
         batches: Iterable[Batch],
@@ -489,6 +540,7 @@ class TraceStore:
         snap_id = self.store.resolve(version)
         if window is not None:
             check_window(window)
+        self.sweep_orphan_parts()
         run = _Run(
             self, SkillNames(self.store.load(snap_id, verify=False).nodes), IngestReport(version=snap_id)
         )
@@ -588,6 +640,7 @@ class _Run:
 
     def add(self, batch: Batch, window: str | None) -> None:
         self.report.read += batch.read
+        self.report.skipped += [{"source": s.source, "reason": s.reason} for s in batch.skipped]
         fallback = window or UNPLACED
         frame = batch.frame.with_columns(
             window=pl.lit(window, dtype=pl.String) if window else pl.col("timestamp").str.slice(0, 10)
@@ -701,7 +754,8 @@ class _Run:
                 if (r.source, r.reason, r.raw) in seen:  # the same rejection again: already quarantined
                     continue
                 seen.add((r.source, r.reason, r.raw))
-                fh.write(json.dumps({"source": r.source, "reason": r.reason, "raw": r.raw, "at": now}) + "\n")
+                entry = {"source": r.source, "reason": r.reason, "raw": r.raw, "raw_bytes": r.raw_bytes}
+                fh.write(json.dumps({**entry, "at": now}) + "\n")
                 added += 1
         self.report.rejected += len(rows)
         self.report.quarantined += added

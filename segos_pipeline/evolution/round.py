@@ -6,6 +6,11 @@ counters; every description revision is stored with the version, and so are the 
 read from the store's files is referenced by hash (`window_files`) with what the round added to each
 selected trace, in bucket files the engine wrote (`round-NNNNN.parquet`, `engines/round_parts.py`) and the
 commit moves into the version; a table given in memory is stored whole (`traces.parquet`).
+
+A round on the served version becomes the served version once committed when its held-out check passed
+(`counters.experience.gate.passed`; a round without experience has no check that could fail) and
+`EvolutionConfig.auto_promote` is on; a round on any other version (an old window re-run) never moves the
+pointer (`store/served.py`).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from ..retrieval.lexical import LexicalIndex
 from ..retrieval.ranker import Retriever
 from ..retrieval.token_rows import EncodedTokens
 from ..store.remote import RemoteStore
+from ..store.served import advance
 from ..store.snapshot import (
     EXPERIENCE,
     REVISIONS,
@@ -313,7 +319,18 @@ def commit_round(
     )
     if parts is not None:
         parts.remove()  # in the version now; a failed commit leaves them to the round's end
+    serve_if_kept(store, manifest, config)
     return manifest
+
+
+def serve_if_kept(store: SnapshotStore, manifest: dict[str, Any], config: EvolutionConfig) -> bool:
+    """Serve a committed round when it extends the served version and its held-out check passed (unless
+    `auto_promote` is off); True when the served pointer moved to it."""
+    gate_result = manifest.get("counters", {}).get("experience", {}).get("gate", {})
+    if not config.auto_promote or not gate_result.get("passed", True):
+        return False
+    reason = f"round {manifest.get('round')} on window {manifest.get('window')}: held-out check passed"
+    return advance(store, manifest, reason)
 
 
 def evolve_round(

@@ -43,6 +43,7 @@ import scipy.sparse as sp
 from ..config import AVOID, SEMANTIC, TRAVERSABLE, GraphConfig, ParseConfig, TransitionConfig
 from ..progress import Progress
 from ..store import snapshot as snapshot_mod
+from ..store.served import advance
 from ..store.snapshot import (
     EDGES,
     EXPERIENCE,
@@ -94,6 +95,7 @@ class IncrementalResult:
     counters: dict[str, Any]
     timings_s: dict[str, float]
     problems: list[dict[str, str]]
+    served: bool = False  # the new version is served: its parent was (`store/served.py`)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -724,6 +726,9 @@ def apply_change(
         extra_tables={REPORT: report, **_carried_experience(parent, patched.keys["id"])},
     )
     timings["write"] = time.perf_counter() - t
+    # a change to the served version is served (forward along the lineage, as a round); a change to an
+    # older one (`from_version`) is not
+    served = advance(store, written, f"{action} {skill_id}")
     timings["total"] = time.perf_counter() - t0
     say(f"committed {written['version']} ({action} {skill_id}) in {timings['total']:.2f}s")
     return IncrementalResult(
@@ -736,6 +741,7 @@ def apply_change(
         counters=patched.counters,
         timings_s={k: round(v, 4) for k, v in timings.items()},
         problems=[{"file": p.file, "problem": p.problem, "action": p.action} for p in problems],
+        served=served,
     )
 
 

@@ -42,8 +42,10 @@ class ExperienceEvidence:
 
     nodes: np.ndarray
     value: np.ndarray  # what is added to ρ: weighted lexical share plus weighted semantic vote
-    # How close each witness is to the query (lexical share + cosine; 0 where neither), for explanations.
-    closeness: np.ndarray
+    # Per witness: the share of the query's idf mass it holds, and its cosine to the query (0 where not
+    # read): for explanations and the absolute relevance of a skill.
+    shares: np.ndarray
+    cosines: np.ndarray
 
     def at(self, node: int) -> float:
         return value_at(self.nodes, self.value, node)
@@ -62,7 +64,7 @@ class CoUse:
         return value_at(self.nodes, self.lift, node)
 
 
-_NO_EVIDENCE = ExperienceEvidence(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
+_NO_EVIDENCE = ExperienceEvidence(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(0))
 
 
 class ExperienceIndex:
@@ -192,13 +194,13 @@ class ExperienceIndex:
             return _NO_EVIDENCE
         n = self.n
         lexical = np.zeros(n)
-        closeness = np.zeros(len(self.texts))
+        shares, cosines = np.zeros(len(self.texts)), np.zeros(len(self.texts))
         if cfg.experience_lexical_weight > 0:
             rows, share = self.lexical_shares(query)
             floor = cfg.experience_lexical_floor
             if len(rows):
                 np.maximum.at(lexical, self.skill[rows], np.maximum(share - floor, 0.0) / (1.0 - floor))
-                closeness[rows] = share
+                shares[rows] = share
         semantic = np.zeros(n)
         if query_vector is not None and nearest is not None and cfg.experience_weight > 0:
             rows, cos = self.witness_cosines(query_vector)
@@ -211,10 +213,10 @@ class ExperienceIndex:
             semantic = np.bincount(self.skill[rows], weights=kw, minlength=n) / total
             semantic[own_nodes] += ko / total
             semantic[semantic < _MIN_VOTE] = 0.0
-            closeness[rows] += np.maximum(cos, 0.0)
+            cosines[rows] = cos
         value = cfg.experience_lexical_weight * lexical + cfg.experience_weight * semantic
         nodes = np.flatnonzero(value > 0)
-        return ExperienceEvidence(nodes, value[nodes], closeness)
+        return ExperienceEvidence(nodes, value[nodes], shares, cosines)
 
     def companions(self, anchor: int, score: float) -> tuple[np.ndarray, np.ndarray]:
         """(sorted nodes, lift) of the skills that come along with `anchor` scored `score`: its co-use
@@ -225,20 +227,39 @@ class ExperienceIndex:
 
     def explain(self, node: int, evidence: ExperienceEvidence) -> tuple[int, str] | None:
         """(distinct successful tasks, the closest witnessing request) of a skill, None without experience."""
-        rows = self._by_skill[self._start[node] : self._start[node + 1]]
+        rows = self.witnesses_of(node)
         if not len(rows):
             return None
-        close = evidence.closeness[rows] if len(evidence.closeness) else np.zeros(len(rows))
+        if len(evidence.shares):
+            close = evidence.shares[rows] + np.maximum(evidence.cosines[rows], 0.0)
+        else:
+            close = np.zeros(len(rows))
         best = rows[np.lexsort((rows, -close))[0]]
         return int(self.tasks[rows].sum()), self.texts[best]
 
+    def witnesses_of(self, node: int) -> np.ndarray:
+        return self._by_skill[self._start[node] : self._start[node + 1]]
 
-# Witnesses a query reads: all of them up to this many, else the nearest lists' rows up to about as many.
-# The vote's weight falls by e^-2 for every 0.1 of cosine below the best neighbour, so only the nearest
-# few witnesses count, which the nearest lists hold; a wider scan cost a query on 20k generated skills
-# about 1 ms more (benchmarks/results/learning.md).
-_EXACT_WITNESSES = 4_096
-_SCAN_WITNESSES = 4_096
+    def closest(self, nodes: np.ndarray, evidence: ExperienceEvidence) -> tuple[np.ndarray, np.ndarray]:
+        """(share, cosine) of the given skills' closest witnesses to the query (0 without experience)."""
+        words, cosine = np.zeros(len(nodes)), np.zeros(len(nodes))
+        if not len(evidence.shares):
+            return words, cosine
+        for k, node in enumerate(nodes.tolist()):
+            rows = self.witnesses_of(node)
+            if len(rows):
+                words[k], cosine[k] = evidence.shares[rows].max(), evidence.cosines[rows].max()
+        return words, cosine
+
+
+# Witnesses a query reads: all of them up to `_EXACT_WITNESSES`, else the nearest lists' rows up to about
+# `_SCAN_WITNESSES`. The vote's weight falls by e^-2 for every 0.1 of cosine below the best neighbour, so
+# only the nearest few witnesses count, which the nearest lists hold. Reading 4,096 rows (4 MB of vectors)
+# cost a query on a 199-tool library with 6k witnesses 0.7 ms, more than the whole experience evidence may
+# (evolved/cold ≤ 1.5): 1,024 rows cost 0.2-0.3 ms and changed 1 top-5 of 1,000 there, 21 of 500 (none of
+# their hits) on 20k generated skills (benchmarks/results/learning.md).
+_EXACT_WITNESSES = 2_048
+_SCAN_WITNESSES = 1_024
 # Skills whose witnesses measure the register gap: enough for a stable median, a few ms once per version.
 _GAP_SKILLS = 2_048
 # A vote below this share of the neighbourhood's weight is no evidence: it keeps the candidate set to the

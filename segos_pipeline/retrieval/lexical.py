@@ -33,7 +33,7 @@ from ..config import RetrievalConfig
 from ..store.cache import cache_root, write_entry
 from ..text.lexicon import Vocabulary
 from ..text.tokens import tokenize
-from .sets import contains, merged, merged_columns, scattered, top_k, union_positions, unique, value_at
+from .sets import contains, merged_columns, scattered, top_k, union_positions, unique, value_at
 from .token_rows import CODED_FIELDS, NAME, EncodedTokens, TokenRows, field_codes, sorted_rows
 
 if TYPE_CHECKING:
@@ -68,10 +68,24 @@ class Evidence:
     cols: np.ndarray | None = None
     weights: np.ndarray | None = None
     top: float = 0.0
+    # The idf mass of the query's words each of `nodes` holds, and the idf mass of all its distinct words
+    # (a word no skill has weighing as much as the rarest): `words` is their ratio.
+    node_matched: np.ndarray | None = None
+    words_total: float = 0.0
 
     def at(self, node: int) -> float:
         """m_i(q) of one skill (a binary search, not the dense view)."""
         return value_at(self.nodes, self.node_evidence, node)
+
+    def words(self, nodes: np.ndarray) -> np.ndarray:
+        """The share of the query's word weight that each of the given skills' text holds: absolute, unlike
+        m_i(q), which is normalised per query. Words the library does not know count against it, so a query
+        made of them ("xyzzy quux") holds nothing anywhere. The query's most common words (see
+        `query_columns`) are held by nobody."""
+        if self.node_matched is None or self.words_total <= 0 or not len(self.nodes):
+            return np.zeros(len(nodes))
+        at = np.minimum(np.searchsorted(self.nodes, nodes), len(self.nodes) - 1)
+        return np.where(self.nodes[at] == nodes, self.node_matched[at], 0.0) / self.words_total
 
     def _dense(self, values: np.ndarray) -> np.ndarray:
         return scattered(self.n, self.nodes, values)
@@ -332,22 +346,24 @@ class LexicalIndex:
         m.data *= _idf(self.n, self.df)[m.indices]
         return dict(zip(m.indices.tolist(), m.data.tolist(), strict=True))
 
-    def query_columns(self, query: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-        """(columns, weights, known, n_tokens) of a query: its distinct known tokens that may carry
-        evidence, each weighted 1 + ln(count); all its distinct known tokens; its token count. Tokens held
-        by more than `seed_df_max` of the skills are dropped (if at least `seed_df_min` skills hold them: a
-        tiny library has no common words), unless that would drop them all."""
+    def query_columns(self, query: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+        """(columns, weights, known, n_tokens, n_unknown) of a query: its distinct known tokens that may
+        carry evidence, each weighted 1 + ln(count); all its distinct known tokens; its token count; its
+        distinct tokens no skill has. Tokens held by more than `seed_df_max` of the skills are dropped (if
+        at least `seed_df_min` skills hold them: a tiny library has no common words), unless that would
+        drop them all."""
         q_tokens = tokenize(query)
         index = self.vocab.index
         known, counts = np.unique(
             np.array([index[t] for t in q_tokens if t in index], dtype=np.int64), return_counts=True
         )
+        n_unknown = len({t for t in q_tokens if t not in index})
         cols = known
         df = self.df[known]
         common = (df > self.config.seed_df_max * self.n) & (df >= self.config.seed_df_min)
         if common.any() and not common.all():
             cols, counts = known[~common], counts[~common]
-        return cols, 1.0 + np.log(counts), known, len(q_tokens)
+        return cols, 1.0 + np.log(counts), known, len(q_tokens), n_unknown
 
     def coverage(self, known: np.ndarray, cols: np.ndarray) -> float:
         """The largest share of the idf mass of the query's known tokens that one skill matches with
@@ -380,7 +396,7 @@ class LexicalIndex:
         `lexical_postings_budget` is then answered in two phases (`_two_phase`): approximate, since a
         skill that only frequent tokens reach, none of them among its highest-valued postings, is not
         scored (`Evidence.approximate`)."""
-        cols, weights, known, n_tokens = self.query_columns(query)
+        cols, weights, known, n_tokens, n_unknown = self.query_columns(query)
         idf = _idf(self.n, self.df[cols])
         postings = int((self.matrix.indptr[cols + 1] - self.matrix.indptr[cols]).sum()) if len(cols) else 0
         approximate = bool(depth) and not patch and postings > self.config.lexical_postings_budget
@@ -397,21 +413,25 @@ class LexicalIndex:
         complete = not depth or bool(patch) or len(nodes) <= _KEEP_ALL
         if not complete:  # a named skill keeps its score
             keep = (score >= self._floor(cols, nodes, score, depth or 0)) | contains(named, nodes)
-            nodes, score = nodes[keep], score[keep]
+            nodes, score, matched = nodes[keep], score[keep], matched[keep]
         if approximate:  # a named skill the first phase missed still gets its score
             missed = named[~contains(nodes, named)]
-            (extra,) = _sums_at(self.matrix, cols, [weights], [False], missed)
-            nodes, score = merged(nodes, score, missed, extra)
+            extra, extra_matched = _sums_at(self.matrix, cols, [weights, idf], [False, True], missed)
+            pairs = [(score, extra), (matched, extra_matched)]
+            nodes, (score, matched) = merged_columns(nodes, missed, pairs)
         top = float(score.max()) if len(score) else 0.0
         positive = score > 0
         out, at_scored, at_named = union_positions(nodes[positive], named)
-        node_score = np.zeros(len(out))
+        node_score, node_matched = np.zeros(len(out)), np.zeros(len(out))
         node_score[at_scored] = score[positive]
+        node_matched[at_scored] = matched[positive]
         name_match = np.zeros(len(out), dtype=bool)
         name_match[at_named] = True
         evidence = node_score / top if top > 0 else np.zeros(len(out))
         evidence = evidence + self.config.name_bonus * name_match
         coverage = self._coverage(known, best) if top > 0 else 0.0
+        unknown_idf = float(_idf(self.n, np.zeros(1))[0])  # as rare as can be
+        words_total = float(_idf(self.n, self.df[known]).sum()) + n_unknown * unknown_idf
         return Evidence(
             self.n,
             out,
@@ -425,6 +445,8 @@ class LexicalIndex:
             cols,
             weights,
             top,
+            node_matched,
+            words_total,
         )
 
     def _two_phase(
@@ -466,22 +488,30 @@ class LexicalIndex:
         if ev.complete or not len(nodes) or ev.cols is None or ev.weights is None:
             return ev
         new = nodes[~contains(ev.nodes, nodes)]
-        (score,) = _sums_at(self.matrix, ev.cols, [ev.weights], [False], new)
-        new, score = new[score > 0], score[score > 0]
+        idf = _idf(self.n, self.df[ev.cols])
+        score, matched = _sums_at(self.matrix, ev.cols, [ev.weights, idf], [False, True], new)
+        new, score, matched = new[score > 0], score[score > 0], matched[score > 0]
         if not len(new):
             return ev
         # none of them is named (every named skill is held): evidence = score / top + 0, as for the rest
-        out, (node_score, evidence, name_match) = merged_columns(
+        assert ev.node_matched is not None
+        out, (node_score, evidence, name_match, node_matched) = merged_columns(
             ev.nodes,
             new,
             [
                 (ev.node_score, score),
                 (ev.node_evidence, score / ev.top + 0.0),
                 (ev.node_name_match, np.zeros(len(new), dtype=bool)),
+                (ev.node_matched, matched),
             ],
         )
         return replace(
-            ev, nodes=out, node_score=node_score, node_name_match=name_match, node_evidence=evidence
+            ev,
+            nodes=out,
+            node_score=node_score,
+            node_name_match=name_match,
+            node_evidence=evidence,
+            node_matched=node_matched,
         )
 
     # ------------------------------------------------------------------------------------- persistence

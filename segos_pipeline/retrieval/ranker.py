@@ -58,6 +58,10 @@ class BundleSkill:
     capability: str
     text: str = ""
     semantic: float = 0.0  # embedding evidence in [0, 1] (0 when semantic evidence is off)
+    # Absolute, unlike the evidence above (normalised per query): see `Relevance`.
+    relevance: float = 0.0
+    words: float = 0.0
+    cosine: float | None = None
     experience: float = 0.0  # what the skill's past successful requests added to ρ (0 without experience)
     co_use: float = 0.0  # its score when co-use completion raised it to that (0 otherwise)
     why: str = ""  # the strongest reason it is there, in words (why.py)
@@ -73,6 +77,10 @@ class Bundle:
     pruned: list[dict[str, str]] = field(default_factory=list)  # {"id", "avoided_with"} (avoid pruning)
     over_budget: list[str] = field(default_factory=list)  # ids cut by the global character budget
     seeds: list[str] = field(default_factory=list)  # ids of the query's seeds (members or not)
+    # No skill reached the relevance floor `min_score`: the bundle is empty rather than padded with the
+    # query's best of nothing.
+    no_match: bool = False
+    min_score: float = 0.0
 
     @property
     def ids(self) -> list[str]:
@@ -91,7 +99,38 @@ class Bundle:
             "pruned": self.pruned,
             "over_budget": self.over_budget,
             "seeds": self.seeds,
+            "no_match": self.no_match,
+            "min_score": self.min_score,
         }
+
+
+@dataclass(frozen=True)
+class Relevance:
+    """How well some skills match a query in absolute terms, comparable across queries (the evidence that
+    ranks them is normalised per query, so the best of nothing scores like the best of a real match).
+
+    `words`: the share of the query's word weight that the skill's text, or its closest witnessing
+    request, holds (`LexicalIndex.word_shares`). `cosine`: the embedding similarity of the text or closest
+    witness to the query (None when the query was not embedded). `value`: the larger of the words share and
+    `relevance_cosine_weight` × cosine, the cosine counting alone (unweighted) for a skill that shares no
+    word with the query, at most 1."""
+
+    nodes: np.ndarray
+    words: np.ndarray
+    cosine: np.ndarray | None
+    value: np.ndarray
+
+
+@dataclass(frozen=True)
+class Members:
+    """What a bundle holds (`Retriever.members`): node indices in rank order, avoid-pruned ids, their
+    relevance, and whether nothing reached the floor `floor`."""
+
+    chosen: list[int]
+    pruned: list[dict[str, str]]
+    relevance: Relevance
+    no_match: bool
+    floor: float
 
 
 @dataclass(frozen=True)
@@ -124,6 +163,8 @@ class Ranking:
         semantic_z: np.ndarray | None = None,
         experience: ExperienceEvidence | None = None,
         co_use: CoUse | None = None,
+        query_vector: np.ndarray | None = None,
+        query: str = "",
     ):
         self.n = n
         self.candidates = candidates
@@ -134,6 +175,8 @@ class Ranking:
         self.semantic_nodes, self.semantic_z = semantic_nodes, semantic_z  # None: the query was not embedded
         self.experience = experience  # None: the version has no experience
         self.co_use = co_use  # None: no companion of the best candidate was raised
+        self.query_vector = query_vector  # unit; None: the query was not embedded
+        self.query = query
         self.complete = evidence.complete
 
     def top(self, n: int) -> np.ndarray:
@@ -340,10 +383,13 @@ class Retriever:
     def fusion_weight(self, evidence: Evidence) -> float:
         """λ of m = (1 − λ)·lexical + λ·semantic (see RetrievalConfig): large for short queries whose own
         words match no skill well, small for long task texts and for queries naming a skill's rare words."""
+        return self.length_weight(evidence) * (1.0 - evidence.coverage)
+
+    def length_weight(self, evidence: Evidence) -> float:
+        """The part of λ that falls with the query's length: below `semantic_min_weight`, a task text."""
         cfg = self.config
         scale = cfg.semantic_length_scale
-        by_length = min(1.0, cfg.semantic_weight / (1.0 + (evidence.n_query_tokens / scale) ** 2))
-        return by_length * (1.0 - evidence.coverage)
+        return min(1.0, cfg.semantic_weight / (1.0 + (evidence.n_query_tokens / scale) ** 2))
 
     def revision_patch(self, node: int, revised: pl.DataFrame, node_tokens: pl.DataFrame) -> RowPatch:
         """The patch that scores `node` as its revised one-row node table (and its token rows) would be."""
@@ -402,7 +448,9 @@ class Retriever:
         co_use = None
         if self.experience is not None and self.config.co_use_weight > 0 and len(cand):
             cand, scores, co_use = self._complete(cand, scores)
-        return Ranking(self.n, cand, scores, seeds, g_nodes, g_mass, ev, sem_nodes, sem_z, xp, co_use)
+        return Ranking(
+            self.n, cand, scores, seeds, g_nodes, g_mass, ev, sem_nodes, sem_z, xp, co_use, q_vec, query
+        )
 
     def _complete(self, cand: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, CoUse | None]:
         """Co-use completion (SPEC §8): the best candidate's companions score at least their lift.
@@ -438,28 +486,82 @@ class Retriever:
                 chosen.append(int(i))
         return chosen, pruned
 
+    def members(self, ranking: Ranking, top_n: int, min_score: float | None = None) -> Members:
+        """The top-N after avoid pruning (`select`) with their relevance, or none at all when not one of
+        them reaches the relevance floor (`min_score`, else the configured one). The floor judges the
+        bundle, not each member: a dependency an execution needs may share no word with the request."""
+        floor = self.config.min_score if min_score is None else float(min_score)
+        chosen, pruned = self.select(ranking, top_n)
+        nodes = np.array(chosen, dtype=np.int64)
+        relevance = self.relevance(ranking, nodes, floor)
+        best = float(relevance.value.max()) if len(nodes) else 0.0
+        # Words alone cannot tell one matching word of a real request from one of an off-topic one: a query
+        # judged without its embedding (no backend, or a long task text) meets the configured floor with a
+        # word in common; an explicit floor holds as given.
+        reached = best > 0 if relevance.cosine is None and min_score is None else best >= floor
+        if floor > 0 and not reached:
+            empty = np.zeros(0)
+            return Members([], [], Relevance(empty, empty, None, empty), True, floor)
+        return Members(chosen, pruned, relevance, False, floor)
+
+    def relevance(self, ranking: Ranking, nodes: np.ndarray, floor: float = 0.0) -> Relevance:
+        """The absolute relevance of the given skills to the ranked query (see `Relevance`). A query that
+        was ranked without its embedding because its words matched a skill's fully (a short one) is embedded
+        here when those words leave every skill below `floor`; a long task text stays decided by its words
+        (embedding it would cost more than the rest of the query)."""
+        words = ranking.evidence.words(nodes)
+        xp = ranking.experience
+        if self.experience is not None and xp is not None:
+            words = np.maximum(words, self.experience.closest(nodes, xp)[0])
+        q = ranking.query_vector
+        if (
+            q is None
+            and self.semantic is not None
+            and len(nodes)
+            and float(words.max()) < floor
+            and self.length_weight(ranking.evidence) >= self.config.semantic_min_weight
+        ):
+            q = self.semantic.query_vector(ranking.query)
+        if q is None or self.semantic is None:
+            return Relevance(nodes, words, None, words)
+        cosine = (self.semantic.matrix[nodes] @ q).astype(np.float64)
+        if self.experience is not None and xp is not None:
+            cosine = np.maximum(cosine, self.experience.closest(nodes, xp)[1])
+        # An embedding finds some similarity in anything (nonsense scores 0.2-0.4 against real skills), so
+        # a cosine counts in full only where the skill also shares a word with the query.
+        meaning = np.where(words > 0, self.config.relevance_cosine_weight * cosine, cosine)
+        return Relevance(nodes, words, cosine, np.clip(np.maximum(words, meaning), 0.0, 1.0))
+
     def rank_of(self, query: str, node: int, patch: RowPatch | None = None) -> int | None:
         """1-based position of `node` in the ranking of `query` (None when it has no evidence)."""
         order = self.rank(query, patch).order
         hits = np.flatnonzero(order == node)
         return int(hits[0]) + 1 if len(hits) else None
 
-    def ranked_ids(self, query: str, k: int) -> list[str]:
-        """The first k skills after avoid pruning, without hydration (what replay measures)."""
-        chosen, _ = self.select(self.rank(query, depth=k), k)
-        return [str(self.ids[i]) for i in chosen]
+    def ranked_ids(self, query: str, k: int, min_score: float | None = None) -> list[str]:
+        """The first k skills after avoid pruning and the relevance floor, without hydration (what replay
+        measures)."""
+        return [str(self.ids[i]) for i in self.members(self.rank(query, depth=k), k, min_score).chosen]
 
     # -------------------------------------------------------------------------------------- bundles
 
     def retrieve(
-        self, query: str, top_n: int | None = None, hydrate: bool = True, max_chars: int | None = None
+        self,
+        query: str,
+        top_n: int | None = None,
+        hydrate: bool = True,
+        max_chars: int | None = None,
+        min_score: float | None = None,
     ) -> Bundle:
         """The bundle for `query`: the top-N after avoid pruning, hydrated under the per-skill budget and
-        the global one (`max_chars`, else the configured one), each member with why it is there."""
+        the global one (`max_chars`, else the configured one), each member with why it is there; empty,
+        with `no_match`, when none of them reaches the relevance floor (`min_score`, else the configured
+        one)."""
         cfg = self.config
         top_n = top_n or cfg.top_n
         ranking = self.rank(query, depth=top_n)
-        chosen, pruned = self.select(ranking, top_n)
+        picked = self.members(ranking, top_n, min_score)
+        chosen, pruned, relevance = picked.chosen, picked.pruned, picked.relevance
         seeds = set(ranking.seeds.tolist())
         cards = [self._card(i) for i in chosen]
         if hydrate:
@@ -467,11 +569,13 @@ class Retriever:
             kept, over = hydrate_texts([(c[0]["id"], c[1]) for c in cards], cfg.per_skill_chars, total)
         else:
             kept, over = [(pos, "") for pos in range(len(cards))], []
-        seed_ids = [str(self.ids[i]) for i in ranking.seeds]
+        # nothing relevant has no seeds either: they would point an agent at the best of nothing
+        seed_ids = [] if picked.no_match else [str(self.ids[i]) for i in ranking.seeds]
         link = {cards[pos][0]["id"] for pos, _ in kept} | set(seed_ids)
         skills = []
         for rank, (pos, text) in enumerate(kept, start=1):
             i, row = chosen[pos], cards[pos][0]
+            cosine = None if relevance.cosine is None else float(relevance.cosine[pos])
             seed, lexical, graph = i in seeds, ranking.evidence.at(i), ranking.graph_of(i)
             from_traces = learned(
                 self.experience, ranking.experience, ranking.co_use, i, lexical, self.ids, cfg.rerank_mu
@@ -488,6 +592,9 @@ class Retriever:
                     lexical=lexical,
                     graph=graph,
                     semantic=ranking.semantic_of(i),
+                    relevance=float(relevance.value[pos]),
+                    words=float(relevance.words[pos]),
+                    cosine=cosine,
                     experience=ranking.experience_of(i),
                     co_use=ranking.co_use_of(i),
                     source_path=row["source_path"],
@@ -498,7 +605,9 @@ class Retriever:
                 )
             )
         total = sum(s.chars for s in skills)
-        return Bundle(self.snapshot.version, query, skills, total, pruned, over, seed_ids)
+        return Bundle(
+            self.snapshot.version, query, skills, total, pruned, over, seed_ids, picked.no_match, picked.floor
+        )
 
     def prepare(self) -> None:
         """Build now what the first bundle would otherwise build inside a request (a server loads versions

@@ -81,18 +81,10 @@ def scattered(n: int, nodes: np.ndarray, values: np.ndarray) -> np.ndarray:
     return out
 
 
-def merged(
-    a: np.ndarray, a_values: np.ndarray, b: np.ndarray, b_values: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """The union of two disjoint sorted sets with the values each carries, in union order."""
-    u, (values,) = merged_columns(a, b, [(a_values, b_values)])
-    return u, values
-
-
 def merged_columns(
     a: np.ndarray, b: np.ndarray, columns: Sequence[tuple[np.ndarray, np.ndarray]]
 ) -> tuple[np.ndarray, list[np.ndarray]]:
-    """`merged` of several value columns over the same two sets, with one union."""
+    """The union of two disjoint sorted sets with the value columns each carries, in union order."""
     u, at_a, at_b = union_positions(a, b)
     out = []
     for a_values, b_values in columns:

@@ -1,15 +1,17 @@
 """The Python API of the agent-facing service: what `segos mcp` serves and the CLI calls.
 
 `SegosService` answers requests against one version of a store. Pinned (`version=...`) it always serves
-that version; otherwise it serves the newest and switches to a newer version once one is committed, at the
-start of a request. Versions are committed atomically (manifest last, folder renamed into place), so a
-half-written version is never visible; a new version whose files fail their hash check is not switched to
-(the service keeps serving the old one and reports why in `status()`), and at start one is passed over for
-the newest version that loads. The check between requests is a
-`stat` of the store's `versions/` folder, so serving the newest version costs nothing until one lands.
-A store at a URI (`RemoteStore`) is instead listed at most every `poll_s` seconds (`config.REMOTE_POLL_S`
-by default): requests in between ask the URI nothing, and a new version is downloaded into the cache
-(hash-checked) by the same background load before it is swapped in.
+that version; otherwise it follows the store's served pointer (`store/served.py`: the version a round on
+the served version, `segos promote` or `segos rollback` made served; the latest in a store without one) and
+switches once the pointer names another version, at the start of a request. Versions are committed
+atomically (manifest last, folder renamed into place), so a half-written version is never visible; a
+served version whose files fail their hash check is not switched to (the service keeps serving the old one
+and reports why in `status()`), and at start one is passed over for the version served before it that
+loads. The check between requests is a `stat` of the store's `versions/` folder and of its pointer file, so
+following costs nothing until one of them changes. A store at a URI (`RemoteStore`) is instead listed (and
+its pointer read) at most every `poll_s` seconds (`config.REMOTE_POLL_S` by default): requests in between
+ask the URI nothing, and a new version is downloaded into the cache (hash-checked) by the same background
+load before it is swapped in.
 
 Loading a version (verify, read, build the retriever) takes seconds on a large library (on 100k skills
 about 2 s, 5-6 s when its lexical index is not cached yet, as after every `segos update`). With
@@ -30,6 +32,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from ..config import AVOID, MAX_TEXT_CHARS, MAX_TOP, RELATIONS, REMOTE_POLL_S, RetrievalConfig
+from ..evolution.landing import LandingWriteError, append_line
 from ..evolution.traces import (
     TraceError,
     native_line,
@@ -51,12 +55,14 @@ from ..retrieval.incidence import Edge, Incidence
 from ..retrieval.ordering import ExecutionOrder, Precedence, execution_order, lineage_precedence
 from ..retrieval.ranker import Retriever, hydrate_rows
 from ..store.remote import RemoteStore, open_store
+from ..store.served import SERVED, pointer, served
 from ..store.snapshot import Snapshot, SnapshotError, SnapshotStore, VersionFiles
 from ..text.names import SkillNames
 
 log = logging.getLogger(__name__)  # version switches; `segos mcp` shows them on stderr
 MAX_REPLY_UNKNOWN = 20  # unknown skill names listed in a record_trace reply (the count is always given)
 MAX_SUGGESTED = 5  # unknown names of one request that get near-miss suggestions (each costs a few ms)
+MAX_ECHO_CHARS = 200  # of a query, repeated in a reply
 _STABLE_AFTER_NS = 2_000_000_000  # a versions/ mtime older than this cannot hide a same-tick commit
 
 
@@ -70,6 +76,10 @@ class UnknownSkill(ServiceError):
 
 class TraceRejected(ServiceError):
     pass
+
+
+class TraceNotWritten(ServiceError):
+    """A valid trace the landing file could not take (disk full, I/O error): nothing of it was kept."""
 
 
 @dataclass
@@ -111,9 +121,10 @@ class _Loaded:
 class SegosService:
     """Skill search, ordered bundles, skill details and trace recording over a snapshot store.
 
-    `version`: a version id / prefix / `vN` to pin, or None to follow the newest version (at start, the
-    newest that loads). `landing`: the folder `record_trace` appends to (default `$SEGOS_LANDING`, else
-    `landing/` inside the store). `config`: retrieval settings. `cache_size`: how many loaded versions to
+    `version`: a version id / prefix / `vN` to pin, or None (or "served", "latest") to follow the store's
+    served version (at start, the served one or, if it does not load, the newest served before it that
+    does). `landing`: the folder `record_trace` appends to (default `$SEGOS_LANDING`, else `landing/`
+    inside the store). `config`: retrieval settings. `cache_size`: how many loaded versions to
     keep (requests may name older ones). `reload`: "background" or "sync", see the module docstring.
     `store` may be a folder, a URI (cached under `$SEGOS_CACHE`) or a store; `poll_s`: how often a store at
     a URI is listed for new versions (default `config.REMOTE_POLL_S`; unused for a local store).
@@ -136,24 +147,27 @@ class SegosService:
         # a reader of its own that lists the URI at most every poll_s: requests in between never ask it
         self.store = store.polling(self.poll_s) if isinstance(store, RemoteStore) else store
         self.remote = isinstance(self.store, RemoteStore)
+        # joined once: refresh stats both on every request
+        self._watched = (str(self.store.versions_dir), str(self.store.root / SERVED))
         self.config = config  # None: each version's own preset (see config.retrieval_for)
         self.landing = Path(landing) if landing is not None else default_landing(self.store.root)
         self.verify = verify
         if reload not in ("background", "sync"):
             raise ServiceError(f"reload must be 'background' or 'sync', not {reload!r}")
         self.reload = reload
-        self.pinned: str | None = self.store.resolve(version) if version not in (None, "", "latest") else None
+        following = version in (None, "", "latest", "served")
+        self.pinned: str | None = None if following else self.store.resolve(version)
         self._lock = threading.RLock()  # guards the cache and the switching state; never held during a load
         self._cache: OrderedDict[str, _Loaded] = OrderedDict()
         self._cache_size = max(cache_size, 1)
-        self._seen_mtime: int | None = None
+        self._seen_mtime: tuple[int, int] | None = None  # of versions/ and the pointer, when last looked
         self._failed: dict[str, str] = {}  # version → why it could not be loaded (not retried)
         self.switches = 0
         self.last_reload_error: str | None = None
         self.loading: str | None = None  # the version being loaded to be switched to, if any
         self._loader: threading.Thread | None = None
         self._ready: _Loaded | None = None  # loaded in the background, swapped in by the next request
-        self._served = self._load(self.pinned) if self.pinned is not None else self._newest_servable()
+        self._served = self._load(self.pinned) if self.pinned is not None else self._served_servable()
 
     # ------------------------------------------------------------------------------------ versions
 
@@ -195,13 +209,23 @@ class SegosService:
                 self._cache.popitem(last=False)
         return loaded
 
-    def _newest_servable(self) -> _Loaded:
-        """Following the newest version, at start: the newest one that loads. A damaged newer one is passed
-        over, logged and recorded like a running service records one it cannot switch to (not retried):
-        an agent's client starts its server by itself, and a server that refused to start would leave the
-        agent with no skills at all, where the version before serves."""
+    def _served_servable(self) -> _Loaded:
+        """Following the served version, at start: the served one if it loads, else the newest version
+        served before it that does (the pointer's history; without a pointer file, the versions before
+        the latest). A damaged one is passed over, logged and recorded like a running service records one
+        it cannot switch to (not retried): an agent's client starts its server by itself, and a server
+        that refused to start would leave the agent with no skills at all, where the version before
+        serves."""
         # one listing of the store; without versions, latest() fails with how to make one
-        versions = [m["version"] for m in self.store.list_versions()] or [self.store.latest()]
+        listed = [m["version"] for m in self.store.list_versions()] or [self.store.latest()]
+        now = pointer(self.store)
+        history = [now.version, *reversed(now.previous)] if now.recorded else list(reversed(listed))
+        versions = list(reversed([v for v in dict.fromkeys(history) if v in listed]))
+        if not versions:
+            raise SnapshotError(
+                f"{self.store_name} serves {now.version}, which it does not hold; serve another version "
+                f"with `segos promote VERSION --store {self.store_name}`"
+            )
         for vid in reversed(versions):
             try:
                 return self._load(vid)
@@ -214,11 +238,12 @@ class SegosService:
         )
 
     def refresh(self, wait: bool | None = None) -> bool:
-        """Switch to the newest committed version if it differs from the one served; True if switched.
+        """Switch to the store's served version if it differs from the one served; True if switched.
 
-        Cheap when nothing changed: one `stat` of `versions/` (a commit renames a folder into it, which
-        updates its mtime). The store is listed only when the mtime moved or is too recent to trust. A
-        store at a URI is listed at most every `poll_s` seconds (its listing is reused in between).
+        Cheap when nothing changed: a `stat` of `versions/` (a commit renames a folder into it, which
+        updates its mtime) and one of the pointer file (replaced whole when it moves). The store is read
+        only when an mtime moved or is too recent to trust. A store at a URI is listed (and its pointer
+        read) at most every `poll_s` seconds (the last answers are reused in between).
         `wait`: load a new version here and switch before returning (default: `reload == "sync"`);
         otherwise it is loaded on a background thread and swapped in by a later call once ready.
         """
@@ -236,37 +261,43 @@ class SegosService:
             switched = self._adopt() or switched
 
     def _start_load(self) -> threading.Thread | None:
-        """Start loading the newest version on a thread if it is new; None when there is nothing to load."""
-        mtime = None if self.remote else self._versions_mtime()
+        """Start loading the served version on a thread if it is new; None when there is nothing to load."""
+        mtime = None if self.remote else self._store_mtime()
         if not self.remote and (
-            mtime is None or (mtime == self._seen_mtime and time.time_ns() - mtime > _STABLE_AFTER_NS)
+            mtime is None or (mtime == self._seen_mtime and time.time_ns() - max(mtime) > _STABLE_AFTER_NS)
         ):
             return None
         with self._lock:
             if self._loader is not None and self._loader.is_alive():
                 return self._loader  # another caller started one meanwhile
             try:
-                latest = self.store.latest()  # at a URI: listed at most every poll_s, else the last listing
+                target = served(self.store)  # at a URI: read at most every poll_s, else the last answer
             except (SnapshotError, OSError):
-                return None  # an unreachable URI: keep serving, the next poll tries again
-            if latest == self._served.version or latest in self._failed:
+                return None  # an unreachable URI or a pointer to fix: keep serving, the next poll tries again
+            if target == self._served.version or target in self._failed:
                 self._seen_mtime = mtime
                 return None
-            self.loading = latest
-            log.info("version %s committed; loading it (serving %s meanwhile)", latest, self._served.version)
+            self.loading = target
+            log.info("version %s is served; loading it (serving %s meanwhile)", target, self._served.version)
             self._loader = threading.Thread(
-                target=self._fetch, args=(latest, mtime), name=f"segos-load-{latest}", daemon=True
+                target=self._fetch, args=(target, mtime), name=f"segos-load-{target}", daemon=True
             )
             self._loader.start()
             return self._loader
 
-    def _versions_mtime(self) -> int | None:
+    def _store_mtime(self) -> tuple[int, int] | None:
+        """The mtimes of `versions/` and of the served pointer (0 while there is none)."""
+        versions_dir, pointer_file = self._watched
         try:
-            return os.stat(self.store.versions_dir).st_mtime_ns
+            versions = os.stat(versions_dir).st_mtime_ns
         except OSError:
             return None
+        try:
+            return versions, os.stat(pointer_file).st_mtime_ns
+        except OSError:
+            return versions, 0
 
-    def _fetch(self, vid: str, mtime: int | None) -> None:
+    def _fetch(self, vid: str, mtime: tuple[int, int] | None) -> None:
         """Load `vid` to be swapped in (`_ready`), or record why it cannot be (a damaged or unreadable
         version: the old one stays served and the failed one is not retried)."""
         started = time.perf_counter()
@@ -336,18 +367,17 @@ class SegosService:
     def status(self) -> dict[str, Any]:
         lo = self._request()
         m = lo.snapshot.manifest
-        try:
-            latest = self.store.latest()
-        except (SnapshotError, OSError):
-            latest = None
+        latest, serving = self._named(self.store.latest), self._named(lambda: served(self.store))
         return {
             "store": self.store_name,
             # a store at a URI: its local cache and how often the URI is listed for new versions
             "cache": str(self.store.root) if self.remote else None,
             "poll_s": self.poll_s if self.remote else None,
             "version": lo.version,
-            "mode": "pinned" if self.pinned else "latest",
+            # "served": following the store's served pointer (it names `served`, switched to once loaded)
+            "mode": "pinned" if self.pinned else "served",
             "latest": latest,
+            "served": serving,
             "kind": m.get("kind"),
             "parent": m.get("parent"),
             "round": m.get("round", 0),
@@ -364,6 +394,14 @@ class SegosService:
             "last_reload_error": self.last_reload_error,
             "unservable": dict(self._failed),  # version → why it could not be loaded (not retried)
         }
+
+    @staticmethod
+    def _named(which: Callable[[], str]) -> str | None:
+        """A version `status` names (latest, served); None when the store cannot say right now."""
+        try:
+            return which()
+        except (SnapshotError, OSError):
+            return None
 
     # ----------------------------------------------------------------------------------------- skills
 
@@ -384,14 +422,18 @@ class SegosService:
             raise UnknownSkill(f"unknown skill {name!r} in version {lo.version}{hint}")
         return found[0], [lo.names.ids[i] for i in found[1:]]
 
-    def search(self, query: str, top_k: int = 10, version: str | None = None) -> dict[str, Any]:
-        """Ranked overview of the skills for `query`: id, name, capability, score; no bodies."""
+    def search(
+        self, query: str, top_k: int = 10, version: str | None = None, min_score: float | None = None
+    ) -> dict[str, Any]:
+        """Ranked overview of the skills for `query`: id, name, capability, score, relevance; no bodies.
+        None, with `no_match`, when none reaches the relevance floor (`min_score`, else the configured)."""
         query = _query(query)
         top_k = _bounded("top_k", top_k)
         lo = self._request(version)
         r = lo.retriever
         ranking = r.rank(query, depth=top_k)
-        chosen, pruned = r.select(ranking, top_k)
+        picked = r.members(ranking, top_k, _min_score(min_score))
+        chosen, pruned, relevance = picked.chosen, picked.pruned, picked.relevance.value
         seeds = set(ranking.seeds.tolist())
         caps = lo.snapshot.nodes["capability"]
         names = lo.snapshot.nodes["name"]
@@ -402,11 +444,19 @@ class SegosService:
                 "name": names[i],
                 "capability": caps[i] or "",
                 "score": round(ranking.score_of(i), 6),
+                "relevance": round(float(relevance[pos]), 6),
                 "seed": i in seeds,
             }
-            for rank, i in enumerate(chosen, start=1)
+            for pos, (rank, i) in enumerate(enumerate(chosen, start=1))
         ]
-        return {"version": lo.version, "query": query, "results": results, "pruned": pruned}
+        return {
+            "version": lo.version,
+            "query": _echo(query),
+            "results": results,
+            "pruned": pruned,
+            "no_match": picked.no_match,
+            "min_score": picked.floor,
+        }
 
     def retrieve_bundle(
         self,
@@ -414,9 +464,11 @@ class SegosService:
         top_n: int | None = None,
         max_chars: int | None = None,
         version: str | None = None,
+        min_score: float | None = None,
     ) -> dict[str, Any]:
         """The hydrated bundle for `query` under the budgets, in execution order, with the edges among its
-        members and why each skill is included."""
+        members and why each skill is included; empty, with `no_match`, when none reaches the relevance
+        floor (`min_score`, else the configured one)."""
         query = _query(query)
         lo = self._request(version)
         r = lo.retriever
@@ -425,7 +477,7 @@ class SegosService:
         total = _max_chars(cfg, max_chars)
         # Ranked, pruned and hydrated in retrieval rank (the budget goes to the best-supported skills
         # first) by the one bundle builder, each member with why it is there; ordered for execution below.
-        bundle = r.retrieve(query, top_n, max_chars=total)
+        bundle = r.retrieve(query, top_n, max_chars=total, min_score=_min_score(min_score))
         rows = [r.names.row_of(s.id) for s in bundle.skills]
         contracts = lo.snapshot.nodes[rows].select("inputs", "outputs").to_dicts()
         kept: list[dict[str, Any]] = []
@@ -442,6 +494,7 @@ class SegosService:
                     "semantic": round(s.semantic, 6),
                     "experience": round(s.experience, 6),
                     "co_use": round(s.co_use, 6),
+                    "relevance": round(s.relevance, 6),
                     "capability": s.capability,
                     "source_path": s.source_path,
                     **contract,
@@ -467,7 +520,7 @@ class SegosService:
             skills[-1]["after"] = sorted(c.before for c in order.constraints if c.after == sid)
         return {
             "version": lo.version,
-            "query": query,
+            "query": _echo(query),
             "order": order.order,
             "skills": skills,
             "edges": [{"src": s, "dst": d, "relation": rel, "weight": round(w, 6)} for s, d, rel, w in among],
@@ -477,6 +530,8 @@ class SegosService:
             "budget": {"per_skill_chars": cfg.per_skill_chars, "max_chars": total, "top_n": top_n},
             "pruned": pruned,
             "over_budget": over,
+            "no_match": bundle.no_match,
+            "min_score": bundle.min_score,
         }
 
     def hydrate(
@@ -617,6 +672,10 @@ class SegosService:
 
         The next `segos ingest <landing>` reads it into its window (the date of its timestamp, UTC; now
         when none is given). Unknown skill names do not reject a trace (ingestion keeps it and reports them).
+
+        The reply comes only once the line is on disk whole (`evolution.landing.append_line`: locked,
+        fsynced); when it cannot be (disk full, I/O error) the call raises TraceNotWritten and the landing
+        file is left as it was.
         """
         if reward is not None and ctrf is not None:
             raise TraceRejected(
@@ -651,13 +710,17 @@ class SegosService:
         check = resolve_skills(record_of_row(record.row()), lo.names)  # a copy: resolving rewrites it
         self.landing.mkdir(parents=True, exist_ok=True)
         path = self.landing / f"{window}.jsonl"
-        # One write() on an O_APPEND descriptor: concurrent recorders never interleave inside a line.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            os.write(fd, line + b"\n")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        try:  # under a lock, whole and fsynced, a torn tail moved aside first: only then acknowledged
+            done = append_line(path, line)
+        except LandingWriteError as exc:
+            raise TraceNotWritten(str(exc)) from None
+        if done.torn_bytes:
+            log.warning(
+                "%s ended in a torn line (%d bytes, a write cut short): moved to %s",
+                path,
+                done.torn_bytes,
+                done.torn_file,
+            )
         return {
             "trace_id": record.trace_id,
             "task_id": record.task_id,
@@ -670,8 +733,9 @@ class SegosService:
             "unknown_skills_count": len(check.unknown_skills),
             "bytes": len(line) + 1,
             "version": lo.version,
-            "next": f"segos ingest {self.landing} --store {self.store_name} ; "
-            f"segos evolve --window {window} --store {self.store_name}",
+            # for the agent that recorded it, not an operator's shell: what happens to the trace next
+            "next": f"recorded in the landing folder for the {window} window: the evolution round over "
+            "that window learns from it",
         }
 
 
@@ -718,10 +782,25 @@ def check_query_length(query: str) -> str:
     return query
 
 
+def _echo(query: str) -> str:
+    """The query as a reply repeats it: a bounded prefix (the client has the rest), so that a reply never
+    grows with what a client sends."""
+    return query if len(query) <= MAX_ECHO_CHARS else query[:MAX_ECHO_CHARS] + "…"
+
+
 def _bounded(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or not 1 <= int(value) <= MAX_TOP:
         raise ServiceError(f"{name} must be an integer between 1 and {MAX_TOP}, got {value!r}")
     return int(value)
+
+
+def _min_score(value: float | None) -> float | None:
+    """A relevance floor from a client: a finite number from 0 (off) up, or None for the configured one."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+        raise ServiceError(f"min_score must be a number from 0 (no floor) up, got {value!r}")
+    return float(value)
 
 
 def _max_chars(config: RetrievalConfig, max_chars: int | None) -> int:

@@ -1,7 +1,7 @@
 """`segos mcp`: the MCP server over a snapshot store (official `mcp` SDK, 2.x `MCPServer`, public API only).
 
 Every tool is a thin call into `SegosService` (service/api.py), which picks the version per request: the
-pinned one, or the newest committed one (switching between requests when a new version lands). Expected
+pinned one, or the store's served one (switching between requests when the served pointer moves). Expected
 failures (unknown skill or version, malformed trace, bad argument) become MCP tool errors (`is_error` with
 the reason; arguments that do not fit a tool's input schema get one short line per field); anything
 unexpected becomes the SDK's generic tool error. The server never exits on a bad request.
@@ -62,6 +62,7 @@ from .._version import __version__
 from ..config import (
     MAX_ATTEMPT,
     MAX_ID_CHARS,
+    MAX_NAME_CHARS,
     MAX_QUERIES,
     MAX_SKILLS,
     MAX_TEXT_CHARS,
@@ -103,6 +104,17 @@ Query = Annotated[
     ),
 ]
 SkillRef = Annotated[str, Field(description="Skill id or name.", min_length=1, max_length=1000)]
+MinScore = Annotated[
+    float | None,
+    Field(
+        description=(
+            "Relevance floor: no skills and no_match=true unless one reaches it (each result's `relevance`; "
+            f"default {_DEFAULTS.min_score}, 0 turns it off)."
+        ),
+        ge=0,
+        le=10,
+    ),
+]
 MaxChars = Annotated[
     int | None, Field(description=f"Global character budget (default {_DEFAULTS.total_chars}).", ge=1)
 ]
@@ -317,9 +329,12 @@ def build_server(
 
     @app.tool(title="Search skills", annotations=_READ, structured_output=False)
     @tool_errors
-    async def search_skills(query: Query, top_k: TopK = 10, version: Version = None) -> dict[str, Any]:
-        """Ranked overview of the skills for a task: id, name, capability and score (no skill bodies)."""
-        return service.search(query, top_k, version=version)
+    async def search_skills(
+        query: Query, top_k: TopK = 10, min_score: MinScore = None, version: Version = None
+    ) -> dict[str, Any]:
+        """Ranked overview of the skills for a task: id, name, capability, score and relevance (no skill
+        bodies); none, with no_match=true, when no skill is relevant to it."""
+        return service.search(query, top_k, version=version, min_score=min_score)
 
     @app.tool(title="Retrieve a skill bundle", annotations=_READ, structured_output=False)
     @tool_errors
@@ -327,11 +342,13 @@ def build_server(
         query: Query,
         top_n: TopN = None,
         max_chars: MaxChars = None,
+        min_score: MinScore = None,
         version: Version = None,
     ) -> dict[str, Any]:
         """The skills to use for a task, hydrated under the character budgets and listed in execution order
-        (prerequisites first), with the edges among them and why each one is included."""
-        return service.retrieve_bundle(query, top_n, max_chars, version=version)
+        (prerequisites first), with the edges among them and why each one is included; none, with
+        no_match=true, when no skill is relevant to the task."""
+        return service.retrieve_bundle(query, top_n, max_chars, version=version, min_score=min_score)
 
     @app.tool(title="Read skills", annotations=_READ, structured_output=False)
     @tool_errors
@@ -378,26 +395,35 @@ def build_server(
             ),
         ],
         queries: Annotated[
-            list[str | dict[str, Any]],
+            list[Annotated[str, Field(max_length=MAX_TEXT_CHARS)] | dict[str, Any]],
             Field(
                 description=f"Queries issued (<= {MAX_QUERIES}): text, or {{text, retrieved?, seeds?}}; "
-                f"text <= {MAX_TEXT_CHARS:,} chars."
+                f"text <= {MAX_TEXT_CHARS:,} chars.",
+                max_length=MAX_QUERIES,
             ),
         ],
         used: Annotated[
-            list[str],
-            Field(description=f"Skills actually used, in first-use order (<= {MAX_SKILLS} names)."),
+            list[Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]],
+            Field(
+                description=f"Skills actually used, in first-use order (<= {MAX_SKILLS} names).",
+                max_length=MAX_SKILLS,
+            ),
         ],
         reward: Annotated[
             float | None, Field(description="Outcome in [0, 1] (or give ctrf).", ge=0, le=1)
         ] = None,
         ctrf: Annotated[dict[str, Any] | None, Field(description="A CTRF test report to derive it.")] = None,
-        agent: Annotated[str | None, Field(description="Model/harness that ran the attempt.")] = None,
+        agent: Annotated[
+            str | None,
+            Field(description="Model/harness that ran the attempt.", min_length=1, max_length=MAX_NAME_CHARS),
+        ] = None,
         attempt: Annotated[
             int | None,
             Field(description=f"Attempt number, 1-{MAX_ATTEMPT:,} (default 1).", ge=1, le=MAX_ATTEMPT),
         ] = None,
-        trace_id: Annotated[str | None, Field(description="Default: a fresh id.")] = None,
+        trace_id: Annotated[
+            str | None, Field(description="Default: a fresh id.", min_length=1, max_length=MAX_ID_CHARS)
+        ] = None,
     ) -> dict[str, Any]:
         """Report how an attempt went. Validated exactly as `segos ingest` validates a line (the trace
         contract, `segos trace-schema`), so what is recorded is ingested; appended to the trace landing

@@ -68,6 +68,7 @@ from .snapshot import (
     VersionFiles,
     _seq,
     sha256_file,
+    write_atomically,
 )
 from .uri import is_uri
 
@@ -109,16 +110,6 @@ def _link_or_copy(source: Path, target: Path) -> None:
         shutil.copyfile(source, target)
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 class RemoteStore(SnapshotStore):
     """A `SnapshotStore` whose versions live at a URI; `root` is the local cache folder.
 
@@ -137,6 +128,7 @@ class RemoteStore(SnapshotStore):
         self.uri = self.location.uri
         self.with_windows = with_windows
         self._manifests: dict[str, bytes] = {}  # also on disk; kept here too for a read-only cache
+        self._root_files: dict[str, tuple[float, bytes | None]] = {}  # name → (monotonic time read, bytes)
         super().__init__(cache_folder(self.uri, cache), lock_timeout)
 
     def __repr__(self) -> str:
@@ -194,7 +186,7 @@ class RemoteStore(SnapshotStore):
         path = self.root / MANIFESTS / f"{vid}.json"
         if not path.is_file():
             with contextlib.suppress(OSError):  # a read-only cache still reads: it just lists again
-                _write_atomically(path, data)
+                write_atomically(path, data)
 
     def _manifest_bytes(self, vid: str) -> bytes:
         data = self._cached_manifest(vid)
@@ -517,6 +509,34 @@ class RemoteStore(SnapshotStore):
     def url(self, rel: str) -> str:
         return self.location.url(rel)
 
+    # ------------------------------------------------------------- small files (the served pointer)
+
+    def read_root_file(self, name: str) -> bytes | None:
+        """File `name` at the URI's top, None when it has none; a reader made by `polling` reads it at most
+        every `listing_max_age` seconds, like its listing."""
+        seen = self._root_files.get(name)
+        if seen is not None and 0 <= time.monotonic() - seen[0] < self.listing_max_age:
+            return seen[1]
+        started = time.monotonic()
+        path = self.location.join(name)
+        try:
+            with remote_io("read", self.location.url(name)):
+                self.location.fs.invalidate_cache(path)
+                data: bytes | None = self.location.fs.cat_file(path)
+        except RemoteStoreError as exc:
+            if not isinstance(exc.__cause__, FileNotFoundError):
+                raise
+            data = None
+        self._root_files = {**self._root_files, name: (started, data)}
+        return data
+
+    def write_root_file(self, name: str, data: bytes) -> None:
+        """Replace file `name` at the URI whole (see `filesystem.put_whole`), through the cache."""
+        local = self.root / name
+        write_atomically(local, data)
+        self.push(local)
+        self._root_files = {**self._root_files, name: (time.monotonic(), data)}
+
     # ----------------------------------------------------------------- readers that poll (segos mcp)
 
     listing_max_age: float = 0.0  # seconds `list_versions` reuses its last listing; 0: always list
@@ -539,5 +559,5 @@ class RemoteStore(SnapshotStore):
         if every < 0:
             raise ValueError(f"a polling interval is a number of seconds >= 0, not {every!r}")
         reader = copy.copy(self)
-        reader.listing_max_age, reader._listed = float(every), None
+        reader.listing_max_age, reader._listed, reader._root_files = float(every), None, {}
         return reader

@@ -8,6 +8,7 @@ Layout of a store:
     STORE/.staging/<uuid>/         versions being written (invisible to readers)
     STORE/.staging/<uuid>.lock     held by the live writer of <uuid> (see `lock.py`)
     STORE/.writer.lock             the store's writer lock: one writer at a time (see `lock.py`)
+    STORE/served.json              the served pointer: the version followers serve (see `served.py`)
 
 A version's files are written first and its manifest last, so the manifest is the commit point; the
 staged folder is then renamed into `versions/` in one step. Readers list only folders whose manifest is
@@ -67,8 +68,10 @@ import scipy.sparse as sp
 from .._version import __version__
 from ..config import WRITER_WAIT_S
 from ..text.lexicon import TOKEN_SCHEMA, Signature
+from .errors import DamagedSnapshot, SnapshotError, StaleParent, StoreBusy, StoreWriteError, UnknownVersion
 from .lock import Notify, WriterBusy, stage_lock, sweep_stale_stages, writer_lock
 from .oserrors import explain
+from .served import pin, served
 from .uri import is_uri
 
 FORMAT = 2
@@ -106,30 +109,6 @@ PART_WRITERS = 2  # parts written at once (threads)
 # (a 1M-skill version writes 245 of each, the largest stage after the parse and the join).
 PART_PARQUET: dict[str, Any] = {"compression": "zstd", "compression_level": 1}
 _VERSION_RE = re.compile(r"^v(\d{4,})-[0-9a-f]{8}$")
-
-
-class SnapshotError(Exception):
-    """A problem with the store or a version that a user can act on (message says how)."""
-
-
-class UnknownVersion(SnapshotError):
-    pass
-
-
-class DamagedSnapshot(SnapshotError):
-    pass
-
-
-class StoreBusy(SnapshotError):
-    """Another writer holds the store's writer lock (the message names it: PID, command, since)."""
-
-
-class StoreWriteError(SnapshotError):
-    """Writing a version failed (disk full, read-only store, ...): nothing was committed."""
-
-
-class StaleParent(SnapshotError):
-    """The parent this writer read as the latest version is no longer the latest: nothing was committed."""
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -207,6 +186,22 @@ def _fsync_dir(path: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so that a reader sees the old file or the new one whole, also after a
+    crash: written under a temporary name, flushed, renamed over it, and the folder flushed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        with tmp.open("wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
 
 
 def part_files(i: int) -> tuple[str, str]:
@@ -783,11 +778,14 @@ class SnapshotStore:
         return versions[-1]["version"]
 
     def resolve(self, version: str | None) -> str:
-        """A version id from an id, a unique prefix, `latest`/None, or `vN` (sequence number)."""
+        """A version id from an id, a unique prefix, `latest`/None, `served` (the version the store's
+        served pointer names, see `served.py`), or `vN` (sequence number)."""
         if version in (None, "", "latest"):
             vid = self.latest()
             self._reads.latest = vid
             return vid
+        if version == "served":
+            return served(self)
         manifests = self.list_versions()
         ids = [m["version"] for m in manifests]
         if version in ids:
@@ -820,6 +818,19 @@ class SnapshotStore:
     def manifest(self, version: str | None = None) -> dict[str, Any]:
         vid = self.resolve(version)
         return json.loads((self.versions_dir / vid / MANIFEST).read_text())
+
+    # ------------------------------------------------------------------ small files beside the versions
+
+    def read_root_file(self, name: str) -> bytes | None:
+        """The bytes of file `name` at the store's top (the served pointer); None when there is none."""
+        try:
+            return (self.root / name).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def write_root_file(self, name: str, data: bytes) -> None:
+        """Replace file `name` at the store's top whole (readers see the old bytes or the new ones)."""
+        write_atomically(self.root / name, data)
 
     # ------------------------------------------------------------------------------------------ loading
 
@@ -938,6 +949,10 @@ class SnapshotStore:
         with self.writer():
             versions = self.list_versions()
             self._check_parent(manifest.get("parent"), versions)
+            if versions:
+                # a store without a served pointer serves its latest: record it before this version
+                # becomes the latest, so that only a promotion changes what followers serve
+                pin(self, versions[-1]["version"])
             full = self._rename_into_place(stage, manifest, files, content, versions)
         self._reads.latest = None  # this thread's next commit builds on what it reads next
         return full

@@ -19,15 +19,17 @@ from typing import Any
 from ...config import TRACE_FORMATS
 from ..traces import TraceRecord
 from . import apibank, skillsbench_trials, toolbench
-from .common import Rejected, native_records
+from .common import Rejected, Skipped, native_records
 
-__all__ = ["FORMATS", "Rejected", "iter_records", "plans", "write_library"]
+__all__ = ["FORMATS", "Rejected", "Skipped", "iter_records", "plans", "write_library"]
 
 FORMATS = TRACE_FORMATS
 plans = apibank.plans
 
 
-def iter_records(path: Path, fmt: str, *, queries: Path | None = None) -> Iterator[TraceRecord | Rejected]:
+def iter_records(
+    path: Path, fmt: str, *, queries: Path | None = None
+) -> Iterator[TraceRecord | Rejected | Skipped]:
     """Every trace of `path` in format `fmt`, or a Rejected for input that cannot become one.
 
     `queries` (the eval JSONL with `task` and `instruction`) is read by `skillsbench-trials` only; the

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import errno
+import fnmatch
 import json
+import os
 import re
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 
+from ..landing import is_torn
 from ..traces import (
     MAX_LINE_BYTES,
     TraceError,
@@ -50,6 +55,7 @@ class Rejected:
     source: str  # "file:line" or "file#index"
     reason: str  # one sentence a user can act on
     raw: str  # the offending text (truncated to 2,000 chars)
+    raw_bytes: int = 0  # UTF-8 length of the whole offending text, of which `raw` is a bounded prefix
 
 
 def rejected(source: str, reason: str, raw: Any) -> Rejected:
@@ -60,22 +66,72 @@ def rejected(source: str, reason: str, raw: Any) -> Rejected:
             text = json.dumps(raw, ensure_ascii=False, default=str)
         except (ValueError, TypeError, RecursionError):
             text = f"<a {type(raw).__name__} that cannot be shown as JSON>"
-    return Rejected(source=source, reason=reason, raw=text[:RAW_LIMIT])
+    size = len(text.encode("utf-8", "surrogatepass"))
+    return Rejected(source=source, reason=reason, raw=text[:RAW_LIMIT], raw_bytes=size)
+
+
+@dataclass
+class Skipped:
+    """An input left unread and reported by name, never quarantined: a file that is not ours to read (a
+    symbolic link, anything but a regular file) or a torn last line (`landing.is_torn`)."""
+
+    source: str  # the file, or "file:line" for a torn last line
+    reason: str
+
+
+class InputRefused(OSError):
+    """An input path that is a symbolic link or not a regular file: refused, never read."""
+
+
+def open_input(path: Path) -> BinaryIO:
+    """`path` opened for reading without following a symbolic link (O_NOFOLLOW) and only when it is a
+    regular file (checked on the open descriptor, so the check and the read concern the same file; a
+    FIFO does not block the open: O_NONBLOCK). InputRefused otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InputRefused(errno.ELOOP, "a symbolic link: not followed, never read") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise InputRefused(errno.EINVAL, "not a regular file: never read")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
 
 
 def files_under(path: Path, pattern: str) -> list[Path]:
-    """`path` itself when it is a file, else every file matching `pattern` under it, sorted."""
-    if path.is_file():
-        return [path]
+    """`path` itself when it is not a folder, else every entry under it matching `pattern` that is not a
+    folder, sorted. Symbolic links are listed but never followed (nor walked into): `open_input` refuses
+    them, so each is reported by name."""
     if path.is_dir():
-        return sorted(p for p in path.rglob(pattern) if p.is_file())
+        found: list[Path] = []
+        for folder, dirs, files in os.walk(path):  # followlinks=False: a linked folder is not walked
+            linked = [d for d in dirs if os.path.islink(os.path.join(folder, d))]
+            found += [Path(folder, n) for n in files + linked if fnmatch.fnmatchcase(n, pattern)]
+        return sorted(found)
+    if os.path.lexists(path):
+        return [path]
     raise FileNotFoundError(f"trace source not found: {path}")
 
 
-def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+def read_lines(path: Path) -> Iterator[tuple[int, bytes] | Skipped]:
     """(line number, bytes) for every non-blank line of a file. A line longer than MAX_LINE_BYTES is cut
-    there (its rest is skipped unread into memory), so the length check rejects it without holding it."""
-    with path.open("rb") as fh:
+    there (its rest is skipped unread into memory), so the length check rejects it without holding it.
+
+    A file that is not ours to read (`open_input`) is one Skipped and nothing else; so is a torn last line
+    (no newline, not complete JSON: a write cut short, or an append still in progress), which the next
+    run reads once it is whole."""
+    try:
+        fh = open_input(path)
+    except InputRefused as exc:
+        yield Skipped(str(path), exc.strerror)
+        return
+    with fh:
         lineno = 0
         while True:
             line = fh.readline(MAX_LINE_BYTES + 1)
@@ -87,13 +143,25 @@ def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
                     pass
             elif not line.strip():
                 continue  # blank lines (e.g. a trailing newline) carry no record
+            elif not line.endswith(b"\n") and is_torn(line):
+                yield Skipped(
+                    f"{path}:{lineno}",
+                    f"torn last line ({len(line):,} bytes, no newline, not complete JSON): a write cut "
+                    "short or still in progress; skipped, not quarantined",
+                )
+                return
             yield lineno, line
 
 
-def json_lines(path: Path) -> Iterator[tuple[str, str, Any | Rejected]]:
+def json_lines(path: Path) -> Iterator[tuple[str, str, Any | Rejected | Skipped]]:
     """(source, raw line, parsed object or Rejected) for every non-blank line of a JSONL file; a line over
-    the length or nesting bound, not UTF-8 or not JSON is a Rejected with the reason."""
-    for lineno, data in read_lines(path):
+    the length or nesting bound, not UTF-8 or not JSON is a Rejected with the reason. A file or torn last
+    line `read_lines` skips is a Skipped."""
+    for item in read_lines(path):
+        if isinstance(item, Skipped):
+            yield item.source, "", item
+            continue
+        lineno, data = item
         source = f"{path}:{lineno}"
         line = data.decode("utf-8", errors="replace")
         try:
@@ -113,12 +181,14 @@ def json_lines(path: Path) -> Iterator[tuple[str, str, Any | Rejected]]:
             yield source, line, rejected(source, "line nests too deeply to parse", line)
 
 
-def jsonl_records(path: Path, parse: Callable[[Any, str], TraceRecord]) -> Iterator[TraceRecord | Rejected]:
+def jsonl_records(
+    path: Path, parse: Callable[[Any, str], TraceRecord]
+) -> Iterator[TraceRecord | Rejected | Skipped]:
     """Every JSONL line under `path` through `parse(obj, source)`; bad JSON and any data error become
     Rejected with the reason, so one bad line never stops the rest."""
     for file in files_under(path, "*.jsonl"):
         for source, line, obj in json_lines(file):
-            if isinstance(obj, Rejected):
+            if isinstance(obj, Rejected | Skipped):
                 yield obj
                 continue
             try:
@@ -127,11 +197,16 @@ def jsonl_records(path: Path, parse: Callable[[Any, str], TraceRecord]) -> Itera
                 yield rejected(source, data_error_reason(exc), line)
 
 
-def native_records(path: Path) -> Iterator[TraceRecord | Rejected]:
+def native_records(path: Path) -> Iterator[TraceRecord | Rejected | Skipped]:
     """Every native JSONL line under `path` as a record, validated from its bytes by the same function as
-    the streaming ingest (`traces.validate_line`), so both paths accept and reject exactly the same lines."""
+    the streaming ingest (`traces.validate_line`), so both paths accept and reject exactly the same lines
+    and skip the same inputs."""
     for file in files_under(path, "*.jsonl"):
-        for lineno, data in read_lines(file):
+        for item in read_lines(file):
+            if isinstance(item, Skipped):
+                yield item
+                continue
+            lineno, data = item
             source = f"{file}:{lineno}"
             try:
                 yield record_of_row(native_row(validate_line(data), source))
@@ -142,11 +217,17 @@ def native_records(path: Path) -> Iterator[TraceRecord | Rejected]:
 def load_json_file(path: Path, max_bytes: int) -> Any:
     """A whole JSON file (API-Bank task lists, ToolBench answer trees); TraceError with the reason when it
     is too large, not UTF-8, not JSON or nested too deeply."""
-    size = path.stat().st_size
-    if size > max_bytes:
-        raise TraceError(f"file is {size:,} bytes, over the {max_bytes:,}-byte limit")
     try:
-        return json.loads(path.read_bytes().decode("utf-8"))
+        fh = open_input(path)
+    except InputRefused as exc:
+        raise TraceError(f"file is {exc.strerror}") from None
+    with fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size > max_bytes:
+            raise TraceError(f"file is {size:,} bytes, over the {max_bytes:,}-byte limit")
+        data = fh.read()
+    try:
+        return json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
         raise TraceError("file is not valid UTF-8") from None
     except json.JSONDecodeError as exc:
