@@ -174,6 +174,12 @@ def test_ingest_evolve_diff_round_trip(tmp_path):
     assert set(d["edges"]) == {"added", "removed", "reweighted", "retyped"}
     assert run("diff", v1, v2, "--store", store, "--markdown").output.startswith("# Diff")
     assert "workflow" in run("diff", v1, v2, "--store", store).output
+    # a round parses nothing: its report is its cold start's, and says so
+    evolved = run("report", "v3", "--store", store, "--json")
+    of = json.loads(evolved.stdout)
+    assert of["version"] == m3["version"] and of["report_of"] == v1
+    assert of["problems"] == json.loads(run("report", "v1", "--store", store, "--json").stdout)["problems"]
+    assert f"this is the report of {v1}" in evolved.stderr
 
 
 def test_evolve_settings_and_errors(tmp_path):

@@ -111,6 +111,20 @@ def test_every_tool_errors_and_the_trace_round_trip(store: Path, tmp_path: Path)
             members = set(bundle["order"])
             assert all(e["src"] in members and e["dst"] in members for e in bundle["edges"])
 
+            # the compact form: the same skills in the same order, one line of why each, their texts
+            compact = await client.call_tool(
+                "retrieve_skill_bundle", {"query": QUERY, "max_chars": 4000, "format": "text"}
+            )
+            text = compact.content[0].text  # type: ignore[union-attr]
+            assert not compact.is_error and not text.lstrip().startswith("{")
+            at = [text.index(f"(`{sid}`)") for sid in bundle["order"]]
+            assert at == sorted(at) and text.count("Why: ") == len(bundle["order"])
+            assert len(text) < len(json.dumps(bundle)) * 0.8
+            listed = await client.call_tool("search_skills", {"query": QUERY, "format": "text"})
+            assert overview["results"][0]["id"] in listed.content[0].text  # type: ignore[union-attr]
+            none = await client.call_tool("retrieve_skill_bundle", {"query": "xyzzy quux", "format": "text"})
+            assert "No skill in this library is relevant" in none.content[0].text  # type: ignore[union-attr]
+
             first = bundle["order"][0]
             hydrated = await call(client, "hydrate_skills", names=[first, "csv-loader"])
             assert hydrated["skills"][0]["id"] == first

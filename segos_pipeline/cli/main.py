@@ -237,13 +237,23 @@ def _served_result(now: Any, before: str | None, as_json: bool) -> None:
 @friendly_errors
 def report(version: str | None, store: Path | None, as_json: bool) -> None:
     """Show the build report (every parsing problem and what was done) of VERSION."""
-    snap = _store(store).load(version)
-    table = snap.read_extra("report.parquet")
+    st = _store(store)
+    snap = origin = st.load(version)
+    # An evolution round parses nothing: its library is the one its nearest parsing ancestor read.
+    while "report.parquet" not in origin.manifest.get("files", {}) and origin.manifest.get("parent"):
+        origin = st.load(origin.manifest["parent"])
+    table = origin.read_extra("report.parquet")
+    if origin is not snap:
+        click.echo(
+            f"note: {snap.version} ({snap.manifest.get('kind')}) parsed no library; this is the report of "
+            f"{origin.version} ({origin.manifest.get('kind')}), whose library it serves",
+            err=True,
+        )
     if as_json:
-        _emit_json({"version": snap.version, "problems": table.to_dicts()})
+        _emit_json({"version": snap.version, "report_of": origin.version, "problems": table.to_dicts()})
         return
     if table.is_empty():
-        click.echo(f"{snap.version}: no problems")
+        click.echo(f"{origin.version}: no problems")
         return
     for row in table.iter_rows(named=True):
         click.echo(f"[{row['severity']}] {row['file']}: {row['problem']} -> {row['action']}")

@@ -471,32 +471,6 @@ def combine(partials: list[Partial], surfaced_min: int) -> WindowEvidence:
     return finish(sum_partials(partials), surfaced_min)
 
 
-# ------------------------------------------------------------------ whole-window forms (one partition)
-
-
-def workflow_witness(traces: pl.DataFrame) -> pl.DataFrame:
-    """c_wf over a whole table of selected traces."""
-    return _sum_by([workflow_partial(traces)], ["src", "dst"], WORKFLOW_SCHEMA)
-
-
-def ordered_pairs(traces: pl.DataFrame) -> pl.DataFrame:
-    return _sum_by([ordered_partial(traces)], ["src", "dst"], ORDERED_SCHEMA)
-
-
-def co_use(traces: pl.DataFrame) -> pl.DataFrame:
-    return _sum_by([couse_partial(traces)], ["src", "dst"], COUSE_SCHEMA)
-
-
-def surfaced_unused(traces: pl.DataFrame, min_surfaced: int) -> pl.DataFrame:
-    """Skills retrieved in ≥ min_surfaced queries of the window and never used on any of its traces."""
-    surfacing = _sum_by([surfacing_partial(traces)], ["skill"], SURFACING_SCHEMA)
-    return (
-        surfacing.filter((pl.col("surfaced") >= min_surfaced) & (pl.col("used") == 0))
-        .select("skill", n=pl.col("surfaced"))
-        .sort("skill")
-    )
-
-
 def partition_ids(partitions: int) -> pl.Expr:
     """Partition of each trace: a hash of its task id (all of a task's attempts land together)."""
     return (pl.col("task_id").hash(seed=0) % partitions).alias("_part")

@@ -407,14 +407,6 @@ def evolve(
     return commit_round(store, state, window, config, retrieval)
 
 
-def window_source(trace_store: TraceStore, window: str) -> str:
-    """Where an engine that reads Parquet itself finds a window: its folder (a file or parts inside). For a
-    store on a URI, the folder in its local cache, brought up to date by `files`."""
-    if not trace_store.files(window):
-        trace_store.load(window)  # raises the store's own "no traces ingested for window" error
-    return str(trace_store.window_dir(window))
-
-
 def window_files(trace_store: TraceStore, window: str) -> list[Path]:
     """The Parquet files of a window as they are now (a later ingest into it adds files the round and the
     version it commits do not see)."""

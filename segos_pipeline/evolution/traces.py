@@ -548,8 +548,3 @@ def resolve_skills(record: TraceRecord, names: SkillNames) -> TraceRecord:
         q.retrieved, q.seeds = ids(q.retrieved), ids(q.seeds)
     record.unknown_skills = sorted(set(unknown))
     return record
-
-
-def window_of(record: TraceRecord) -> str | None:
-    """The daily window (UTC date) a record's timestamp places it in."""
-    return record.timestamp[:10] if record.timestamp else None

@@ -24,10 +24,6 @@ EDGE_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
-def empty_edges() -> pl.DataFrame:
-    return pl.DataFrame(schema=EDGE_SCHEMA)
-
-
 def counts_by_relation(edges: pl.DataFrame) -> dict[str, int]:
     counts = dict(edges.group_by("relation").len().iter_rows())
     return {r: int(counts.get(r, 0)) for r in RELATIONS}

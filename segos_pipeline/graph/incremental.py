@@ -761,15 +761,3 @@ def _stored_row(parent: VersionFiles, keys: pl.DataFrame, skill_id: str) -> dict
         return None
     part, start = parent.part_at(idx)
     return parent.read_part(part)[0][idx - start].to_dicts()[0]
-
-
-def add_skill(store: SnapshotStore | str | Path, skill_dir: str | Path, **kw: Any) -> IncrementalResult:
-    return apply_change(store, "add", skill_dir, **kw)
-
-
-def update_skill(store: SnapshotStore | str | Path, skill_dir: str | Path, **kw: Any) -> IncrementalResult:
-    return apply_change(store, "update", skill_dir, **kw)
-
-
-def remove_skill(store: SnapshotStore | str | Path, skill_dir: str | Path, **kw: Any) -> IncrementalResult:
-    return apply_change(store, "remove", skill_dir, **kw)

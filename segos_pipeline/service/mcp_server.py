@@ -36,7 +36,7 @@ import stat
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import anyio
 import anyio.to_thread
@@ -69,6 +69,7 @@ from ..config import (
     MAX_TOP,
     RetrievalConfig,
 )
+from .compact import bundle_text, search_text
 
 if TYPE_CHECKING:
     from .api import SegosService
@@ -104,6 +105,13 @@ Query = Annotated[
     ),
 ]
 SkillRef = Annotated[str, Field(description="Skill id or name.", min_length=1, max_length=1000)]
+Form = Annotated[
+    Literal["json", "text"],
+    Field(
+        description='"json" (default): every figure, for programs; "text": the skills in order with one line '
+        "of why each, for a model to read (about half the size)."
+    ),
+]
 MinScore = Annotated[
     float | None,
     Field(
@@ -202,9 +210,9 @@ def _expected(exc: BaseException) -> bool:
 
 def _tool_errors(
     slot: ServiceSlot,
-) -> Callable[[Callable[..., Awaitable[dict[str, Any]]]], Callable[..., Awaitable[CallToolResult]]]:
+) -> Callable[[Callable[..., Awaitable[dict[str, Any] | str]]], Callable[..., Awaitable[CallToolResult]]]:
     """Decorator: wait for the service, then expected failures → ToolError with the library's actionable
-    message; results → `CallToolResult`.
+    message; results → `CallToolResult` (a compact text form as it is).
 
     A result is one text block holding the JSON object (compact), and no `structured_content`. Clients
     that receive both show the model only one of them (Claude Code and VS Code pass on the structured
@@ -218,7 +226,9 @@ def _tool_errors(
     result anyway before sending it.
     """
 
-    def decorate(fn: Callable[..., Awaitable[dict[str, Any]]]) -> Callable[..., Awaitable[CallToolResult]]:
+    def decorate(
+        fn: Callable[..., Awaitable[dict[str, Any] | str]],
+    ) -> Callable[..., Awaitable[CallToolResult]]:
         @functools.wraps(fn)
         async def wrapper(*args: Any, **kwargs: Any) -> CallToolResult:
             try:
@@ -228,7 +238,7 @@ def _tool_errors(
                 if not _expected(exc):
                     raise
                 raise ToolError(str(exc)) from None
-            text = pydantic_core.to_json(obj, fallback=str).decode()
+            text = obj if isinstance(obj, str) else pydantic_core.to_json(obj, fallback=str).decode()
             return CallToolResult.model_construct(
                 content=[TextContent.model_construct(type="text", text=text)]
             )
@@ -330,11 +340,16 @@ def build_server(
     @app.tool(title="Search skills", annotations=_READ, structured_output=False)
     @tool_errors
     async def search_skills(
-        query: Query, top_k: TopK = 10, min_score: MinScore = None, version: Version = None
-    ) -> dict[str, Any]:
+        query: Query,
+        top_k: TopK = 10,
+        min_score: MinScore = None,
+        version: Version = None,
+        format: Form = "json",
+    ) -> dict[str, Any] | str:
         """Ranked overview of the skills for a task: id, name, capability, score and relevance (no skill
         bodies); none, with no_match=true, when no skill is relevant to it."""
-        return service.search(query, top_k, version=version, min_score=min_score)
+        result = service.search(query, top_k, version=version, min_score=min_score)
+        return search_text(result) if format == "text" else result
 
     @app.tool(title="Retrieve a skill bundle", annotations=_READ, structured_output=False)
     @tool_errors
@@ -344,11 +359,13 @@ def build_server(
         max_chars: MaxChars = None,
         min_score: MinScore = None,
         version: Version = None,
-    ) -> dict[str, Any]:
+        format: Form = "json",
+    ) -> dict[str, Any] | str:
         """The skills to use for a task, hydrated under the character budgets and listed in execution order
         (prerequisites first), with the edges among them and why each one is included; none, with
         no_match=true, when no skill is relevant to the task."""
-        return service.retrieve_bundle(query, top_n, max_chars, version=version, min_score=min_score)
+        bundle = service.retrieve_bundle(query, top_n, max_chars, version=version, min_score=min_score)
+        return bundle_text(bundle) if format == "text" else bundle
 
     @app.tool(title="Read skills", annotations=_READ, structured_output=False)
     @tool_errors

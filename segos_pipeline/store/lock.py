@@ -174,12 +174,6 @@ def writer_lock(root: Path, command: str, timeout: float, notify: Notify | None 
         tlock.release()
 
 
-def holds_writer_lock(root: Path) -> bool:
-    """Whether this process holds the writer lock of the store at `root`."""
-    held = _HELD.get(str((root / LOCK_FILE).resolve()))
-    return held is not None and held.pid == os.getpid()
-
-
 # ============================================================================================== stages
 
 
