@@ -24,6 +24,7 @@ from segos_pipeline.paths import DEFAULT_LIBRARY
 from segos_pipeline.retrieval.packages import MAX_FILE_BYTES, PathRefused, read_package_file, relative_parts
 from segos_pipeline.retrieval.ranker import Retriever
 from segos_pipeline.service.api import FileRefused, PackageMissing, SegosService
+from segos_pipeline.service.mcp_server import skill_card
 
 from .conftest import write_skill
 
@@ -91,6 +92,7 @@ def test_package_folder_is_absolute_and_a_moved_library_gives_none_with_the_reas
     moved = service.skill_detail("csv-reader")
     assert moved["folder"] is None and "not on this machine" in moved["folder_error"]
     assert moved["files"] == []
+    assert "\nFolder: none on this machine (the library root" in skill_card(moved)  # the skill:// card
     skills = service.retrieve_bundle("read a csv file")["skills"]
     assert skills and all(s["folder"] is None and s["folder_error"] for s in skills)
     retrieved = Retriever(SnapshotStore(lib_store).load()).retrieve("read a csv file").to_dict()
@@ -166,8 +168,9 @@ def test_mcp_gives_existing_folders_and_reads_package_files_only_inside(demo_sto
             read = await client.read_resource(f"skill://{LOADER}/files/scripts/load_csv.py")
             [content] = read.contents
             assert content.text == script.read_text() and content.mime_type == "text/x-python"
-            card = await client.read_resource(f"skill://{LOADER}")  # the card is unchanged
-            assert card.contents[0].text.startswith(f"### csv-loader (`{LOADER}`)")
+            card = (await client.read_resource(f"skill://{LOADER}")).contents[0].text
+            assert card.startswith(f"### csv-loader (`{LOADER}`)")
+            assert f"\nFolder: {detail['folder']}\n" in card and "scripts/load_csv.py" in card
 
             for hostile in (
                 f"skill://{LOADER}/files/../../etc/passwd",

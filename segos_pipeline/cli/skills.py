@@ -167,8 +167,8 @@ def explain_command(
         return
     cosine = "-" if out["cosine"] is None else f"{out['cosine']:.4f}"
     click.echo(
-        f"score ρ {out['score']:.4f}  = graph s* {out['graph']:.4f} + lexical m {out['lexical']:.4f} "
-        f"(semantic z {out['semantic']:.4f}), experience {out['experience']:.4f}, co-use {out['co_use']:.4f}"
+        f"score ρ {out['score']:.4f} (graph s* {out['graph']:.4f}, lexical m {out['lexical']:.4f}, "
+        f"semantic z {out['semantic']:.4f}, experience {out['experience']:.4f}, co-use {out['co_use']:.4f})"
     )
     click.echo(
         f"relevance {out['relevance']:.3f} (words {out['words']:.3f}, cosine {cosine}); "

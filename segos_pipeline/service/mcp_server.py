@@ -324,6 +324,25 @@ class SegosMCPServer(MCPServer):
         ]
 
 
+def skill_card(detail: dict[str, Any]) -> str:
+    """A skill's card (`render_skill`) with, after its `Source:` line, where its package is on this machine
+    and how to read its files (the bundle texts stay as they are: their budgets count those characters)."""
+    from ..retrieval.ranker import render_skill  # loaded with the service
+
+    head, sep, rest = render_skill(detail["skill"]).partition("\n\n")
+    if detail["folder"] is not None:
+        where = f"Folder: {detail['folder']}"
+        if detail["files"]:
+            where += (
+                f"\nFiles: {', '.join(f['path'] for f in detail['files'])} (skill://{detail['skill']['id']}"
+            )
+            where += "/files/{path})"
+    else:
+        where = f"Folder: none on this machine ({detail['folder_error']})"
+    lines = head.split("\n")
+    return "\n".join([*lines[:2], where, *lines[2:]]) + sep + rest
+
+
 def read_file(service: SegosService | ServiceSlot, skill_id: str, path: str) -> list[ReadResourceContents]:
     """One package file as resource contents: text, or bytes (sent base64) when it is not UTF-8, with the
     mime type its name suggests. A path the package does not hold safely is the client's argument (-32602);
@@ -508,9 +527,7 @@ def build_server(
             # an unknown skill is the client's argument (-32602); anything else, the server's state (-32603)
             error = ResourceNotFoundError if isinstance(exc, UnknownSkill) else ResourceError
             raise error(str(exc)) from None
-        from ..retrieval.ranker import render_skill  # loaded with the service
-
-        return render_skill(detail["skill"])
+        return skill_card(detail)
 
     @app.completion()
     async def complete(
