@@ -164,6 +164,11 @@ def test_mcp_gives_existing_folders_and_reads_package_files_only_inside(demo_sto
             assert f"skill://{LOADER}/files/scripts/load_csv.py" in [f["uri"] for f in detail["files"]]
             bundle = await _call(client, "retrieve_skill_bundle", query=CHART_QUERY)
             assert bundle["skills"] and all(Path(s["folder"], "SKILL.md").is_file() for s in bundle["skills"])
+            compact = await client.call_tool(
+                "retrieve_skill_bundle", {"query": CHART_QUERY, "format": "text"}
+            )
+            text = compact.content[0].text  # type: ignore[union-attr]
+            assert all(f"\nFolder: {s['folder']}\n" in text for s in bundle["skills"])
 
             read = await client.read_resource(f"skill://{LOADER}/files/scripts/load_csv.py")
             [content] = read.contents
