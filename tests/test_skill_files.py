@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,13 @@ from mcp.shared.exceptions import MCPError
 from segos_pipeline import SnapshotStore, build_cold_start
 from segos_pipeline.cli import main
 from segos_pipeline.paths import DEFAULT_LIBRARY
-from segos_pipeline.retrieval.packages import MAX_FILE_BYTES, PathRefused, read_package_file, relative_parts
+from segos_pipeline.retrieval.packages import (
+    FOLDER_TTL_S,
+    MAX_FILE_BYTES,
+    PathRefused,
+    read_package_file,
+    relative_parts,
+)
 from segos_pipeline.retrieval.ranker import Retriever
 from segos_pipeline.service.api import FileRefused, PackageMissing, SegosService
 from segos_pipeline.service.mcp_server import skill_card
@@ -89,6 +96,7 @@ def test_package_folder_is_absolute_and_a_moved_library_gives_none_with_the_reas
     assert all(Path(s["folder"]).is_dir() for s in bundle["skills"]) and bundle["skills"]
 
     library.rename(tmp_path / "moved")  # the library is no longer where the version says it was
+    time.sleep(FOLDER_TTL_S)  # a bundle looks at its members' folders again once a second
     moved = service.skill_detail("csv-reader")
     assert moved["folder"] is None and "not on this machine" in moved["folder_error"]
     assert moved["files"] == []
@@ -177,18 +185,19 @@ def test_mcp_gives_existing_folders_and_reads_package_files_only_inside(demo_sto
             assert card.startswith(f"### csv-loader (`{LOADER}`)")
             assert f"\nFolder: {detail['folder']}\n" in card and "scripts/load_csv.py" in card
 
-            for hostile in (
-                f"skill://{LOADER}/files/../../etc/passwd",
-                f"skill://{LOADER}/files/%2E%2E/%2E%2E/%2E%2E/%2E%2E/etc/passwd",
-                f"skill://{LOADER}/files//etc/passwd",
-                f"skill://{LOADER}/files/%2Fetc%2Fpasswd",
-                f"skill://{LOADER}/files/scripts/load_csv.py%00.md",
-                f"skill://{LOADER}/files/no-such-file.py",
-                "skill:///etc/passwd",
-            ):
-                with pytest.raises(MCPError) as refused:
-                    await client.read_resource(hostile)
-                assert refused.value.code == -32602, hostile  # the client's argument, like an unknown skill
+            hostile = {
+                f"skill://{LOADER}/files/../../etc/passwd": "leaves the package",
+                f"skill://{LOADER}/files/%2E%2E/%2E%2E/%2E%2E/%2E%2E/etc/passwd": "leaves the package",
+                f"skill://{LOADER}/files//etc/passwd": "is absolute",
+                f"skill://{LOADER}/files/%2Fetc%2Fpasswd": "is absolute",
+                f"skill://{LOADER}/files/scripts/load_csv.py%00.md": "NUL",
+                f"skill://{LOADER}/files/no-such-file.py": "no file no-such-file.py",
+                "skill:///etc/passwd": "Unknown resource",
+            }
+            for uri, why in hostile.items():
+                with pytest.raises(MCPError, match=why) as refused:
+                    await client.read_resource(uri)
+                assert refused.value.code == -32602, uri  # the client's argument, like an unknown skill
                 assert "root:" not in str(refused.value)
 
     anyio.run(scenario)

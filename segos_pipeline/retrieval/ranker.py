@@ -38,7 +38,7 @@ from ..text.names import SkillNames
 from .experience import CoUse, ExperienceEvidence, ExperienceIndex, experience_index
 from .incidence import Incidence
 from .lexical import Evidence, LexicalIndex, index_for
-from .packages import package_folder
+from .packages import Folders
 from .push import PushOperator
 from .semantic import SemanticIndex, semantic_index
 from .sets import scattered, top_k, union_positions, value_at
@@ -317,6 +317,7 @@ class Retriever:
         self._push = PushOperator(self.operator)
         self.avoid = self._avoid_matrix(snapshot.edges)
         self._cards: dict[int, tuple[dict[str, Any], str]] = {}
+        self.folders = Folders(snapshot.manifest)  # members' package folders, looked at once a second
 
     # ------------------------------------------------------------------------------------------- setup
 
@@ -603,7 +604,7 @@ class Retriever:
             cosine = None if relevance.cosine is None else float(relevance.cosine[pos])
             seed, lexical, graph = i in seeds, ranking.evidence.at(i), ranking.graph_of(i)
             why = self.reasons(ranking, i, link)
-            where = package_folder(self.snapshot.manifest, row["source_path"])  # now: a library may move
+            where = self.folders.of(i, row["source_path"])
             skills.append(
                 BundleSkill(
                     id=row["id"],
