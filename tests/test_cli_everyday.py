@@ -4,6 +4,10 @@ offering `--json` and an example."""
 from __future__ import annotations
 
 import json
+import os
+import pty
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +18,7 @@ from segos_pipeline.cli import main
 from segos_pipeline.retrieval.explain import NO_EVIDENCE
 from segos_pipeline.service.api import SegosService
 
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
 LOADER = "data-wrangling/csv-loader"
 QUERY = "parse a csv file and plot a chart"
 
@@ -74,3 +79,52 @@ def test_explain_gives_the_evidence_behind_a_rank(demo_store: Path):
     assert outside["why"] == NO_EVIDENCE and outside["reasons"] == []
     assert NO_EVIDENCE in run("explain", QUERY, "exif-stripper", "--store", demo_store).output
     assert "unknown skill" in run("explain", QUERY, "no-such-skill", "--store", demo_store, code=2).output
+
+
+def _segos(*args: Any) -> list[str]:
+    # this checkout's code (python -m from the checkout), as the tests of `segos mcp` start it
+    return [sys.executable, "-m", "segos_pipeline.cli", *map(str, args)]
+
+
+def test_skills_is_a_rich_table_on_a_terminal(demo_store: Path):
+    master, slave = pty.openpty()
+    env = {**os.environ, "COLUMNS": "200", "TERM": "xterm"}
+    command = _segos("skills", "--store", demo_store, "--filter", "csv")
+    proc = subprocess.Popen(command, stdout=slave, stderr=subprocess.PIPE, cwd=PROJECT_ROOT, env=env)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the terminal is gone: the command ended
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
+    shown = b"".join(chunks).decode()
+    assert LOADER in shown and "capability" in shown
+    assert "━" in shown or "─" in shown  # a table's rules, not the tab-separated lines of a pipe
+    assert "\t" not in shown
+
+
+def test_json_of_trace_schema_simulate_and_mcp(demo_store: Path, tmp_path: Path):
+    assert json.loads(run("trace-schema", "--json").stdout)["type"] == "object"
+    out = tmp_path / "sim.jsonl"
+    simulated = json.loads(
+        run("simulate", "--store", demo_store, "--traces", 5, "--out", out, "--json").stdout
+    )
+    assert simulated["traces"] == 5 == len(out.read_text().splitlines()) and simulated["out"] == str(out)
+    # the server's start-up line on stderr as JSON (stdout is the MCP wire); the client leaves at once
+    proc = subprocess.run(
+        _segos("mcp", "--store", demo_store, "--json"),
+        input=b"",
+        capture_output=True,
+        cwd=PROJECT_ROOT,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    lines = [json.loads(line) for line in proc.stderr.decode().splitlines() if line.startswith("{")]
+    assert lines and lines[0]["mode"] == "served" and lines[0]["serving"].startswith("v0001-")
+    assert lines[0]["on"] == "stdio"

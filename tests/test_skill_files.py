@@ -222,10 +222,11 @@ def test_export_writes_one_folder_per_bundle_skill_each_with_its_skill_md(demo_s
     before = sorted(str(p) for p in dest.rglob("*"))
     refused = run("export", CHART_QUERY, "--to", dest, "--store", demo_store, code=2)
     assert "not empty" in refused.output and sorted(str(p) for p in dest.rglob("*")) == before
-    (dest / "chart-plotter" / "stale.txt").write_text("left from before")
+    first = Path(out["skills"][0]["folder"])
+    (first / "stale.txt").write_text("left from before")
     (dest / "mine").mkdir()
     run("export", CHART_QUERY, "--to", dest, "--store", demo_store, "--force")
-    assert not (dest / "chart-plotter" / "stale.txt").exists()  # a replaced skill folder is replaced whole
+    assert (first / "SKILL.md").is_file() and not (first / "stale.txt").exists()  # replaced whole
     assert (dest / "mine").is_dir()  # what is not a skill of the bundle is left alone
 
     nothing = run("export", "xyzzy quux", "--to", tmp_path / "none", "--store", demo_store, "--json", code=1)
