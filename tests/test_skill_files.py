@@ -4,6 +4,7 @@ folder."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -256,3 +257,23 @@ def test_export_never_follows_links_and_refuses_a_missing_package(
     shutil.move(library, tmp_path / "elsewhere")
     failed = run("export", "read a csv file", "--to", tmp_path / "again", "--store", lib_store, code=2)
     assert "not on this machine" in failed.output and not (tmp_path / "again").exists()
+
+
+def test_mcp_sends_binary_files_as_base64_refuses_links_out_and_names_a_missing_package(
+    library: Path, lib_store: Path, tmp_path: Path
+):
+    async def scenario() -> None:
+        async with Client(_server(lib_store)) as client:
+            [blob] = (await client.read_resource("skill://csv-reader/files/data.bin")).contents
+            assert base64.b64decode(blob.blob) == b"\x00\xff\xfe binary"  # type: ignore[union-attr]
+            assert blob.mime_type == "application/octet-stream"
+            for path, why in (("leak.txt", "outside the package"), ("big.txt", "larger than")):
+                with pytest.raises(MCPError, match=why) as refused:
+                    await client.read_resource(f"skill://tools/csv-reader/files/{path}")
+                assert refused.value.code == -32602
+            library.rename(tmp_path / "moved")
+            with pytest.raises(MCPError, match="not on this machine") as missing:
+                await client.read_resource("skill://tools/csv-reader/files/scripts/read.py")
+            assert missing.value.code == -32603  # the server's state, not the client's argument
+
+    anyio.run(scenario)
