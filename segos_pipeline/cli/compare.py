@@ -38,7 +38,12 @@ def compare_cmd(
     as_json: bool,
 ) -> None:
     """Compare version BEFORE with version AFTER (ids, prefixes or vN), e.g. the cold start and the
-    evolved version: `segos compare v1 v3 --query "fit an xgboost model" --queries holdout.jsonl`."""
+    evolved version.
+
+    \b
+    Example:
+      segos compare v1 v3 --query "fit an xgboost model" --queries holdout.jsonl
+    """
     if not query and queries is None:
         _fail("give --query TASK (its bundle on both versions), --queries FILE (replay metrics), or both")
     if query is not None and not query.strip():

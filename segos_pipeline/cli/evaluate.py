@@ -96,7 +96,12 @@ def eval_cmd(
     quiet: bool,
 ) -> None:
     """Compare BM25, lexical, forward-only and reverse-aware PPR, evolved versions and the L1/L2/L3
-    factorial (deployment and transfer protocols) on QUERIES; write report.md, report.json and charts."""
+    factorial (deployment and transfer protocols) on QUERIES; write report.md, report.json and charts.
+
+    \b
+    Example:
+      segos eval --store data/store --queries queries.jsonl --simulate 500 --out eval-out --json
+    """
     if k < 1:
         raise ValueError("--k must be at least 1")
     if n_simulate < 0 or rounds < 0 or n_boot < 1:

@@ -32,6 +32,7 @@ from .common import (
 from .compare import compare_cmd
 from .evaluate import eval_cmd
 from .service import COMMANDS as SERVICE_COMMANDS
+from .skills import COMMANDS as SKILL_COMMANDS
 
 # The library modules a command needs are imported in the command, so that every `segos ...` pays only for
 # what it runs (an incremental `segos update` on a big library is bounded by start-up time otherwise).
@@ -236,7 +237,12 @@ def _served_result(now: Any, before: str | None, as_json: bool) -> None:
 @json_option
 @friendly_errors
 def report(version: str | None, store: Path | None, as_json: bool) -> None:
-    """Show the build report (every parsing problem and what was done) of VERSION."""
+    """Show the build report (every parsing problem and what was done) of VERSION.
+
+    \b
+    Example:
+      segos report --store data/store --json
+    """
     st = _store(store)
     snap = origin = st.load(version)
     # An evolution round parses nothing: its library is the one its nearest parsing ancestor read.
@@ -266,7 +272,12 @@ def report(version: str | None, store: Path | None, as_json: bool) -> None:
 @json_option
 @friendly_errors
 def verify(version: str | None, store: Path | None, every: bool, as_json: bool) -> None:
-    """Check VERSION's files (default: the newest version's) against the sha256 hashes in its manifest."""
+    """Check VERSION's files (default: the newest version's) against the sha256 hashes in its manifest.
+
+    \b
+    Example:
+      segos verify --all --store data/store --json
+    """
     st = _store(store)
     if every and version is not None:
         _fail("give a VERSION or --all, not both")
@@ -325,7 +336,12 @@ def retrieve(
     as_json: bool,
     show_text: bool,
 ) -> None:
-    """Retrieve the skill bundle for QUERY."""
+    """Retrieve the skill bundle for QUERY.
+
+    \b
+    Example:
+      segos retrieve "parse a csv file and plot a chart" --json
+    """
     if not query.strip():
         _fail("the query is empty; describe the task to retrieve skills for")
     from ..service.api import check_query_length
@@ -365,7 +381,12 @@ def retrieve(
 def replay_cmd(
     queries: Path, store: Path | None, version: str | None, k: int, as_json: bool, details: bool
 ) -> None:
-    """Replay QUERIES (JSONL with `query`/`instruction` and `gold`) against a version."""
+    """Replay QUERIES (JSONL with `query`/`instruction` and `gold`) against a version.
+
+    \b
+    Example:
+      segos replay queries.jsonl --store data/store --k 5 --json
+    """
     if k < 1:
         _fail("--k must be at least 1")
     from ..evaluation.replay import load_queries, replay
@@ -457,7 +478,12 @@ def ingest(
     """Validate TRACES (a file or folder) into the store's per-window trace tables.
 
     Every line is checked against the trace contract (`segos trace-schema`); a line that breaks it, and a
-    trace id already stored with different content, is quarantined with its reason, never an abort."""
+    trace id already stored with different content, is quarantined with its reason, never an abort.
+
+    \b
+    Example:
+      segos ingest landing/ --store data/store --json
+    """
     if not traces.exists():
         _fail(f"trace source not found: {traces}")
     from ..evolution.ingest import INGEST_BATCH, TraceStore
@@ -498,8 +524,14 @@ def ingest(
 
 
 @main.command("trace-schema")
-def trace_schema() -> None:
-    """Print the JSON Schema of a native trace line (the contract `segos ingest` and `record_trace` apply)."""
+@click.option("--json", "as_json", is_flag=True, help="Print the schema as JSON (what it prints anyway).")
+def trace_schema(as_json: bool) -> None:
+    """Print the JSON Schema of a native trace line (the contract `segos ingest` and `record_trace` apply).
+
+    \b
+    Example:
+      segos trace-schema --json > trace.schema.json
+    """
     from ..evolution.traces import trace_json_schema
 
     click.echo(json.dumps(trace_json_schema(), indent=2, sort_keys=True))
@@ -558,7 +590,12 @@ def evolve(
     quiet: bool,
     wait: float,
 ) -> None:
-    """Make version N+1 from version N and a window of traces; prints the new version id last."""
+    """Make version N+1 from version N and a window of traces; prints the new version id last.
+
+    \b
+    Example:
+      segos evolve --window 2026-11-29 --from served --store data/store
+    """
     config = EvolutionConfig().with_overrides(**_parse_settings(settings))
     config = config.with_overrides(
         pool_attempts=pool or config.pool_attempts,
@@ -636,7 +673,12 @@ def _counters_line(rules: Any, prefix: str = "") -> str:
 @click.option("--limit", type=int, default=15, show_default=True, help="Rows in the largest-changes listing.")
 @friendly_errors
 def diff(v1: str, v2: str, store: Path | None, as_json: bool, markdown: bool, limit: int) -> None:
-    """What changed from version V1 to version V2."""
+    """What changed from version V1 to version V2.
+
+    \b
+    Example:
+      segos diff v1 v2 --store data/store --json
+    """
     from ..store.diff import diff_versions
     from ..store.diff import to_markdown as diff_markdown
     from ..store.diff import to_table as diff_table
@@ -681,6 +723,7 @@ def diff(v1: str, v2: str, store: Path | None, as_json: bool, markdown: bool, li
 @click.option(
     "--out", type=click.Path(path_type=Path), required=True, help="JSONL file to write (native format)."
 )
+@json_option
 @friendly_errors
 def simulate(
     queries: Path | None,
@@ -690,8 +733,14 @@ def simulate(
     window: str,
     seed: int,
     out: Path,
+    as_json: bool,
 ) -> None:
-    """Write SIMULATED traces (labelled `simulated: true`) for TASKS against a version."""
+    """Write SIMULATED traces (labelled `simulated: true`) for TASKS against a version.
+
+    \b
+    Example:
+      segos simulate --traces 200 --out simulated.jsonl --store data/store
+    """
     from ..evaluation.replay import load_queries
     from ..evaluation.simulate import SimulationConfig, to_native
     from ..evaluation.simulate import simulate as run_simulation
@@ -705,6 +754,9 @@ def simulate(
         for r in records:
             fh.write(json.dumps(to_native(r)) + "\n")
     ok = sum(r.reward >= 0.9 for r in records)
+    if as_json:
+        _emit_json({"traces": len(records), "successful": ok, "tasks": len(tasks), "out": str(out)})
+        return
     click.echo(f"wrote {len(records)} SIMULATED traces ({ok} successful) for {len(tasks)} tasks to {out}")
 
 
@@ -732,7 +784,12 @@ def _date(param: click.Parameter, value: str) -> str:
 @json_option
 @friendly_errors
 def generate_library(source: Path, out_dir: Path, fmt: str, as_json: bool) -> None:
-    """Write a SKILL.md library generated from a trace source's APIs (API-Bank, ToolBench)."""
+    """Write a SKILL.md library generated from a trace source's APIs (API-Bank, ToolBench).
+
+    \b
+    Example:
+      segos generate-library apibank/ generated-library/ --format apibank --json
+    """
     from ..evolution.adapters import write_library
 
     summary = write_library(source, fmt, out_dir)
@@ -749,5 +806,5 @@ def generate_library(source: Path, out_dir: Path, fmt: str, as_json: bool) -> No
 
 main.add_command(eval_cmd)
 main.add_command(compare_cmd)
-for _cmd in SERVICE_COMMANDS:  # segos mcp | add | update | remove
+for _cmd in (*SERVICE_COMMANDS, *SKILL_COMMANDS):  # mcp add update remove | skills show explain export
     main.add_command(_cmd)

@@ -5,6 +5,7 @@ Registered into the `segos` group by `main.py` (`main.add_command(...)`).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -92,6 +93,7 @@ def server_log() -> logging.Logger:
     "default; Claude Desktop, Cursor, a project's .mcp.json) or `server` (the entry alone, for "
     "`claude mcp add-json segos`).",
 )
+@click.option("--json", "as_json", is_flag=True, help="Announce the start-up on stderr as a JSON object.")
 @friendly_errors
 def mcp_command(
     store: str | Path | None,
@@ -101,8 +103,17 @@ def mcp_command(
     port: int,
     landing: Path | None,
     print_config: str | None,
+    as_json: bool,
 ) -> None:
-    """Serve the skill graph to agents over MCP (stdio by default)."""
+    """Serve the skill graph to agents over MCP (stdio by default).
+
+    `--json` writes the start-up line on stderr as a JSON object (stdout is the wire); with
+    --print-config the configuration is JSON in any case.
+
+    \b
+    Example:
+      segos mcp --store data/store --print-config
+    """
     # here, not on the loading thread: the --cache option lives in this thread's click context
     root, cache = store_root(store), given_cache()
     if print_config is not None:
@@ -122,6 +133,10 @@ def mcp_command(
         return SegosService(open_cli_store(root, cache), version, landing=landing, poll_s=poll)
 
     def ready(service: SegosService) -> None:
+        if as_json:
+            mode = "pinned" if service.pinned else "served"
+            click.echo(json.dumps({"serving": service.version, "mode": mode, "on": where}), err=True)
+            return
         mode = "pinned" if service.pinned else "following the served version"
         click.echo(f"segos mcp: serving {service.version} ({mode}) on {where}", err=True)
 
@@ -227,8 +242,8 @@ def _change(
     click.echo(result.version)
 
 
-def _change_command(action: str, doc: str) -> click.Command:
-    @click.command(name=action, help=doc)
+def _change_command(action: str, doc: str, example: str) -> click.Command:
+    @click.command(name=action, help=f"{doc}\n\n\b\nExample:\n  {example}")
     @click.argument("skill_dir", type=click.Path(file_okay=False, path_type=Path))
     @store_option
     @click.option(
@@ -249,12 +264,18 @@ def _change_command(action: str, doc: str) -> click.Command:
 
 
 add_command = _change_command(
-    "add", "Add the package SKILL_DIR (inside the library) as a new version; prints its id last."
+    "add",
+    "Add the package SKILL_DIR (inside the library) as a new version; prints its id last.",
+    "segos add path/to/library/new-skill --store data/store --json",
 )
 update_command = _change_command(
-    "update", "Re-read the edited package SKILL_DIR into a new version; prints its id last."
+    "update",
+    "Re-read the edited package SKILL_DIR into a new version; prints its id last.",
+    "segos update path/to/library/csv-loader --store data/store",
 )
 remove_command = _change_command(
-    "remove", "Drop the skill SKILL_DIR (delete its folder first) in a new version; prints its id last."
+    "remove",
+    "Drop the skill SKILL_DIR (delete its folder first) in a new version; prints its id last.",
+    "segos remove path/to/library/old-skill --store data/store",
 )
 COMMANDS = (mcp_command, add_command, update_command, remove_command)

@@ -38,6 +38,7 @@ from ..text.names import SkillNames
 from .experience import CoUse, ExperienceEvidence, ExperienceIndex, experience_index
 from .incidence import Incidence
 from .lexical import Evidence, LexicalIndex, index_for
+from .packages import Folders
 from .push import PushOperator
 from .semantic import SemanticIndex, semantic_index
 from .sets import scattered, top_k, union_positions, value_at
@@ -66,6 +67,10 @@ class BundleSkill:
     co_use: float = 0.0  # its score when co-use completion raised it to that (0 otherwise)
     why: str = ""  # the strongest reason it is there, in words (why.py)
     reasons: list[dict[str, Any]] = field(default_factory=list)  # every reason, strongest first
+    # The package folder on this machine (absolute), or None with why not (packages.py): an agent runs the
+    # skill's scripts from there.
+    folder: str | None = None
+    folder_error: str | None = None
 
 
 @dataclass
@@ -188,6 +193,11 @@ class Ranking:
         c = self.candidates
         return c[np.lexsort((c, -self.scores))]
 
+    def position(self, node: int) -> int | None:
+        """1-based position of `node` in this ranking (None when it has no evidence)."""
+        hits = np.flatnonzero(self.order == node)
+        return int(hits[0]) + 1 if len(hits) else None
+
     def score_of(self, node: int) -> float:
         """ρ of one skill (0 when it is no candidate)."""
         return value_at(self.candidates, self.scores, node)
@@ -307,6 +317,7 @@ class Retriever:
         self._push = PushOperator(self.operator)
         self.avoid = self._avoid_matrix(snapshot.edges)
         self._cards: dict[int, tuple[dict[str, Any], str]] = {}
+        self.folders = Folders(snapshot.manifest)  # members' package folders, looked at once a second
 
     # ------------------------------------------------------------------------------------------- setup
 
@@ -534,9 +545,24 @@ class Retriever:
 
     def rank_of(self, query: str, node: int, patch: RowPatch | None = None) -> int | None:
         """1-based position of `node` in the ranking of `query` (None when it has no evidence)."""
-        order = self.rank(query, patch).order
-        hits = np.flatnonzero(order == node)
-        return int(hits[0]) + 1 if len(hits) else None
+        return self.rank(query, patch).position(node)
+
+    def reasons(self, ranking: Ranking, node: int, link: set[str]) -> list[dict[str, Any]]:
+        """Every reason `node` ranks where it does for the ranked query, strongest first (why.py): what it
+        learned from traces, its own evidence, its edges to the skills in `link` (bundle members, seeds)."""
+        lexical = ranking.evidence.at(node)
+        from_traces = learned(
+            self.experience,
+            ranking.experience,
+            ranking.co_use,
+            node,
+            lexical,
+            self.ids,
+            self.config.rerank_mu,
+        )
+        seed = bool(np.any(ranking.seeds == node))
+        sid = str(self.ids[node])
+        return reasons(sid, seed, lexical, ranking.graph_of(node), link, self.incidence.of(node), from_traces)
 
     def ranked_ids(self, query: str, k: int, min_score: float | None = None) -> list[str]:
         """The first k skills after avoid pruning and the relevance floor, without hydration (what replay
@@ -577,10 +603,8 @@ class Retriever:
             i, row = chosen[pos], cards[pos][0]
             cosine = None if relevance.cosine is None else float(relevance.cosine[pos])
             seed, lexical, graph = i in seeds, ranking.evidence.at(i), ranking.graph_of(i)
-            from_traces = learned(
-                self.experience, ranking.experience, ranking.co_use, i, lexical, self.ids, cfg.rerank_mu
-            )
-            why = reasons(row["id"], seed, lexical, graph, link, self.incidence.of(i), from_traces)
+            why = self.reasons(ranking, i, link)
+            where = self.folders.of(i, row["source_path"])
             skills.append(
                 BundleSkill(
                     id=row["id"],
@@ -602,6 +626,8 @@ class Retriever:
                     text=text,
                     why=headline(why),
                     reasons=why,
+                    folder=where.path,
+                    folder_error=where.problem,
                 )
             )
         total = sum(s.chars for s in skills)

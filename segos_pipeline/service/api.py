@@ -53,6 +53,14 @@ from ..evolution.traces import (
 from ..paths import default_landing
 from ..retrieval.incidence import Edge, Incidence
 from ..retrieval.ordering import ExecutionOrder, Precedence, execution_order, lineage_precedence
+from ..retrieval.packages import (
+    MAX_FILE_BYTES,
+    PackageError,
+    PackageFile,
+    list_package_files,
+    package_folder,
+    read_package_file,
+)
 from ..retrieval.ranker import Retriever, hydrate_rows
 from ..store.remote import RemoteStore, open_store
 from ..store.served import SERVED, pointer, served
@@ -76,6 +84,14 @@ class UnknownSkill(ServiceError):
 
 class TraceRejected(ServiceError):
     pass
+
+
+class FileRefused(ServiceError):
+    """A package file that is not given: a path outside the package, a link out of it, too large, absent."""
+
+
+class PackageMissing(ServiceError):
+    """The skill's package folder is not on this machine (library moved, deleted or built elsewhere)."""
 
 
 class TraceNotWritten(ServiceError):
@@ -497,6 +513,8 @@ class SegosService:
                     "relevance": round(s.relevance, 6),
                     "capability": s.capability,
                     "source_path": s.source_path,
+                    "folder": s.folder,
+                    "folder_error": s.folder_error,
                     **contract,
                     "chars": s.chars,
                     "text": s.text,
@@ -581,11 +599,15 @@ class SegosService:
         return result
 
     def skill_detail(self, name: str, version: str | None = None) -> dict[str, Any]:
-        """Every parsed field of one skill (full body) and its edge counts by relation."""
+        """Every parsed field of one skill (full body), its edge counts by relation, and its package: the
+        absolute `folder` on this machine (None, with `folder_error` saying why, when the library is not
+        there) and its `files`, each readable as the resource `skill://{id}/files/{path}`."""
         lo = self._request(version)
         i, others = self._resolve(lo, name)
         row = lo.snapshot.nodes[i].to_dicts()[0]
         sid = row["id"]
+        where = package_folder(lo.snapshot.manifest, row["source_path"])
+        files, more = list_package_files(Path(where.path)) if where.path is not None else ([], False)
         deg_out = {r: 0 for r in RELATIONS}
         deg_in = {r: 0 for r in RELATIONS}
         for src, dst, rel, _w in lo.incidence.of(i):
@@ -598,7 +620,40 @@ class SegosService:
             "skill": row,
             "degree": {"out": deg_out, "in": deg_in},
             "also_matches": others,
+            "folder": where.path,
+            "folder_error": where.problem,
+            "files": [{**f, "uri": f"skill://{sid}/files/{f['path']}"} for f in files],
+            "files_truncated": more,
         }
+
+    def skill_file(self, name: str, path: str, version: str | None = None) -> PackageFile:
+        """The file at `path` inside one skill's package folder (`retrieval/packages.py`: never outside
+        it, at most `MAX_FILE_BYTES`). UnknownSkill for an unknown skill, FileRefused for a path that names
+        no readable file inside the package, PackageMissing when the package folder is not on this machine."""
+        lo = self._request(version)
+        i, _others = self._resolve(lo, name)
+        row = lo.snapshot.nodes.row(i, named=True)
+        folder = package_folder(lo.snapshot.manifest, row["source_path"])
+        if folder.path is None:
+            raise PackageMissing(f"{row['id']}: {folder.problem}")
+        try:
+            return read_package_file(Path(folder.path), path, MAX_FILE_BYTES)
+        except PackageError as exc:
+            raise FileRefused(f"{row['id']}: {exc}") from None
+
+    def file_ref(self, ref: str, version: str | None = None) -> tuple[str, str] | None:
+        """(skill id, path) when `ref` reads `{skill}/files/{path}` (the resource `skill://{ref}`), the
+        leftmost `/files/` after which a known skill ends; None when `ref` names a skill itself or no file."""
+        lo = self._request(version)
+        if not isinstance(ref, str) or lo.names.resolve(ref.strip()):
+            return None
+        start = 0
+        while (at := ref.find("/files/", start)) > 0:
+            found = lo.names.resolve(ref[:at])
+            if found:
+                return lo.names.ids[found[0]], ref[at + len("/files/") :]
+            start = at + 1
+        return None
 
     def neighbors(self, name: str, version: str | None = None) -> dict[str, Any]:
         """Typed out- and in-edges of one skill (avoid edges, being unordered, are listed on both sides)."""

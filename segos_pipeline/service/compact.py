@@ -27,6 +27,8 @@ def bundle_text(bundle: dict[str, Any]) -> str:
     for s in skills:
         after = f" Use after: {', '.join(s['after'])}." if s.get("after") else ""
         lines += ["", f"## {s['position']}. {s['name']} (`{s['id']}`)", f"Why: {s['why']}.{after}"]
+        if s.get("folder"):  # where its scripts run from (absent: the package is not on this machine)
+            lines.append(f"Folder: {s['folder']}")
         if s.get("text"):
             lines += ["", s["text"].strip()]
     if bundle.get("over_budget"):

@@ -34,6 +34,7 @@ import os
 import socket
 import stat
 import threading
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import anyio
 import anyio.to_thread
 import pydantic_core
+from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp.shared.message import SessionMessage
@@ -82,7 +84,12 @@ INSTRUCTIONS = (
     "cheap overview first. After the attempt, call record_trace with the skills you actually used (in the "
     "order you first used them) and the reward (0..1) or a CTRF test report, so the graph learns from it."
 )
+SKILL_SCHEME = "skill://"
 SKILL_URI = "skill://{+id}"  # `+`: skill ids are package paths (`skillsbench/pdf`), slashes included
+# `skill://{id}/files/{path}` reads a package file. Not a template of its own: the SDK allows one
+# multi-segment variable per template and both hold slashes, so `read_resource` recognises it (the skill
+# id ends at the first `/files/` after which a known skill ends).
+FILES = "/files/"
 LIST_RESOURCES_MAX = 2000  # above this many skills, resources/list stays empty (the SDK does not paginate it)
 COMPLETIONS_MAX = 100  # the most values one completion/complete answer may carry (MCP spec)
 
@@ -283,6 +290,19 @@ class SegosMCPServer(MCPServer):
                 raise ToolError(argument_errors(name, cause)) from cause
             raise
 
+    async def read_resource(self, uri: Any, context: Any = None) -> Any:
+        """`skill://{id}/files/{path}`: a file of the skill's package (`read_file`); any other URI as the
+        SDK reads it (the skill cards of the `skill://{+id}` template)."""
+        text = str(uri)
+        if not text.startswith(SKILL_SCHEME) or FILES not in text:
+            return await super().read_resource(uri, context)
+        service = await self.slot.wait()
+        ref = urllib.parse.unquote(text[len(SKILL_SCHEME) :])
+        split = service.file_ref(ref)
+        if split is None:  # a skill whose id holds /files/, or an unknown one: the card template answers
+            return await super().read_resource(uri, context)
+        return read_file(service, *split)
+
     async def list_resources(self) -> list[Resource]:
         listed = await super().list_resources()
         try:
@@ -302,6 +322,40 @@ class SegosMCPServer(MCPServer):
             )
             for sid, name, capability in nodes.select("id", "name", "capability").iter_rows()
         ]
+
+
+def skill_card(detail: dict[str, Any]) -> str:
+    """A skill's card (`render_skill`) with, after its `Source:` line, where its package is on this machine
+    and how to read its files (the bundle texts stay as they are: their budgets count those characters)."""
+    from ..retrieval.ranker import render_skill  # loaded with the service
+
+    head, sep, rest = render_skill(detail["skill"]).partition("\n\n")
+    if detail["folder"] is not None:
+        where = f"Folder: {detail['folder']}"
+        if detail["files"]:
+            where += (
+                f"\nFiles: {', '.join(f['path'] for f in detail['files'])} (skill://{detail['skill']['id']}"
+            )
+            where += "/files/{path})"
+    else:
+        where = f"Folder: none on this machine ({detail['folder_error']})"
+    lines = head.split("\n")
+    return "\n".join([*lines[:2], where, *lines[2:]]) + sep + rest
+
+
+def read_file(service: SegosService | ServiceSlot, skill_id: str, path: str) -> list[ReadResourceContents]:
+    """One package file as resource contents: text, or bytes (sent base64) when it is not UTF-8, with the
+    mime type its name suggests. A path the package does not hold safely is the client's argument (-32602);
+    a package not on the server's machine, its state (-32603)."""
+    from .api import FileRefused, PackageMissing  # loaded with the service
+
+    try:
+        found = service.skill_file(skill_id, path)
+    except FileRefused as exc:
+        raise ResourceNotFoundError(str(exc)) from None
+    except PackageMissing as exc:
+        raise ResourceError(str(exc)) from None
+    return [ReadResourceContents(content=found.content, mime_type=found.mime_type)]
 
 
 # Hints clients use to decide what to run without asking: every tool but record_trace only reads the
@@ -456,7 +510,9 @@ def build_server(
         name="skill",
         title="Skill",
         description="One skill's full card (identity, source, contract, body) as Markdown; {id} is the "
-        "skill's id (its package path) or its name.",
+        "skill's id (its package path) or its name. skill://{id}/files/{path} reads a file of the skill's "
+        "package (get_skill_detail lists them): UTF-8 files as text, others base64, at most 1 MiB, only "
+        "inside the package folder.",
         mime_type="text/markdown",
     )
     async def skill_resource(id: str) -> str:
@@ -471,9 +527,7 @@ def build_server(
             # an unknown skill is the client's argument (-32602); anything else, the server's state (-32603)
             error = ResourceNotFoundError if isinstance(exc, UnknownSkill) else ResourceError
             raise error(str(exc)) from None
-        from ..retrieval.ranker import render_skill  # loaded with the service
-
-        return render_skill(detail["skill"])
+        return skill_card(detail)
 
     @app.completion()
     async def complete(
