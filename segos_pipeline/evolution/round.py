@@ -410,15 +410,15 @@ def evolve(
 def window_source(trace_store: TraceStore, window: str) -> str:
     """Where an engine that reads Parquet itself finds a window: its folder (a file or parts inside). For a
     store on a URI, the folder in its local cache, brought up to date by `files`."""
-    if not trace_store.files(window):
+    if not trace_store.checked_files(window):  # a damaged part is refused by name
         trace_store.load(window)  # raises the store's own "no traces ingested for window" error
     return str(trace_store.window_dir(window))
 
 
 def window_files(trace_store: TraceStore, window: str) -> list[Path]:
     """The Parquet files of a window as they are now (a later ingest into it adds files the round and the
-    version it commits do not see)."""
-    files = trace_store.files(window)
+    version it commits do not see), each part checked against its hash: a damaged one is refused by name."""
+    files = trace_store.checked_files(window)
     if not files:
         trace_store.scan(window)  # raises the store's own "no traces ingested for window" error
     return files
