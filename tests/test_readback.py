@@ -328,3 +328,33 @@ def test_verify_checks_the_manifest_against_its_id_and_flags_unlisted_files(stor
     assert st.verify(vid) == []
     edited = segos("verify", "--store", str(store), ok=False)
     assert f"its id {vid} does not match the hash of its file table" in edited.stderr
+
+
+def test_segos_mcp_passes_over_a_newest_version_whose_manifest_is_truncated(store, caplog):
+    from .conftest import commit_copy
+
+    st = SnapshotStore(store)
+    v1 = st.latest()
+    v2 = commit_copy(st)  # served
+    manifest = store / "versions" / v2 / "manifest.json"
+    manifest.chmod(0o644)
+    manifest.write_bytes(manifest.read_bytes()[:150])
+    with caplog.at_level("WARNING", logger="segos_pipeline.service.api"):
+        assert SegosService(store, reload="sync").version == v1
+    assert f"version {v2} is passed over" in caplog.text  # what `segos mcp` logs on stderr
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "segos_pipeline.cli", "mcp", "--store", str(store)],
+        cwd=str(PROJECT_ROOT),
+        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+    )
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        async with Client(params) as client:
+            status = await client.call_tool("get_status", {})
+            found = await client.call_tool("search_skills", {"query": QUERY})
+            assert not status.is_error and not found.is_error
+            return json.loads(status.content[0].text), json.loads(found.content[0].text)  # type: ignore[union-attr]
+
+    status, found = anyio.run(scenario)
+    assert status["version"] == v1 and found["version"] == v1 and found["results"]
