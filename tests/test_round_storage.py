@@ -19,6 +19,7 @@ from segos_pipeline.evolution.engines.local import LocalEngine, spilled_partitio
 from segos_pipeline.evolution.evidence import added_rows, partition_ids, split_by_task
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.round import evolve, evolve_round
+from segos_pipeline.evolution.trace_parts import file_sha256, hashed_name, recorded_hash
 from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR
 from segos_pipeline.retrieval.ordering import lineage_traces, mine_precedence
 from segos_pipeline.store.snapshot import (
@@ -57,11 +58,15 @@ def strip_retrieval(table: pl.DataFrame, every: int) -> pl.DataFrame:
     )
 
 
-def rewrite_window(store: SnapshotStore, transform) -> None:
+def rewrite_window(store: SnapshotStore, transform, keep_name: bool = False) -> None:
+    """Rewrite the window's parts; each renamed to the hash of its new bytes, as ingest names a part it
+    writes (`keep_name`: left under its old name, as damage leaves it)."""
     for f in TraceStore(store).files(WINDOW):
         table = transform(pl.read_parquet(f))
         f.chmod(0o644)
         table.write_parquet(f)
+        if not keep_name and recorded_hash(f) is not None:
+            f.rename(f.with_name(hashed_name(f.name.split(".")[0], file_sha256(f))))
 
 
 @pytest.mark.parametrize("partitions", [1, 3])
@@ -107,7 +112,7 @@ def test_order_mining_reads_referenced_traces_and_skips_a_changed_window(demo):
 
     # A referenced part rewritten: the version's traces fail their hash, are named and left out.
     part = demo.root / m["window_files"][0]["path"]
-    rewrite_window(demo, lambda t: t.head(1))
+    rewrite_window(demo, lambda t: t.head(1), keep_name=True)
     with pytest.raises(DamagedSnapshot, match="gone or changed"):
         VersionFiles(demo.versions_dir / m["version"], m).round_traces()
     assert part.is_file()

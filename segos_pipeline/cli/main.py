@@ -268,16 +268,26 @@ def report(version: str | None, store: Path | None, as_json: bool) -> None:
 @main.command()
 @click.argument("version", required=False)
 @store_option
-@click.option("--all", "every", is_flag=True, help="Check every version, and report unreadable manifests.")
+@click.option(
+    "--all",
+    "every",
+    is_flag=True,
+    help="Check every version, report unreadable manifests, and check every trace window's parts.",
+)
 @json_option
 @friendly_errors
 def verify(version: str | None, store: Path | None, every: bool, as_json: bool) -> None:
-    """Check VERSION's files (default: the newest version's) against the sha256 hashes in its manifest.
+    """Check VERSION's files (default: the newest version's) against the sha256 hashes in its manifest, its
+    id against its manifest, and its folder for files the manifest does not list; `--all` also checks the
+    stored trace parts against their hashes.
 
     \b
     Example:
       segos verify --all --store data/store --json
     """
+    from ..evolution.ingest import TraceStore
+    from ..evolution.trace_parts import repair_hint
+
     st = _store(store)
     if every and version is not None:
         _fail("give a VERSION or --all, not both")
@@ -285,28 +295,64 @@ def verify(version: str | None, store: Path | None, every: bool, as_json: bool) 
     checked = [m["version"] for m in st.list_versions()] if every else [st.resolve(version)]
     ok = []
     for vid in checked:
-        bad = st.verify(vid)
-        if bad:
-            problems[vid] = f"{', '.join(bad)} differ from the manifest"
+        files = st.files(vid)
+        bad = files.verify()
+        why = [f"{', '.join(bad)} differ from the manifest"] if bad else []
+        why += files.manifest_problems()
+        if why:
+            problems[vid] = "; ".join(why)
         else:
             ok.append(vid)
+    traces = TraceStore(st) if every else None
+    parts = traces.damaged_parts() if traces is not None else []
     if as_json:
         rows = [{"version": v, "ok": True, "problem": None} for v in ok]
         rows += [{"version": v, "ok": False, "problem": why} for v, why in sorted(problems.items())]
-        _emit_json({"versions": rows, "damaged": len(problems)})
+        extra = {}
+        if every:
+            extra = {
+                "traces": [{"part": _in_store(st, p), "ok": False, "problem": why} for p, why in parts],
+                "damaged_parts": len(parts),
+            }
+        _emit_json({"versions": rows, "damaged": len(problems), **extra})
     elif every or not problems:  # one damaged version is the error line alone, on stderr
         for vid in ok:
             click.echo(f"{vid}: ok")
         for vid, why in sorted(problems.items()):
             click.echo(f"{vid}: DAMAGED: {why}")
+        if traces is not None:
+            damaged_in = {
+                p.parent.parent.name if p.parent.name == "parts" else p.parent.name for p, _ in parts
+            }
+            for window in traces.windows():
+                if window not in damaged_in:
+                    click.echo(f"traces/{window}: ok")
+            for p, why in parts:
+                click.echo(f"{_in_store(st, p)}: DAMAGED: {why}")
     if problems and not every:
         vid, why = next(iter(problems.items()))
         _fail(f"version {vid} is damaged: {why}")
+    if parts:
+        first = parts[0][0]
+        window = first.parent.parent.name if first.parent.name == "parts" else first.parent.name
+        click.echo(f"to repair a damaged trace part: {repair_hint(first, window, st.root)}", err=True)
+    damaged = [f"{len(problems)} damaged version(s)"] if problems else []
+    damaged += [f"{len(parts)} damaged trace part(s)"] if parts else []
     if problems:
         _fail(
-            f"{len(problems)} damaged version(s); snapshots are never repaired in place: restore them from a "
-            "backup, or delete their folders and rebuild"
+            f"{', '.join(damaged)}; snapshots are never repaired in place: restore them from a backup, or "
+            "delete their folders and rebuild"
         )
+    if parts:
+        _fail(f"{damaged[0]}: set each aside and re-ingest its window's source (above)")
+
+
+def _in_store(st: Any, path: Path) -> str:
+    """A path inside the store, relative to it (as `verify` names trace parts)."""
+    try:
+        return str(path.relative_to(st.root))
+    except ValueError:
+        return str(path)
 
 
 @main.command()

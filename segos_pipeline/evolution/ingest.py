@@ -2,15 +2,17 @@
 
 Layout inside a store:
 
-    STORE/traces/<window>/parts/<run>-<n>.parquet  accepted traces (TRACE_SCHEMA), one part per batch
+    STORE/traces/<window>/parts/<run>-<n>.<h>.parquet  accepted traces (TRACE_SCHEMA), one part per batch;
+                                                   <h>: its sha256, checked on every read (trace_parts.py)
     STORE/traces/<window>/traces.parquet           a whole-window table written before parts (still read)
     STORE/traces/<window>/quarantine.jsonl         every rejected input: {"source", "reason", "raw", "at"...}
     STORE/traces/ingest_log.jsonl                  one line per ingestion run with its counts
 
 `TraceStore.scan(window)` is the window as one `pl.LazyFrame` over all of its files, `load(window)` the
-same collected (sorted by trace id). A part is written to a temporary name and renamed into place, so a
-reader sees a part whole or not at all; a run stopped half way keeps the batches it finished, and running
-it again adds only the rest.
+same collected (sorted by trace id), both checked first: a part whose bytes fail the hash in its name is
+refused by name (`trace_parts.py`). A part is written to a temporary name, flushed to disk, hashed and
+renamed into place, so a reader sees a part whole or not at all, also after a crash; a run stopped half
+way keeps the batches it finished, and running it again adds only the rest.
 
 Ingestion never aborts on bad input: every line or record that breaks the trace contract (`traces.py`) is
 quarantined with its reason, and so is a trace whose id is already stored with different content (a
@@ -29,6 +31,7 @@ appended as one part. Memory follows the batch, plus 8 bytes per trace of the wi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -51,7 +54,7 @@ from ..progress import Progress, Tick, emit, stage
 from ..store.remote import RemoteStore, open_store
 from ..store.snapshot import SnapshotError, SnapshotStore
 from ..text.names import SkillNames
-from . import columnar
+from . import columnar, trace_parts
 from .adapters.common import RAW_LIMIT, Rejected, Skipped, files_under, read_lines, rejected
 from .traces import (
     DEFAULT_AGENT,
@@ -409,6 +412,9 @@ class TraceStore:
         # A store on a URI (docs/storage.md): windows are read through its local cache (parts are written
         # once under unique names, so a cached part never goes stale) and every file written is uploaded.
         self.remote = self.store if isinstance(self.store, RemoteStore) else None
+        # parts found intact by this object, with the (size, mtime) they had: an ingest checks a window's
+        # parts once, not once per batch
+        self._intact: dict[Path, tuple[int, int]] = {}
 
     def window_dir(self, window: str) -> Path:
         return self.root / check_window(window)
@@ -423,6 +429,33 @@ class TraceStore:
         names += [f"parts/{p.name}" for p in parts.glob("*.parquet")] if parts.is_dir() else []
         return [folder / n for n in window_reading_order(names)]
 
+    def checked_files(self, window: str) -> list[Path]:
+        """`files(window)`, each part checked against the hash in its name first (`DamagedTraces` names
+        the ones that fail, with the commands that set them aside and re-ingest)."""
+        files = self.files(window)
+        unchecked = [f for f in files if self._intact.get(f) != _stamp(f)]
+        trace_parts.check(unchecked, window, self.store.root)
+        for f in unchecked:
+            self._intact[f] = _stamp(f)
+        return files
+
+    def damaged_parts(self) -> list[tuple[Path, str]]:
+        """Every window's files that fail their hash or cannot be read whole, each with why (for `segos
+        verify --all`)."""
+        bad = []
+        for window in self.windows():
+            files = self.files(window)
+            failed = trace_parts.damaged(files)
+            bad += failed
+            for f in files:
+                if trace_parts.recorded_hash(f) is None:
+                    try:  # nothing to check it against: it must at least read whole
+                        with trace_parts.reading([f], window, self.store.root):
+                            pl.read_parquet(f, schema=TRACE_SCHEMA)
+                    except trace_parts.DamagedTraces as exc:
+                        bad.append((f, str(exc).split("; ")[0]))
+        return bad
+
     def windows(self) -> list[str]:
         if self.remote is not None:
             names = [n for n in self.remote.remote_names("traces") if _WINDOW_RE.match(n)]
@@ -433,7 +466,7 @@ class TraceStore:
 
     def scan(self, window: str) -> pl.LazyFrame:
         """The window's traces (TRACE_SCHEMA) as one lazy frame over all its files, in no set order."""
-        files = self.files(window)
+        files = self.checked_files(window)
         if not files:
             known = ", ".join(self.windows()) or "none"
             raise SnapshotError(
@@ -443,7 +476,9 @@ class TraceStore:
         return pl.scan_parquet(files, schema=TRACE_SCHEMA)
 
     def load(self, window: str) -> pl.DataFrame:
-        return self.scan(window).collect().sort("trace_id")
+        scan = self.scan(window)
+        with trace_parts.reading(self.files(window), window, self.store.root):
+            return scan.collect().sort("trace_id")
 
     def quarantine(self, window: str) -> list[dict[str, Any]]:
         path = self.window_dir(window) / "quarantine.jsonl"
@@ -561,12 +596,17 @@ class TraceStore:
             # zstd level 1: a third less CPU than the default level for about 5% more bytes (a part of
             # 50,000 simulated traces: 63 instead of 97 ms, 613 instead of 581 kB)
             table.write_parquet(tmp, compression="zstd", compression_level=1)
-            os.replace(tmp, folder / f"{name}.parquet")  # readers see a part whole or not at all
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+            part = folder / trace_parts.hashed_name(name, trace_parts.file_sha256(Path(tmp)))
+            os.replace(tmp, part)  # readers see a part whole or not at all
+            _fsync_dir(folder)
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+        self._intact[part] = _stamp(part)
         if self.remote is not None:  # written once under its unique run name: no rename needed there
-            self.remote.push(folder / f"{name}.parquet")
+            self.remote.push(part)
 
     def _log(self, report: IngestReport) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -585,6 +625,21 @@ class TraceStore:
                     self.remote.push(path)
 
 
+def _stamp(path: Path) -> tuple[int, int]:
+    """(size, mtime) of a file: a part checked once is checked again when either changes."""
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):  # not every filesystem lets a directory be opened for fsync
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def id_hashes(trace_ids: pl.Series) -> np.ndarray:
     """64-bit hashes of trace ids (polars' hash: fixed within a process, which is all a run needs)."""
     return trace_ids.hash(seed=0).to_numpy()
@@ -599,10 +654,11 @@ class StoredIds:
         self.hashes = np.sort(hashes)
 
     @classmethod
-    def of(cls, files: list[Path]) -> StoredIds:
+    def of(cls, files: list[Path], window: str | None = None) -> StoredIds:
         if not files:
             return cls(np.empty(0, dtype=np.uint64))
-        ids = pl.scan_parquet(files, schema=TRACE_SCHEMA).select("trace_id").collect()["trace_id"]
+        with trace_parts.reading(files, window):
+            ids = pl.scan_parquet(files, schema=TRACE_SCHEMA).select("trace_id").collect()["trace_id"]
         return cls(id_hashes(ids))
 
     def __len__(self) -> int:
@@ -635,7 +691,7 @@ class _Run:
 
     def stored_ids(self, window: str) -> StoredIds:
         if window not in self.ids:
-            self.ids[window] = StoredIds.of(self.traces.files(window))
+            self.ids[window] = StoredIds.of(self.traces.checked_files(window), window)
         return self.ids[window]
 
     def add(self, batch: Batch, window: str | None) -> None:
@@ -687,17 +743,18 @@ class _Run:
     def _confirm(self, window: str, candidates: pl.Series) -> pl.Series:
         """The candidate ids (their hash is stored) that the window's files really hold: a hash shared by two
         ids must not make a new trace a duplicate."""
-        files = self.traces.files(window)
+        files = self.traces.checked_files(window)
         if candidates.is_empty() or not files:
             return pl.Series("trace_id", [], dtype=pl.String)
         wanted = candidates.unique().implode()
-        return (
-            pl.scan_parquet(files, schema=TRACE_SCHEMA)
-            .select("trace_id")
-            .filter(pl.col("trace_id").is_in(wanted))
-            .unique()
-            .collect()["trace_id"]
-        )
+        with trace_parts.reading(files, window):
+            return (
+                pl.scan_parquet(files, schema=TRACE_SCHEMA)
+                .select("trace_id")
+                .filter(pl.col("trace_id").is_in(wanted))
+                .unique()
+                .collect()["trace_id"]
+            )
 
     def _compare(
         self, window: str, again: pl.DataFrame, fresh: pl.DataFrame, stored: pl.Series
@@ -705,13 +762,18 @@ class _Run:
         """Repeated ids: the same content is a duplicate; different content is a conflict (rejected).
         `stored`: the repeated ids the window's files already hold."""
         ids = again["trace_id"].unique()
-        first = pl.concat(
-            [
-                pl.scan_parquet(self.traces.files(window), schema=TRACE_SCHEMA)
+        files = self.traces.checked_files(window)
+        with trace_parts.reading(files, window):
+            held = (
+                pl.scan_parquet(files, schema=TRACE_SCHEMA)
                 .filter(pl.col("trace_id").is_in(stored.implode()))
                 .collect()
                 if stored.len()
-                else pl.DataFrame(schema=TRACE_SCHEMA),
+                else pl.DataFrame(schema=TRACE_SCHEMA)
+            )
+        first = pl.concat(
+            [
+                held,
                 fresh.filter(pl.col("trace_id").is_in(ids.implode())).select(list(TRACE_SCHEMA)),
             ]
         ).unique("trace_id", keep="first", maintain_order=True)

@@ -409,8 +409,8 @@ def evolve(
 
 def window_files(trace_store: TraceStore, window: str) -> list[Path]:
     """The Parquet files of a window as they are now (a later ingest into it adds files the round and the
-    version it commits do not see)."""
-    files = trace_store.files(window)
+    version it commits do not see), each part checked against its hash: a damaged one is refused by name."""
+    files = trace_store.checked_files(window)
     if not files:
         trace_store.scan(window)  # raises the store's own "no traces ingested for window" error
     return files

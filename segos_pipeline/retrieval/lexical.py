@@ -30,7 +30,7 @@ except ImportError:  # pragma: no cover - a scipy that moved it: bincount gives 
     _csc_matvec = None
 
 from ..config import RetrievalConfig
-from ..store.cache import cache_root, write_entry
+from ..store.cache import cache_root, read_entry, write_entry
 from ..text.lexicon import Vocabulary
 from ..text.tokens import tokenize
 from .sets import contains, merged_columns, scattered, top_k, union_positions, unique, value_at
@@ -573,8 +573,9 @@ def index_for(snapshot: Snapshot, config: RetrievalConfig) -> LexicalIndex:
 
     The cache (`STORE/cache/lexical/<key>/`) is derived data outside the immutable version folders: its key
     is the version's token-table hash plus the scoring settings, it is written atomically (staged folder,
-    then rename), a damaged or mismatching entry is rebuilt, and a store that cannot be written to simply
-    goes without. It saves rebuilding the index on every process start (seconds on 100k skills).
+    then rename) with its files' hashes, an entry that fails them or does not load is dropped and rebuilt,
+    and a store that cannot be written to simply goes without. It saves rebuilding the index on every
+    process start (seconds on 100k skills).
     """
     n = snapshot.nodes.height
     tokens_key = snapshot.content_key("tokens")
@@ -589,12 +590,9 @@ def index_for(snapshot: Snapshot, config: RetrievalConfig) -> LexicalIndex:
         "b": config.bm25_b,
     }  # seed_df_max is applied per query: one index serves every threshold
     key = hashlib.sha256(json.dumps(key_data, sort_keys=True).encode()).hexdigest()[:20]
-    folder = root / key
-    if (folder / "complete").is_file():
-        try:
-            return LexicalIndex.load(folder, n, config)
-        except (OSError, ValueError, KeyError):
-            pass  # damaged or foreign: rebuild below and replace it
+    cached = read_entry(root, key, lambda folder: LexicalIndex.load(folder, n, config))
+    if cached is not None:
+        return cached  # its files matched their recorded hashes; a damaged entry was dropped: rebuilt below
     index = _fresh_index(snapshot, config)
 
     def fill(stage: Path) -> None:

@@ -36,7 +36,7 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from ..store.cache import cache_root, write_entry
+from ..store.cache import cache_root, read_entry, write_entry
 from .ann import InvertedLists, build_lists, check_lists, list_count
 from .sets import scattered
 
@@ -341,16 +341,15 @@ def _cache_key(fingerprint: str, hashes: Sequence[str]) -> str:
 
 
 def _load_entry(folder: Path, fingerprint: str) -> SkillVectors | None:
-    try:
-        meta = json.loads((folder / "complete").read_text())
-        if meta.get("backend") != fingerprint or meta.get("format") != _CACHE_FORMAT:
-            return None
-        hashes = pl.read_parquet(folder / "hashes.parquet")["hash"].to_list()
-        matrix = np.load(folder / "vectors.npy")
-    except (OSError, ValueError, KeyError, pl.exceptions.PolarsError):
+    """The vectors of an entry already checked against its hashes (`read_entry`): None when another
+    backend made them; an entry that does not load raises, and `read_entry` drops it."""
+    meta = json.loads((folder / "complete").read_text())
+    if meta.get("backend") != fingerprint or meta.get("format") != _CACHE_FORMAT:
         return None
+    hashes = pl.read_parquet(folder / "hashes.parquet")["hash"].to_list()
+    matrix = np.load(folder / "vectors.npy")
     if matrix.ndim != 2 or matrix.shape[0] != len(hashes):
-        return None
+        raise ValueError(f"{folder}: {matrix.shape} vectors for {len(hashes)} skills")
     return SkillVectors(fingerprint, hashes, matrix.astype(np.float32, copy=False), 0, folder.name)
 
 
@@ -359,18 +358,25 @@ def _cached_donors(root: Path, fingerprint: str, limit: int = 3) -> list[SkillVe
     if not root.is_dir():
         return []
     entries = sorted(
-        (p for p in root.iterdir() if (p / "complete").is_file()),
-        key=lambda p: (p / "complete").stat().st_mtime,
+        (p for p in root.iterdir() if not p.name.startswith(".") and (p / "complete").is_file()),
+        key=_mtime,
         reverse=True,
     )
     out = []
     for folder in entries:
-        donor = _load_entry(folder, fingerprint)
+        donor = read_entry(root, folder.name, lambda f: _load_entry(f, fingerprint))
         if donor is not None:
             out.append(donor)
         if len(out) >= limit:
             break
     return out
+
+
+def _mtime(folder: Path) -> float:
+    try:
+        return (folder / "complete").stat().st_mtime
+    except OSError:  # dropped or replaced by another process since it was listed
+        return 0.0
 
 
 def vectors_for(snapshot: Snapshot, backend: EmbeddingBackend) -> SkillVectors:
@@ -385,8 +391,8 @@ def vectors_for(snapshot: Snapshot, backend: EmbeddingBackend) -> SkillVectors:
     if hit is not None:
         return hit
     root = cache_root(snapshot.path, "semantic")
-    if root is not None and (root / key / "complete").is_file():
-        loaded = _load_entry(root / key, backend.fingerprint)
+    if root is not None:
+        loaded = read_entry(root, key, lambda folder: _load_entry(folder, backend.fingerprint))
         if loaded is not None and loaded.hashes == hashes:
             _remember(key, loaded)
             return loaded
@@ -576,13 +582,13 @@ def lists_for(snapshot: Snapshot, vectors: SkillVectors, min_skills: int) -> Inv
     if hit is not None:
         return hit
     root = cache_root(snapshot.path, "semantic-lists")
-    lists = _load_lists(root / key, vectors.matrix) if root is not None else None
+    lists = read_entry(root, key, lambda folder: _load_lists(folder, vectors.matrix)) if root else None
     if lists is None:
         lists = build_lists(vectors.matrix, list_count(n))
         if root is not None and _save_lists(root, key, lists):
             # Read back memory-mapped: the list-ordered copy then lives in the page cache, shared by every
             # process that loads this version, instead of in this process's heap.
-            lists = _load_lists(root / key, vectors.matrix) or lists
+            lists = read_entry(root, key, lambda folder: _load_lists(folder, vectors.matrix)) or lists
     with _RECENT_LOCK:
         _RECENT_LISTS[key] = lists
         while len(_RECENT_LISTS) > _RECENT_MAX:
@@ -602,21 +608,22 @@ def _save_lists(root: Path, key: str, lists: InvertedLists) -> bool:
     return write_entry(root, key, fill)
 
 
-def _load_lists(folder: Path, source: np.ndarray) -> InvertedLists | None:
-    """The cached lists in `folder` when they are complete, of this format and the lists of `source`."""
-    try:
-        meta = json.loads((folder / "complete").read_text())
-        if meta.get("format") != _IVF_FORMAT:
-            return None
-        lists = InvertedLists(
-            np.load(folder / "centroids.npy"),
-            np.load(folder / "order.npy"),
-            np.load(folder / "offsets.npy"),
-            np.asarray(np.load(folder / "vectors.npy", mmap_mode="r")),
-        )
-    except (OSError, ValueError, KeyError, AttributeError):
-        return None
-    return lists if check_lists(lists, source) is None else None  # damaged or foreign: rebuilt by the caller
+def _load_lists(folder: Path, source: np.ndarray) -> InvertedLists:
+    """The cached lists in `folder` (already checked against its hashes by `read_entry`) when they are of
+    this format and the lists of `source`; raises otherwise, and `read_entry` drops the entry."""
+    meta = json.loads((folder / "complete").read_text())
+    if meta.get("format") != _IVF_FORMAT:
+        raise ValueError(f"{folder}: lists of format {meta.get('format')}, not {_IVF_FORMAT}")
+    lists = InvertedLists(
+        np.load(folder / "centroids.npy"),
+        np.load(folder / "order.npy"),
+        np.load(folder / "offsets.npy"),
+        np.asarray(np.load(folder / "vectors.npy", mmap_mode="r")),
+    )
+    problem = check_lists(lists, source)
+    if problem is not None:  # foreign: rebuilt by the caller
+        raise ValueError(f"{folder}: {problem}")
+    return lists
 
 
 def head_of(sims: np.ndarray, m: int, floor: float) -> tuple[np.ndarray, np.ndarray]:

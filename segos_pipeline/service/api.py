@@ -234,6 +234,8 @@ class SegosService:
         serves."""
         # one listing of the store; without versions, latest() fails with how to make one
         listed = [m["version"] for m in self.store.list_versions()] or [self.store.latest()]
+        for vid, why in sorted(self.store.unreadable_versions().items()):
+            log.warning("version %s is passed over: %s (`segos verify --all` reports it)", vid, why)
         now = pointer(self.store)
         history = [now.version, *reversed(now.previous)] if now.recorded else list(reversed(listed))
         versions = list(reversed([v for v in dict.fromkeys(history) if v in listed]))

@@ -67,6 +67,7 @@ from .snapshot import (
     UnknownVersion,
     VersionFiles,
     _seq,
+    manifest_shape,
     sha256_file,
     write_atomically,
 )
@@ -164,8 +165,9 @@ class RemoteStore(SnapshotStore):
                 continue
             try:
                 m = json.loads(data)
-                if not isinstance(m, dict) or m.get("version") != name:
-                    raise ValueError(f"it does not name version {name}")
+                wrong = manifest_shape(m, name)
+                if wrong is not None:
+                    raise ValueError(wrong)
             except ValueError as exc:
                 unreadable[name] = f"{MANIFEST} unreadable: {exc}"
                 continue

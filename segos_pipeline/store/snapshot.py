@@ -119,6 +119,34 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def content_id(files: Mapping[str, Any]) -> str:
+    """The content part of a version id (`v0007-<this>`): a hash of its manifest's file table, so that the
+    id names the bytes the version holds (`manifest_problems` checks it)."""
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def manifest_shape(m: Any, name: str) -> str | None:
+    """Why a parsed manifest cannot be the manifest of version folder `name` (None when it can): commands
+    and the server rely on these fields, and a wrong shape must not reach them as a traceback."""
+    if not isinstance(m, dict) or m.get("version") != name:
+        return f"it does not name version {name}"
+    files = m.get("files")
+    if not isinstance(files, dict) or not all(
+        isinstance(f, dict) and isinstance(f.get("sha256"), str) and isinstance(f.get("bytes"), int)
+        for f in files.values()
+    ):
+        return "its `files` is not a table of {name: {sha256, bytes}}"
+    parts = m.get("parts", [])
+    if not isinstance(parts, list) or not all(
+        isinstance(p, dict) and isinstance(p.get("rows"), int) and {"nodes", "tokens"} <= p.keys()
+        for p in parts
+    ):
+        return "its `parts` is not a list of {nodes, tokens, rows}"
+    if not isinstance(m.get("seq", _seq(name)), int):
+        return "its `seq` is not a number"
+    return None
+
+
 def round_part_name(bucket: int) -> str:
     return f"round-{bucket:05d}.parquet"
 
@@ -339,6 +367,27 @@ class VersionFiles:
                 bad.append(name)
         return bad
 
+    def manifest_problems(self) -> list[str]:
+        """What is wrong with the manifest as a whole (empty when nothing): an id that does not follow
+        from its file table (`content_id`) or its sequence number, and files in the version's folder that
+        it does not list (a version's folder is written whole and never changed afterwards)."""
+        out = []
+        files = self.manifest.get("files", {})
+        m = _VERSION_RE.match(self.version)
+        if m is None or not self.version.endswith(f"-{content_id(files)}"):
+            out.append(
+                f"its id {self.version} does not match the hash of its file table ({content_id(files)})"
+            )
+        elif int(m.group(1)) != self.manifest.get("seq", int(m.group(1))):
+            out.append(f"its id {self.version} does not match its sequence number {self.manifest.get('seq')}")
+        if self.path.is_dir():
+            unlisted = sorted(
+                p.name for p in self.path.iterdir() if p.name != MANIFEST and p.name not in files
+            )
+            if unlisted:
+                out.append(f"{', '.join(unlisted[:5])}{' ...' if len(unlisted) > 5 else ''} not listed in it")
+        return out
+
     def check(self, names: Sequence[str] | None = None) -> None:
         bad = self.verify(names)
         if bad:
@@ -480,10 +529,17 @@ class VersionFiles:
     @contextlib.contextmanager
     def _reading(self, name: str) -> Iterator[None]:
         """A file of this version that cannot be read (truncated, garbled, gone) is named in the error; the
-        readers' own messages name no file."""
+        readers' own messages name no file. Polars' reader panics (a `BaseException`) are caught too."""
         try:
             yield
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile, pl.exceptions.PolarsError) as exc:
+        except (
+            OSError,
+            ValueError,
+            KeyError,
+            zipfile.BadZipFile,
+            pl.exceptions.PolarsError,
+            pl.exceptions.PanicException,
+        ) as exc:
             raise DamagedSnapshot(
                 f"version {self.version}: cannot read {self.path / name}: {explain(exc)}. "
                 "Run `segos verify --all` to see which versions are intact; a damaged version is never "
@@ -679,7 +735,7 @@ class _Stage:
             with f.open("rb") as fh:
                 os.fsync(fh.fileno())
             files[f.name] = {"sha256": sha256_file(f), "bytes": f.stat().st_size}
-        content = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:8]
+        content = content_id(files)
         extra = {"parts": self.parts} if self.parts else {}
         self.current = self.dir / MANIFEST
         return self.store._commit(self.dir, {**manifest, **extra}, files, content)
@@ -764,24 +820,42 @@ class SnapshotStore:
             if _VERSION_RE.match(child.name) and manifest.is_file():
                 try:
                     m = json.loads(manifest.read_text())
-                    if not isinstance(m, dict) or m.get("version") != child.name:
-                        raise ValueError(f"it does not name version {child.name}")
+                    wrong = manifest_shape(m, child.name)
+                    if wrong is not None:
+                        raise ValueError(wrong)
                     found.append(m)
                 except (OSError, ValueError) as exc:  # JSONDecodeError is a ValueError
                     unreadable[child.name] = f"{MANIFEST} unreadable: {exc}"
         return found, unreadable
 
     def latest(self) -> str:
+        """The newest version whose manifest reads (`resolve("latest")` refuses when a newer one does not)."""
         versions = self.list_versions()
         if not versions:
             raise UnknownVersion(f"store {self.root} has no versions yet; run `segos build` first")
         return versions[-1]["version"]
 
+    def _newest_readable(self) -> str:
+        """`latest()`, refused when a version numbered after it has a manifest that cannot be read: the
+        store's newest version is damaged, and building on or serving the one before it must be asked for
+        by name (`--from`, `--version`), never happen silently."""
+        vid = self.latest()
+        newer = {v: why for v, why in self.unreadable_versions().items() if _seq(v) > _seq(vid)}
+        if newer:
+            newest = max(newer, key=_seq)
+            raise DamagedSnapshot(
+                f"the newest version {newest} of store {getattr(self, 'uri', self.root)} cannot be used: "
+                f"{newer[newest]}. The newest readable one is {vid}; name it to use it (`--from {vid}` for "
+                f"evolve, `--version {vid}` elsewhere), or restore {newest} from a backup (or delete its "
+                "folder). `segos verify --all` lists every damaged version"
+            )
+        return vid
+
     def resolve(self, version: str | None) -> str:
         """A version id from an id, a unique prefix, `latest`/None, `served` (the version the store's
         served pointer names, see `served.py`), or `vN` (sequence number)."""
         if version in (None, "", "latest"):
-            vid = self.latest()
+            vid = self._newest_readable()
             self._reads.latest = vid
             return vid
         if version == "served":
@@ -808,12 +882,26 @@ class SnapshotStore:
         matches = [i for i in ids if i.startswith(version)]
         if len(matches) == 1:
             return matches[0]
+        if not matches:
+            self._refuse_unreadable(version)
         known = ", ".join(ids[-5:]) or "none"
         hint = f"ambiguous prefix (matches {len(matches)})" if matches else "no such version"
         raise UnknownVersion(
             f"{hint}: {version!r} in store {self.root}; known versions (newest last): {known}. "
             f"Run `segos versions --store {getattr(self, 'uri', self.root)}` to list them."
         )
+
+    def _refuse_unreadable(self, version: str) -> None:
+        """A version asked for by id, prefix or number that is there but whose manifest cannot be read is
+        damaged, not unknown: say so."""
+        seq = int(version.lstrip("v")) if re.fullmatch(r"v?\d+", version) else None
+        for vid, why in sorted(self.unreadable_versions().items()):
+            if vid.startswith(version) or (seq is not None and _seq(vid) == seq):
+                raise DamagedSnapshot(
+                    f"version {vid} of store {getattr(self, 'uri', self.root)} cannot be used: {why}; "
+                    "restore it from a backup, or delete its folder (`segos verify --all` lists every "
+                    "damaged version)"
+                )
 
     def manifest(self, version: str | None = None) -> dict[str, Any]:
         vid = self.resolve(version)

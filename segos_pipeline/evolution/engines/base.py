@@ -11,6 +11,7 @@ import polars as pl
 
 from ...config import EvolutionConfig, RetrievalConfig
 from ...store.snapshot import Snapshot
+from .. import trace_parts
 from ..evidence import WindowEvidence
 from .round_parts import RoundParts
 from .store_window import StoreWindow
@@ -50,7 +51,13 @@ class Engine(Protocol):
 def parquet_files(traces: str | Path | Sequence[Path] | StoreWindow) -> list[Path]:
     """The Parquet files of a window given as a file, a folder (its `*.parquet` files at any depth, in name
     order: other files such as the quarantine are not traces), a list of files, or a window at a URI
-    (downloaded into its store's cache)."""
+    (downloaded into its store's cache); every file whose name carries its hash is checked against it."""
+    files = _listed_files(traces)
+    trace_parts.check(files)
+    return files
+
+
+def _listed_files(traces: str | Path | Sequence[Path] | StoreWindow) -> list[Path]:
     if isinstance(traces, StoreWindow):
         return traces.local_files()
     if isinstance(traces, str | Path):

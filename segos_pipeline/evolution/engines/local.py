@@ -23,6 +23,7 @@ import polars as pl
 from ...config import EngineConfig, EvolutionConfig, RetrievalConfig
 from ...retrieval.ranker import Retriever
 from ...store.snapshot import Snapshot
+from .. import trace_parts
 from ..evidence import Partial, finish, partition_evidence, partition_ids, split_by_task, sum_partials
 from ..traces import TRACE_SCHEMA
 from .base import EngineResult, TraceInput, parquet_files
@@ -36,7 +37,9 @@ def read_traces(traces: TraceInput) -> pl.DataFrame:
     """A whole trace table from memory, a Parquet file, a folder of Parquet parts, or a list of files."""
     if isinstance(traces, pl.DataFrame):
         return traces
-    return pl.scan_parquet(parquet_files(traces), schema=TRACE_SCHEMA).collect()
+    files = parquet_files(traces)
+    with trace_parts.reading(files):
+        return pl.scan_parquet(files, schema=TRACE_SCHEMA).collect()
 
 
 def partition_count(rows: int, config: EngineConfig) -> int:
@@ -47,14 +50,16 @@ def partition_count(rows: int, config: EngineConfig) -> int:
 
 def window_rows(files: list[Path]) -> int:
     """Rows of a window's files, from their Parquet footers (no data read)."""
-    return int(pl.scan_parquet(files, schema=TRACE_SCHEMA).select(pl.len()).collect().item())
+    with trace_parts.reading(files):
+        return int(pl.scan_parquet(files, schema=TRACE_SCHEMA).select(pl.len()).collect().item())
 
 
 def spilled_partitions(files: list[Path], partitions: int, scratch: Path) -> Iterator[pl.DataFrame]:
     """The window's partitions one at a time: one pass over the files writes every file's rows to their
     partition's folder, then each partition is read back whole (it is one partition, not the window)."""
     for i, f in enumerate(files):
-        table = pl.read_parquet(f, schema=TRACE_SCHEMA)
+        with trace_parts.reading([f]):
+            table = pl.read_parquet(f, schema=TRACE_SCHEMA)
         for piece in table.with_columns(partition_ids(partitions)).partition_by("_part", as_dict=False):
             part = int(piece["_part"][0])
             folder = scratch / f"{part:05d}"

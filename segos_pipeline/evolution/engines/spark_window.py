@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ...store.filesystem import Location, RemoteStoreError, open_location, remote_io
+from .. import trace_parts
 from ..traces import TRACE_SCHEMA
 from .base import TraceInput, parquet_files
 from .store_window import StoreWindow
@@ -160,6 +161,7 @@ def uri_window(spark: Any, window: StoreWindow, partitions: int | None) -> Spark
     if missing:  # every file is read by some task, or the job failed: this is a bug, not bad input
         raise RuntimeError(f"the hashing job returned no row for {', '.join(missing[:5])}")
     refs = [{"path": p, "bytes": size, "sha256": by_path[p]["sha256"]} for p, size in window.files]
+    trace_parts.check_digests({r["path"]: r["sha256"] for r in refs}, window.window)  # damaged: refused
     spark_schema, arrow_schema = trace_schema(spark)
     frame = listed.mapInArrow(
         read_files(window.uri, {r["path"]: r["sha256"] for r in refs}, arrow_schema), spark_schema
