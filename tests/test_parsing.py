@@ -361,3 +361,29 @@ def test_planned_chunks_find_exactly_the_walk_of_the_library(tmp_path, monkeypat
         assert parse_library(tmp_path / "wide", workers=2).in_order
     finally:
         locked.chmod(0o755)
+
+
+def test_a_name_shared_by_many_packages_keeps_the_report_linear(tmp_path):
+    """Each package keeps its own duplicate-name row, naming a few of the others and counting the rest."""
+    from segos_pipeline.graph.parsing import MAX_NAMED_DUPLICATES
+
+    for i in range(40):
+        write_skill(tmp_path, f"p{i:02d}", f"name: same\ndescription: Package {i}.", "body")
+    parsed = parse_library(tmp_path)
+    dup = parsed.report.filter(pl.col("problem").str.contains("is also used by"))
+    assert dup.height == 40  # one row a package
+    first = dup.row(0, named=True)["problem"]
+    assert "and 34 other package(s)" in first and first.count(", ") == MAX_NAMED_DUPLICATES - 1
+    assert max(len(p) for p in dup["problem"]) < 200  # not 39 names in every row
+
+
+def test_entrypoints_are_capped_and_the_rest_reported(tmp_path):
+    from segos_pipeline.graph.parsing import MAX_ENTRYPOINTS
+
+    scripts = {f"s{i:04d}.py": "print(1)\n" for i in range(MAX_ENTRYPOINTS + 7)}
+    write_skill(tmp_path, "many", "name: many\ndescription: Many scripts.", "body", scripts)
+    parsed = parse_library(tmp_path)
+    listed = parsed.nodes["entrypoints"][0].to_list()
+    assert listed == [f"scripts/s{i:04d}.py" for i in range(MAX_ENTRYPOINTS)]
+    row = parsed.report.filter(pl.col("problem").str.contains("entrypoints")).row(0, named=True)
+    assert f"{MAX_ENTRYPOINTS + 7:,} entrypoints" in row["problem"] and row["severity"] == "warning"

@@ -32,6 +32,12 @@ from .frontmatter import FrontmatterRefused, YamlLimits, load_yaml
 
 SKILL_FILE = "SKILL.md"
 ENTRYPOINT_SUFFIXES = (".py", ".sh", ".js", ".ts")
+# Entrypoints a skill lists (the first, sorted): a bundle and a detail carry them, so a package with 100,000
+# scripts would make every reply about it megabytes. The rest are reported, not listed.
+MAX_ENTRYPOINTS = 256
+# Packages a duplicate-name warning names besides its own: the report stays linear in the packages however
+# many share one name (8,000 packages under one name made a 769 MB report when each named all the others).
+MAX_NAMED_DUPLICATES = 5
 _SKIP_DIRS = {"node_modules", "__pycache__"}
 
 NODE_SCHEMA: dict[str, pl.DataType] = {
@@ -799,6 +805,13 @@ def parse_package(
             f"script {shown_path(path)} has a name that is not valid UTF-8",
             "left out of the entrypoints",
         )
+    if len(entrypoints) > MAX_ENTRYPOINTS:
+        report(
+            "too_many_entrypoints",
+            f"scripts/ holds {len(entrypoints):,} entrypoints",
+            f"the first {MAX_ENTRYPOINTS} (sorted) are listed; the package's files are all still there",
+        )
+        entrypoints = entrypoints[:MAX_ENTRYPOINTS]
     digest = hashlib.sha256(raw)
     digest.update("\0".join(entrypoints).encode())
     row = {
@@ -1058,7 +1071,9 @@ def _duplicate_names(nodes: pl.DataFrame) -> list[Problem]:
     for key, group in dup.group_by("key", maintain_order=True):
         ids = group["id"].to_list()
         for source, skill_id in zip(group["source_path"], ids, strict=True):
-            others = ", ".join(i for i in ids if i != skill_id)
+            named = [i for i in ids[: MAX_NAMED_DUPLICATES + 1] if i != skill_id][:MAX_NAMED_DUPLICATES]
+            more = len(ids) - 1 - len(named)
+            others = ", ".join(named) + (f" and {more:,} other package(s)" if more else "")
             out.append(
                 Problem(
                     source,
