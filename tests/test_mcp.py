@@ -584,3 +584,41 @@ def test_each_server_log_line_is_written_once(capfd):
         logging.getLogger().removeHandler(root_handler)
         log.propagate = True
         log.handlers.clear()
+
+
+def test_a_slow_name_lookup_does_not_hold_up_other_sessions(store: Path, tmp_path: Path):
+    """hydrate_skills (near-miss suggestions), get_skill_detail, get_skill_neighbors, record_trace and any
+    call naming a version run on a worker thread: a search of the served version meanwhile is answered at
+    once from the event loop. The lookup is slowed down here to make a blocked loop visible."""
+    import time
+
+    import anyio
+
+    from segos_pipeline.service.api import SegosService
+    from segos_pipeline.service.mcp_server import build_server
+
+    service = SegosService(store, landing=tmp_path / "landing")
+    hydrate = service.hydrate
+
+    def slow_hydrate(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        time.sleep(1.5)
+        return hydrate(*args, **kwargs)
+
+    service.hydrate = slow_hydrate  # type: ignore[method-assign]
+    app = build_server(service)
+
+    async def scenario() -> None:
+        t0 = time.perf_counter()
+        done: dict[str, float] = {}
+
+        async def timed(name: str, tool: str, args: dict[str, Any]) -> None:
+            await app.call_tool(tool, args)
+            done[name] = time.perf_counter() - t0
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(timed, "hydrate", "hydrate_skills", {"names": ["csv-loader", "csv-loadr"]})
+            tg.start_soon(timed, "search", "search_skills", {"query": QUERY})  # asked right after
+        # answered while the lookup still runs (a blocked loop would answer it after 1.5 s)
+        assert done["search"] < 1.0 <= 1.5 <= done["hydrate"], done
+
+    anyio.run(scenario)

@@ -37,7 +37,7 @@ import threading
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -75,6 +75,8 @@ from .compact import bundle_text, search_text
 
 if TYPE_CHECKING:
     from .api import SegosService
+
+_T = TypeVar("_T")
 
 _MAX_LINE = 64 * 1024 * 1024  # longest JSON-RPC message (one line) the stdio transport accepts
 INSTRUCTIONS = (
@@ -255,6 +257,14 @@ def _tool_errors(
     return decorate
 
 
+async def _off_loop(call: Callable[[], _T]) -> _T:
+    """Run a service call on a worker thread. Name lookups with near-miss suggestions, loading a version a
+    request names, and a trace's fsync take milliseconds to seconds; the event loop serves every other
+    session meanwhile. A search or bundle of the served version stays on the loop (it is the latency
+    that matters, and a thread hop costs about 0.1 ms)."""
+    return await anyio.to_thread.run_sync(call)
+
+
 def argument_errors(tool: str, error: ValidationError) -> str:
     """Arguments that do not fit a tool's input schema, one short line per field (no pydantic URL, no
     error type codes): what the caller needs to correct the call."""
@@ -298,10 +308,10 @@ class SegosMCPServer(MCPServer):
             return await super().read_resource(uri, context)
         service = await self.slot.wait()
         ref = urllib.parse.unquote(text[len(SKILL_SCHEME) :])
-        split = service.file_ref(ref)
+        split = await _off_loop(lambda: service.file_ref(ref))
         if split is None:  # a skill whose id holds /files/, or an unknown one: the card template answers
             return await super().read_resource(uri, context)
-        return read_file(service, *split)
+        return await _off_loop(lambda: read_file(service, *split))
 
     async def list_resources(self) -> list[Resource]:
         listed = await super().list_resources()
@@ -402,7 +412,10 @@ def build_server(
     ) -> dict[str, Any] | str:
         """Ranked overview of the skills for a task: id, name, capability, score and relevance (no skill
         bodies); none, with no_match=true, when no skill is relevant to it."""
-        result = service.search(query, top_k, version=version, min_score=min_score)
+        def search() -> dict[str, Any]:
+            return service.search(query, top_k, version=version, min_score=min_score)
+
+        result = await _off_loop(search) if version is not None else search()
         return search_text(result) if format == "text" else result
 
     @app.tool(title="Retrieve a skill bundle", annotations=_READ, structured_output=False)
@@ -418,7 +431,10 @@ def build_server(
         """The skills to use for a task, hydrated under the character budgets and listed in execution order
         (prerequisites first), with the edges among them and why each one is included; none, with
         no_match=true, when no skill is relevant to the task."""
-        bundle = service.retrieve_bundle(query, top_n, max_chars, version=version, min_score=min_score)
+        def bundle_of() -> dict[str, Any]:
+            return service.retrieve_bundle(query, top_n, max_chars, version=version, min_score=min_score)
+
+        bundle = await _off_loop(bundle_of) if version is not None else bundle_of()
         return bundle_text(bundle) if format == "text" else bundle
 
     @app.tool(title="Read skills", annotations=_READ, structured_output=False)
@@ -428,19 +444,19 @@ def build_server(
     ) -> dict[str, Any]:
         """The readable text of the named skills (identity, contract, body), clipped to the budgets. An
         unknown name gets an entry under `errors` and the others are still returned."""
-        return service.hydrate(names, max_chars, version=version, partial=True)
+        return await _off_loop(lambda: service.hydrate(names, max_chars, version=version, partial=True))
 
     @app.tool(title="Skill detail", annotations=_READ, structured_output=False)
     @tool_errors
     async def get_skill_detail(name: SkillRef, version: Version = None) -> dict[str, Any]:
         """Every parsed field of one skill, its full body and its edge counts by relation."""
-        return service.skill_detail(name, version=version)
+        return await _off_loop(lambda: service.skill_detail(name, version=version))
 
     @app.tool(title="Skill neighbours", annotations=_READ, structured_output=False)
     @tool_errors
     async def get_skill_neighbors(name: SkillRef, version: Version = None) -> dict[str, Any]:
         """Typed out- and in-edges of one skill (semantic, workflow, dependency, alternative, avoid)."""
-        return service.neighbors(name, version=version)
+        return await _off_loop(lambda: service.neighbors(name, version=version))
 
     @app.tool(title="List graph versions", annotations=_READ, structured_output=False)
     @tool_errors
@@ -501,8 +517,10 @@ def build_server(
         folder that the next evolution window reads. Caps: ids and names <= 256 characters, the whole
         trace <= 1 MiB as a JSON line. The reply is a short acknowledgement (id, window, reward, unknown
         skill names: at most 20, with their count)."""
-        return service.record_trace(
-            task_id, queries, used, reward, ctrf, agent, trace_id=trace_id, attempt=attempt
+        return await _off_loop(
+            lambda: service.record_trace(
+                task_id, queries, used, reward, ctrf, agent, trace_id=trace_id, attempt=attempt
+            )
         )
 
     @app.resource(
@@ -518,7 +536,7 @@ def build_server(
     async def skill_resource(id: str) -> str:
         await slot.wait()
         try:
-            detail = service.skill_detail(id)
+            detail = await _off_loop(lambda: service.skill_detail(id))
         except Exception as exc:
             if not _expected(exc):
                 raise
