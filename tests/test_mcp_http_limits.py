@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -46,8 +47,16 @@ def _free_port() -> int:
 
 
 @contextmanager
-def http_server(store: Path, **env: str) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
-    """`segos mcp --http` (this checkout's code) on a free port with `env` added, until the block ends."""
+def http_server(
+    store: Path, nofile: int | None = None, **env: str
+) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """`segos mcp --http` (this checkout's code) on a free port with `env` added, until the block ends;
+    with `nofile`, under that descriptor limit (soft and hard)."""
+
+    def limit() -> None:
+        if nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
     port = _free_port()
     cmd = [
         sys.executable,
@@ -66,6 +75,7 @@ def http_server(store: Path, **env: str) -> Iterator[tuple[int, subprocess.Popen
         stderr=subprocess.PIPE,
         cwd=PROJECT_ROOT,
         env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT), **env},
+        preexec_fn=limit,
     )
     try:
         deadline = time.monotonic() + 60
@@ -80,7 +90,7 @@ def http_server(store: Path, **env: str) -> Iterator[tuple[int, subprocess.Popen
         yield port, proc
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        proc.wait(timeout=30)  # a clean stop, even after descriptors ran out
 
 
 def _initialize(http: httpx.Client, url: str) -> str:
@@ -218,6 +228,35 @@ def test_accept_errors_are_one_line_per_interval_with_a_count(caplog: pytest.Log
     assert others == [{"message": "something else"}]
 
 
+def test_the_accept_error_handler_never_raises_into_the_loop():
+    """An exception out of a loop's exception handler ends the server: what the SDK's rich log handler
+    did when it had to import a module with no descriptor left. Retries of a closed listening socket
+    ("Exception in callback BaseSelectorEventLoop._start_serving(...)") are counted as accept errors."""
+
+    class Broken(logging.Logger):
+        def error(self, *args: Any, **kwargs: Any) -> None:
+            raise OSError(24, "Too many open files")
+
+    def previous(_loop: Any, _ctx: Any) -> None:
+        raise OSError(24, "Too many open files")
+
+    handler = AcceptErrorLog(0.2, logger=Broken("broken"), previous=previous)
+    retry = {
+        "message": "Exception in callback BaseSelectorEventLoop._start_serving(<function Ser...>, 2048)",
+        "exception": ValueError("Invalid file descriptor: -1"),
+    }
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        handler(loop, {"message": "socket.accept() out of system resource", "exception": OSError(24, "x")})
+        handler(loop, retry)
+        handler(loop, {"message": "something else"})
+        await asyncio.sleep(0.3)  # the flush fails too, quietly
+
+    asyncio.run(scenario())
+    assert handler.unsaid == 2  # not said, so still counted for the next line
+
+
 def test_the_pinned_sdk_has_what_session_eviction_uses(demo_store: Path):
     """`SessionLRU` uses the SDK session manager's private `_server_instances` and `_discard_session`: this
     fails if a later mcp 2.x changes them (then find the new hook, or pin the SDK)."""
@@ -251,7 +290,7 @@ def test_limits_come_from_the_environment_with_clear_errors(demo_store: Path):
             with pytest.raises(ValueError, match=var):
                 HttpLimits.from_env({var: bad})
     assert connection_cap(HttpLimits(), 1 << 20) == 512
-    assert connection_cap(HttpLimits(), 1024) == 256  # well below the descriptor limit
+    assert connection_cap(HttpLimits(), 1024) == 128  # well below the descriptor limit
     port = _free_port()
     proc = subprocess.run(
         [
@@ -274,3 +313,30 @@ def test_limits_come_from_the_environment_with_clear_errors(demo_store: Path):
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "SEGOS_MCP_MAX_SESSIONS must be a positive integer, not 'lots'" in proc.stderr
+
+
+def test_more_connections_than_descriptors_leave_the_server_up(demo_store: Path):
+    """A server limited to 256 descriptors and 400 idle connections: it holds at most twice its connection
+    cap (2 x 32) and closes the rest as they come, so it never runs out of descriptors itself (before, the
+    accepts failed with EMFILE, and a fresh server died rendering the traceback); it writes no traceback,
+    answers once they close, and stops cleanly."""
+    with http_server(demo_store, nofile=256, SEGOS_MCP_HEAD_TIMEOUT_S="60") as (port, proc):
+        url = f"http://127.0.0.1:{port}/mcp"
+        assert anyio.run(_search_within, url, 60.0)["results"]  # loaded: the flood meets a warm server
+        flood = [socket.create_connection(("127.0.0.1", port)) for _ in range(400)]
+        time.sleep(1)
+        held = sum(1 for fd in os.listdir(f"/proc/{proc.pid}/fd") if _is_socket(proc.pid, fd))
+        assert proc.poll() is None
+        assert held <= 2 * 32 + 8, held  # the listening socket and a few of the SDK's own
+        for s in flood:
+            s.close()
+        assert anyio.run(_search_within, url, 10.0)["results"]
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    assert "Traceback" not in err and "Too many open files" not in err, err
+
+
+def _is_socket(pid: int, fd: str) -> bool:
+    try:
+        return os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+    except OSError:
+        return False

@@ -5,10 +5,11 @@ answering whatever its local clients do (issue 31, item 4).
   that passes the SDK's Host/Origin/Content-Type checks) when the cap is reached first ends the least
   recently active session, preferring one with no request in flight, so a new client is always served.
   The SDK's idle timeout stays, shorter (`session_idle_s`).
-- Connections: uvicorn's `limit_concurrency` (a 503 beyond it), a keep-alive timeout, a deadline for a
-  request's head (a connection that sends no complete request line and headers in time is closed, so idle
-  or slow sockets do not pile up), a cap on the head's size, and a deadline for reading a request's body
-  (408). The descriptor limit is raised to its hard limit and the connection cap kept well below it.
+- Connections: uvicorn's `limit_concurrency` (a 503 beyond it), twice as many held open at most (one more
+  is closed as soon as it is accepted), a keep-alive timeout, a deadline for a request's head (a
+  connection that sends no complete request line and headers in time is closed, so idle or slow sockets do
+  not pile up), a cap on the head's size, and a deadline for reading a request's body (408). The
+  descriptor limit is raised to its hard limit and the connection cap kept at an eighth of it at most.
 - Failed accepts (EMFILE and the like) are logged as one line at most every `accept_log_every_s`, with
   a count, never a traceback (rendering one needs descriptors the server has just run out of).
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -103,9 +105,17 @@ def raise_nofile_limit() -> int:
 
 
 def connection_cap(limits: HttpLimits, nofile: int) -> int:
-    """The connection cap: the configured one, but at most a quarter of the descriptor limit, so sockets
-    beyond the cap (accepted, then answered 503) and the store's own files still find descriptors."""
-    return max(1, min(limits.max_connections, nofile // 4))
+    """The connection cap (503 beyond it): the configured one, but at most an eighth of the descriptor
+    limit. At most twice as many connections are held (`bounded_protocol`)."""
+    return max(1, min(limits.max_connections, nofile // 8))
+
+
+def accept_backlog(cap: int, nofile: int) -> int:
+    """The listen backlog, which is also how many connections asyncio accepts in one go, all before any of
+    them can be closed (and a few such bursts can be in flight): uvicorn's 2048, or less so that held and
+    just accepted sockets stay within half the descriptors, the rest free for the store's files and the
+    rest of the process. A burst of new connections beyond it waits for the client's SYN retry (1 s)."""
+    return max(8, min(2048, (nofile // 2 - 2 * cap) // 3))
 
 
 class SessionLRU:
@@ -266,17 +276,26 @@ def _header(scope: Mapping[str, Any], name: bytes) -> str | None:
     return None
 
 
-def head_deadline_protocol(timeout_s: float) -> type[H11Protocol]:
-    """uvicorn's h11 protocol with a deadline for each request's head: from the connection's start, and
-    from the end of each response, the next request line and headers must be complete within `timeout_s`.
-    uvicorn times only idle keep-alive connections, and not one that never sent a request, so silent or
-    trickling sockets would otherwise hold descriptors and connection slots forever."""
+def bounded_protocol(head_timeout_s: float, max_open: int) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with two bounds of its own.
 
-    class HeadDeadlineProtocol(H11Protocol):
+    - A deadline for each request's head: from the connection's start, and from the end of each response,
+      the next request line and headers must be complete within `head_timeout_s`. uvicorn times only idle
+      keep-alive connections, not one that never sent a request, so silent or trickling sockets would
+      otherwise hold descriptors and connection slots forever.
+    - At most `max_open` connections: one accepted beyond that is closed at once. uvicorn's
+      `limit_concurrency` answers 503 but keeps accepting, so without this a flood of idle connections
+      takes every descriptor and then the store's files cannot be opened (issue 31: about 20,000
+      connections did that)."""
+
+    class BoundedProtocol(H11Protocol):
         head_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(transport)  # type: ignore[arg-type]
+            if len(self.connections) > max_open:
+                transport.close()
+                return
             self._arm()
 
         def on_response_complete(self) -> None:
@@ -291,24 +310,39 @@ def head_deadline_protocol(timeout_s: float) -> type[H11Protocol]:
         def _arm(self) -> None:
             if self.head_timer is not None:
                 self.head_timer.cancel()
-            self.head_timer = self.loop.call_later(timeout_s, self._late)
+            self.head_timer = self.loop.call_later(head_timeout_s, self._late)
 
         def _late(self) -> None:
             cycle = self.cycle
             if (cycle is None or cycle.response_complete) and not self.transport.is_closing():
                 self.transport.close()  # no request head in time (a request being served is left alone)
 
-    return HeadDeadlineProtocol
+    return BoundedProtocol
 
 
-ACCEPT_ERRORS = ("socket.accept() out of system resource",)
+ACCEPT_ERROR = "socket.accept() out of system resource"
+# asyncio's accept machinery (3.11): its retries after a failed accept are one timer per failed attempt, and
+# once the server closes its socket each of them fails in turn ("Invalid file descriptor: -1")
+ACCEPT_CALLBACKS = ("BaseSelectorEventLoop._start_serving(", "BaseSelectorEventLoop._accept_connection(")
+
+
+def is_accept_error(context: Mapping[str, Any]) -> bool:
+    """Is this event loop error report about accepting connections (counted, not each logged)?"""
+    message = str(context.get("message", ""))
+    return message == ACCEPT_ERROR or any(f"Exception in callback {c}" in message for c in ACCEPT_CALLBACKS)
 
 
 class AcceptErrorLog:
     """An event loop exception handler: failed accepts (out of descriptors or memory) become one log line
     at most every `every_s` seconds, counting those in between, without a traceback; anything else goes to
-    the loop's previous handler. asyncio itself logs each failed accept with its traceback, about once a
-    second per listening socket for as long as it lasts."""
+    the loop's previous handler.
+
+    asyncio (3.11) reports a failed accept once per pending connection, with its traceback, thousands of
+    times a second while descriptors are out (175,869 in 10 s, measured). And the handler must never raise:
+    an exception out of it escapes the event loop and ends the server. That happened with the SDK's rich
+    log handler, which imports modules while writing its first line, and fails to without a descriptor;
+    so the line goes through `plain_logger`, and a report that cannot be written is dropped (its count is
+    kept for the next line)."""
 
     def __init__(
         self,
@@ -327,21 +361,27 @@ class AcceptErrorLog:
         self.flush: asyncio.TimerHandle | None = None
 
     def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        if context.get("message") not in ACCEPT_ERRORS:
-            if self.previous is not None:
-                self.previous(loop, context)
-            else:
-                loop.default_exception_handler(context)
+        if not is_accept_error(context):
+            try:
+                if self.previous is not None:
+                    self.previous(loop, context)
+                else:
+                    loop.default_exception_handler(context)
+            except Exception as exc:  # e.g. its log handler is out of descriptors too
+                self._write(
+                    "event loop error: %s (%r; reporting it failed: %r)",
+                    context.get("message"),
+                    context.get("exception"),
+                    exc,
+                )
             return
         exc = context.get("exception")
         self.reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        self.unsaid += 1
         now = self.clock()
         if self.last is None or now - self.last >= self.every_s:
-            self.unsaid += 1
             self._say(now)
-            return
-        self.unsaid += 1
-        if self.flush is None:  # the count is said even if the failures stop now
+        elif self.flush is None:  # the count is said even if the failures stop now
             self.flush = loop.call_later(self.last + self.every_s - now, self._said_late)
 
     def _said_late(self) -> None:
@@ -353,15 +393,36 @@ class AcceptErrorLog:
         if self.flush is not None:
             self.flush.cancel()
             self.flush = None
-        self.logger.error(
+        said = self._write(
             "cannot accept connections (%s): %d failed accept(s) in the last %.0f s; the server goes on "
             "answering open connections",
             self.reason,
             self.unsaid,
             self.every_s,
         )
-        self.unsaid = 0
+        if said:
+            self.unsaid = 0
         self.last = now
+
+    def _write(self, message: str, *args: object) -> bool:
+        try:
+            self.logger.error(message, *args)
+        except Exception:
+            return False
+        return True
+
+
+def plain_logger() -> logging.Logger:
+    """The transport's own log on stderr, formatted like `segos mcp:` lines, through a plain stream handler
+    that needs no descriptor or import to write (not the root logger's: the SDK gives it a rich handler)."""
+    logger = logging.getLogger(__name__ + ".plain")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("segos mcp: %(message)s"))
+        logger.addHandler(handler)
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    return logger
 
 
 def build_asgi(app: MCPServer, host: str, limits: HttpLimits) -> ASGIApp:
@@ -383,17 +444,19 @@ async def serve_http(app: MCPServer, host: str, port: int, limits: HttpLimits) -
     import uvicorn
 
     nofile = raise_nofile_limit()
+    cap = connection_cap(limits, nofile)
     config = uvicorn.Config(
         build_asgi(app, host, limits),
         host=host,
         port=port,
         log_level=app.settings.log_level.lower(),
-        http=head_deadline_protocol(limits.head_timeout_s),
-        limit_concurrency=connection_cap(limits, nofile),
+        http=bounded_protocol(limits.head_timeout_s, 2 * cap),
+        limit_concurrency=cap,
+        backlog=accept_backlog(cap, nofile),
         timeout_keep_alive=limits.keep_alive_s,
         h11_max_incomplete_event_size=limits.max_head_bytes,
     )
     loop = asyncio.get_running_loop()
     previous = loop.get_exception_handler()
-    loop.set_exception_handler(AcceptErrorLog(limits.accept_log_every_s, previous=previous))
+    loop.set_exception_handler(AcceptErrorLog(limits.accept_log_every_s, plain_logger(), previous))
     await uvicorn.Server(config).serve()
