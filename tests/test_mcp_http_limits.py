@@ -23,7 +23,15 @@ import httpx
 import pytest
 from mcp import Client
 
-from segos_pipeline.service.http import ENV, AcceptErrorLog, HttpLimits, SessionLRU, check_sdk, connection_cap
+from segos_pipeline.service.http import (
+    ENV,
+    AcceptErrorLog,
+    BodyDeadline,
+    HttpLimits,
+    SessionLRU,
+    check_sdk,
+    connection_cap,
+)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 QUERY = "load the sales csv, clean missing values and chart revenue by month"
@@ -255,6 +263,51 @@ def test_the_accept_error_handler_never_raises_into_the_loop():
 
     asyncio.run(scenario())
     assert handler.unsaid == 2  # not said, so still counted for the next line
+
+
+def test_bodies_held_at_once_stay_within_the_budget():
+    """Two 600-byte bodies against a 1,000-byte budget: the second is refused (503) while the first is
+    being served, and taken once it is answered."""
+    release = anyio.Event()
+    served: list[bytes] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        served.append((await receive())["body"])
+        await release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    middleware = BodyDeadline(app, timeout_s=5, max_bytes=4096, budget_bytes=1000)
+
+    async def request(body: bytes) -> int:
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        await middleware({"type": "http", "path": "/mcp", "headers": []}, receive, send)
+        return sent[0]["status"]
+
+    async def scenario() -> None:
+        statuses: list[int] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: _into(statuses, request(b"a" * 600)))
+            await anyio.sleep(0.1)
+            assert await request(b"b" * 600) == 503
+            assert middleware.held == 600
+            release.set()
+        assert statuses == [200] and middleware.held == 0
+        assert await request(b"c" * 600) == 200
+        assert served == [b"a" * 600, b"c" * 600]
+
+    anyio.run(scenario)
+
+
+async def _into(out: list[int], status: Any) -> None:
+    out.append(await status)
 
 
 def test_the_pinned_sdk_has_what_session_eviction_uses(demo_store: Path):

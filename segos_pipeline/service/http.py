@@ -54,6 +54,7 @@ class HttpLimits:
     keep_alive_s: int = 5
     head_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
+    body_budget_bytes: int = 64 * 1024 * 1024
     max_head_bytes: int = 16 * 1024
     accept_log_every_s: float = 10.0
 
@@ -86,6 +87,7 @@ ENV = {
     "keep_alive_s": "SEGOS_MCP_KEEP_ALIVE_S",
     "head_timeout_s": "SEGOS_MCP_HEAD_TIMEOUT_S",
     "body_timeout_s": "SEGOS_MCP_BODY_TIMEOUT_S",
+    "body_budget_bytes": "SEGOS_MCP_BODY_BUDGET_BYTES",
     "max_head_bytes": "SEGOS_MCP_MAX_HEAD_BYTES",
     "accept_log_every_s": "SEGOS_MCP_ACCEPT_LOG_EVERY_S",
 }
@@ -229,14 +231,20 @@ def check_sdk(manager: StreamableHTTPSessionManager) -> None:
 
 
 class BodyDeadline:
-    """ASGI middleware: a request's body must arrive within `timeout_s` of its head, else 408 and the
-    connection is closed. The body is read here (up to `max_bytes` + 1, beyond which the SDK answers 413)
-    and replayed to the app; uvicorn has no such deadline."""
+    """ASGI middleware for request bodies, which uvicorn neither times nor bounds in total:
 
-    def __init__(self, app: ASGIApp, timeout_s: float, max_bytes: int):
+    - a body must arrive within `timeout_s` of its head, else 408 and the connection is closed;
+    - the bodies held at once (from their first byte until their request is answered) total at most
+      `budget_bytes`; a body that would go beyond gets 503 and its connection is closed.
+
+    The body is read here (up to `max_bytes` + 1, beyond which the SDK answers 413), then replayed."""
+
+    def __init__(self, app: ASGIApp, timeout_s: float, max_bytes: int, budget_bytes: int):
         self.app = app
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
+        self.budget_bytes = budget_bytes
+        self.held = 0  # bytes of the bodies being read or served now
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -244,23 +252,33 @@ class BodyDeadline:
             return
         messages: list[Message] = []
         size = 0
-        with anyio.move_on_after(self.timeout_s) as deadline:
-            while True:
-                message = await receive()
-                messages.append(message)
-                if message["type"] != "http.request":
-                    break
-                size += len(message.get("body", b""))
-                if not message.get("more_body", False) or size > self.max_bytes:
-                    break
-        if deadline.cancelled_caught:
-            await _answer(send, 408, b"Request body not received in time\n")
-            return
+        try:
+            with anyio.move_on_after(self.timeout_s) as deadline:
+                while True:
+                    message = await receive()
+                    messages.append(message)
+                    if message["type"] != "http.request":
+                        break
+                    chunk = len(message.get("body", b""))
+                    if self.held + chunk > self.budget_bytes:
+                        messages.clear()
+                        await _answer(send, 503, b"Server busy: too many request bodies at once\n")
+                        return
+                    size += chunk
+                    self.held += chunk
+                    if not message.get("more_body", False) or size > self.max_bytes:
+                        break
+            if deadline.cancelled_caught:
+                messages.clear()
+                await _answer(send, 408, b"Request body not received in time\n")
+                return
 
-        async def replay() -> Message:
-            return messages.pop(0) if messages else await receive()
+            async def replay() -> Message:
+                return messages.pop(0) if messages else await receive()
 
-        await self.app(scope, replay, send)
+            await self.app(scope, replay, send)
+        finally:
+            self.held -= size
 
 
 async def _answer(send: Send, status: int, body: bytes) -> None:
@@ -435,7 +453,10 @@ def build_asgi(app: MCPServer, host: str, limits: HttpLimits) -> ASGIApp:
     )
     manager = app.session_manager
     sessions = SessionLRU(sdk_app, manager, limits.max_sessions)
-    return BodyDeadline(sessions, limits.body_timeout_s, manager.max_request_body_size)
+    max_body = manager.max_request_body_size
+    return BodyDeadline(
+        sessions, limits.body_timeout_s, max_body, max(limits.body_budget_bytes, max_body + 1)
+    )
 
 
 async def serve_http(app: MCPServer, host: str, port: int, limits: HttpLimits) -> None:  # pragma: no cover
