@@ -28,6 +28,7 @@ from segos_pipeline.service.http import (
     AcceptErrorLog,
     BodyDeadline,
     HttpLimits,
+    RefusedLog,
     SessionLRU,
     check_sdk,
     connection_cap,
@@ -263,6 +264,23 @@ def test_the_accept_error_handler_never_raises_into_the_loop():
 
     asyncio.run(scenario())
     assert handler.unsaid == 2  # not said, so still counted for the next line
+
+
+def test_refusals_at_the_connection_cap_are_one_line_per_interval():
+    now = [0.0]
+    throttle = RefusedLog(10.0, clock=lambda: now[0])
+    logger = logging.getLogger("test.refused")
+
+    def record(message: str) -> logging.LogRecord:
+        return logger.makeRecord(logger.name, logging.WARNING, __file__, 0, message, (), None)
+
+    passed = [r.getMessage() for r in (record(RefusedLog.MESSAGE) for _ in range(1000)) if throttle.filter(r)]
+    assert passed == ["Exceeded concurrency limit: 1 request(s) answered 503 in the last 10 s"]
+    now[0] = 10.0
+    later = record(RefusedLog.MESSAGE)
+    assert throttle.filter(later)
+    assert later.getMessage() == "Exceeded concurrency limit: 1000 request(s) answered 503 in the last 10 s"
+    assert throttle.filter(record("Started server process"))  # anything else passes
 
 
 def test_bodies_held_at_once_stay_within_the_budget():

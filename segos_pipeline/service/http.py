@@ -430,6 +430,34 @@ class AcceptErrorLog:
         return True
 
 
+class RefusedLog(logging.Filter):
+    """A filter for uvicorn's log: its line per request refused at the connection cap ("Exceeded
+    concurrency limit.") passes at most once every `every_s` seconds, with the count of refusals since
+    the last one. A flood would otherwise write a line per request, and a stderr nobody reads (a pipe)
+    fills and then blocks the server."""
+
+    MESSAGE = "Exceeded concurrency limit."
+
+    def __init__(self, every_s: float, clock: Callable[[], float] = time.monotonic):
+        super().__init__()
+        self.every_s = every_s
+        self.clock = clock
+        self.last: float | None = None
+        self.unsaid = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage() != self.MESSAGE:
+            return True
+        self.unsaid += 1
+        now = self.clock()
+        if self.last is not None and now - self.last < self.every_s:
+            return False
+        record.msg = "Exceeded concurrency limit: %d request(s) answered 503 in the last %.0f s"
+        record.args = (self.unsaid, self.every_s)
+        self.unsaid, self.last = 0, now
+        return True
+
+
 def plain_logger() -> logging.Logger:
     """The transport's own log on stderr, formatted like `segos mcp:` lines, through a plain stream handler
     that needs no descriptor or import to write (not the root logger's: the SDK gives it a rich handler)."""
@@ -477,6 +505,8 @@ async def serve_http(app: MCPServer, host: str, port: int, limits: HttpLimits) -
         timeout_keep_alive=limits.keep_alive_s,
         h11_max_incomplete_event_size=limits.max_head_bytes,
     )
+    # after the Config, which sets up uvicorn's loggers
+    logging.getLogger("uvicorn.error").addFilter(RefusedLog(limits.accept_log_every_s))
     loop = asyncio.get_running_loop()
     previous = loop.get_exception_handler()
     loop.set_exception_handler(AcceptErrorLog(limits.accept_log_every_s, plain_logger(), previous))
