@@ -10,8 +10,11 @@ answering whatever its local clients do (issue 31, item 4).
   connection that sends no complete request line and headers in time is closed, so idle or slow sockets do
   not pile up), a cap on the head's size, and a deadline for reading a request's body (408). The
   descriptor limit is raised to its hard limit and the connection cap kept at an eighth of it at most.
-- Failed accepts (EMFILE and the like) are logged as one line at most every `accept_log_every_s`, with
-  a count, never a traceback (rendering one needs descriptors the server has just run out of).
+- Memory: request bodies held at once have a budget (503 beyond it); sessions and replies in flight are
+  bounded by the caps above (docs/mcp.md states the bound).
+- Failed accepts (EMFILE and the like), and requests refused at the connection cap, are logged as one
+  line at most every `accept_log_every_s`, with a count, never a traceback (rendering one needs
+  descriptors the server has just run out of).
 
 Every limit has a default here and an environment variable (`ENV`), documented in docs/mcp.md.
 """
