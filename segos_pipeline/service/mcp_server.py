@@ -75,6 +75,7 @@ from .compact import bundle_text, search_text
 
 if TYPE_CHECKING:
     from .api import SegosService
+    from .http import HttpLimits
 
 _T = TypeVar("_T")
 
@@ -710,19 +711,26 @@ def serve(
     """Serve over stdio until the client closes it, or over streamable HTTP on loopback until stopped.
 
     A slot or a factory is loaded on a thread once the server runs, so the handshake does not wait for it.
-    HTTP is the SDK's transport (`run_streamable_http_async`); stdio goes through `run_stdio` (pipe
-    transports on the event loop, the SDK's own when stdin/stdout are not pipes)."""
+    HTTP is the SDK's transport behind the limits of `http.serve_http` (from `$SEGOS_MCP_*`, docs/mcp.md);
+    stdio goes through `run_stdio` (pipe transports on the event loop, the SDK's own when stdin/stdout are
+    not pipes)."""
     app = build_server(service)
+    limits = None
     if http:
+        from .http import HttpLimits  # here: stdio never loads uvicorn
+
         check_listen(host, port)
-    anyio.run(_serve, app, http, host, port)
+        limits = HttpLimits.from_env(os.environ)  # a bad value is one error line, before anything starts
+    anyio.run(_serve, app, limits, host, port)
 
 
-async def _serve(app: SegosMCPServer, http: bool, host: str, port: int) -> None:
+async def _serve(app: SegosMCPServer, limits: HttpLimits | None, host: str, port: int) -> None:
     app.slot.start()
     try:
-        if http:
-            await app.run_streamable_http_async(host=host, port=port)
+        if limits is not None:
+            from .http import serve_http
+
+            await serve_http(app, host, port, limits)
         else:
             await run_stdio(app)
     finally:
