@@ -154,6 +154,19 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print the re
 k_option = click.option(
     "--k", type=click.IntRange(min=1), default=5, show_default=True, help="Measure the top K skills."
 )
+top_n_option = click.option(
+    "--top-n", type=click.IntRange(1, 100), default=None, help="Bundle size, 1-100 (default 5)."
+)
+
+
+def min_score_option(what: str) -> Callable[[Any], Any]:
+    """`--min-score`, the relevance floor; `what` says what it does to this command's answer."""
+    return click.option(
+        "--min-score",
+        type=click.FloatRange(min=0),
+        default=None,
+        help=f"Relevance floor: {what} (default 0.3; 0 turns it off).",
+    )
 
 
 def store_root(given: str | Path | None) -> str | Path:

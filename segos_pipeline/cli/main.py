@@ -22,10 +22,12 @@ from .common import (
     friendly_errors,
     json_option,
     k_option,
+    min_score_option,
     reporter,
     require_extra,
     store_name,
     store_option,
+    top_n_option,
     version_option,
     wait_option,
 )
@@ -359,16 +361,11 @@ def _in_store(st: Any, path: Path) -> str:
 @click.argument("query")
 @store_option
 @version_option
-@click.option("--top-n", type=click.IntRange(1, 100), default=None, help="Bundle size, 1-100 (default 5).")
+@top_n_option
 @click.option(
     "--max-chars", type=click.IntRange(min=1), default=None, help="Global character budget (default 9000)."
 )
-@click.option(
-    "--min-score",
-    type=click.FloatRange(min=0),
-    default=None,
-    help="Relevance floor: no skills unless one reaches it (default 0.3; 0 turns it off).",
-)
+@min_score_option("no skills unless one reaches it")
 @json_option
 @click.option("--show-text", is_flag=True, help="Print the hydrated skill texts.")
 @friendly_errors

@@ -15,7 +15,9 @@ from .common import (
     _store,
     friendly_errors,
     json_option,
+    min_score_option,
     store_option,
+    top_n_option,
     version_option,
 )
 
@@ -125,13 +127,8 @@ def show_command(skill: str, store: Path | None, version: str | None, as_json: b
 @click.argument("skill")
 @store_option
 @version_option
-@click.option("--top-n", type=click.IntRange(1, 100), default=None, help="Bundle size, 1-100 (default 5).")
-@click.option(
-    "--min-score",
-    type=click.FloatRange(min=0),
-    default=None,
-    help="Relevance floor the bundle is judged by (default 0.3; 0 turns it off).",
-)
+@top_n_option
+@min_score_option("the bundle is judged by it")
 @json_option
 @friendly_errors
 def explain_command(
@@ -190,13 +187,8 @@ def explain_command(
 )
 @store_option
 @version_option
-@click.option("--top-n", type=click.IntRange(1, 100), default=None, help="Bundle size, 1-100 (default 5).")
-@click.option(
-    "--min-score",
-    type=click.FloatRange(min=0),
-    default=None,
-    help="Relevance floor: nothing is exported unless a skill reaches it (default 0.3; 0 turns it off).",
-)
+@top_n_option
+@min_score_option("nothing is exported unless a skill reaches it")
 @click.option(
     "--force", is_flag=True, help="Write into a non-empty folder, replacing same-named skill folders."
 )

@@ -31,7 +31,6 @@ appended as one part. Memory follows the batch, plus 8 bytes per trace of the wi
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import queue
@@ -51,6 +50,7 @@ import numpy as np
 import polars as pl
 
 from ..progress import Progress, Tick, emit, stage
+from ..store.durable import fsync_dir
 from ..store.remote import RemoteStore, open_store
 from ..store.snapshot import SnapshotError, SnapshotStore
 from ..text.names import SkillNames
@@ -600,7 +600,7 @@ class TraceStore:
                 os.fsync(fh.fileno())
             part = folder / trace_parts.hashed_name(name, trace_parts.file_sha256(Path(tmp)))
             os.replace(tmp, part)  # readers see a part whole or not at all
-            _fsync_dir(folder)
+            fsync_dir(folder)
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
@@ -629,15 +629,6 @@ def _stamp(path: Path) -> tuple[int, int]:
     """(size, mtime) of a file: a part checked once is checked again when either changes."""
     st = path.stat()
     return st.st_size, st.st_mtime_ns
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):  # not every filesystem lets a directory be opened for fsync
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def id_hashes(trace_ids: pl.Series) -> np.ndarray:

@@ -706,7 +706,8 @@ def parse_package(
         with contextlib.suppress(OSError):
             link_mode = os.lstat(skill_path).st_mode
     linked = link_mode is not None and stat.S_ISLNK(link_mode)
-    if linked and not _inside(skill_path, root):
+
+    def leaves_root() -> tuple[None, list[Problem]]:
         report(
             "symlink_outside_root",
             "SKILL.md is a symlink that leaves the library root",
@@ -714,18 +715,15 @@ def parse_package(
             "error",
         )
         return None, problems
+
+    if linked and not _inside(skill_path, root):
+        return leaves_root()
     try:
         raw, truncated = _read_limited(
             skill_path, config.max_skill_md_bytes, None if linked else link_mode, root, listed_ino
         )
     except LeavesRoot:  # a link swapped in, or a folder on the way swapped for one, after the check above
-        report(
-            "symlink_outside_root",
-            "SKILL.md is a symlink that leaves the library root",
-            "package skipped; nothing outside the root is read",
-            "error",
-        )
-        return None, problems
+        return leaves_root()
     except NotARegularFile as exc:
         report("not_regular_file", str(exc), "package skipped; only regular files are read", "error")
         return None, problems

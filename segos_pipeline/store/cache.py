@@ -31,6 +31,8 @@ from typing import TypeVar
 
 import polars as pl
 
+from .durable import fsync_dir, fsync_file
+
 T = TypeVar("T")
 HASHES = "hashes.json"  # {file name: {"bytes", "sha256"}} of every other file of the entry; written last
 
@@ -52,7 +54,7 @@ def write_entry(root: Path, key: str, fill: Callable[[Path], None]) -> bool:
         if folder.exists():
             shutil.rmtree(folder, ignore_errors=True)
         os.rename(stage, folder)
-        _fsync_dir(root)
+        fsync_dir(root)
         return True
     except OSError:
         return False
@@ -105,11 +107,11 @@ def _seal(stage: Path) -> None:
     hashes = {}
     for f in sorted(stage.iterdir()):
         if f.is_file():
-            _fsync(f)
+            fsync_file(f)
             hashes[f.name] = {"bytes": f.stat().st_size, "sha256": _sha256(f)}
     (stage / HASHES).write_text(json.dumps(hashes, indent=1, sort_keys=True))
-    _fsync(stage / HASHES)
-    _fsync_dir(stage)
+    fsync_file(stage / HASHES)
+    fsync_dir(stage)
 
 
 def _drop(folder: Path, inode: int) -> None:
@@ -127,16 +129,3 @@ def _drop(folder: Path, inode: int) -> None:
 def _sha256(path: Path) -> str:
     with path.open("rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):  # not every filesystem lets a directory be opened for fsync
-        _fsync(path)

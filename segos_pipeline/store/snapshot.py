@@ -68,6 +68,7 @@ import scipy.sparse as sp
 from .._version import __version__
 from ..config import WRITER_WAIT_S
 from ..text.lexicon import TOKEN_SCHEMA, Signature
+from .durable import fsync_dir
 from .errors import DamagedSnapshot, SnapshotError, StaleParent, StoreBusy, StoreWriteError, UnknownVersion
 from .lock import Notify, WriterBusy, stage_lock, sweep_stale_stages, writer_lock
 from .oserrors import explain
@@ -207,15 +208,6 @@ def joined_round_traces(
     return joined.select(order).sort("trace_id").collect()
 
 
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):  # not every filesystem lets a directory be opened for fsync
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def write_atomically(path: Path, data: bytes) -> None:
     """Replace `path` with `data` so that a reader sees the old file or the new one whole, also after a
     crash: written under a temporary name, flushed, renamed over it, and the folder flushed."""
@@ -229,7 +221,7 @@ def write_atomically(path: Path, data: bytes) -> None:
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def part_files(i: int) -> tuple[str, str]:
@@ -1091,7 +1083,7 @@ class SnapshotStore:
             for f in stage.iterdir():
                 if f.stat().st_mode & 0o222:
                     f.chmod(0o444)
-            _fsync_dir(stage)
+            fsync_dir(stage)
             if any(_seq(p.name) == seq for p in self.versions_dir.iterdir()):
                 continue
             try:
@@ -1100,7 +1092,7 @@ class SnapshotStore:
                 if (self.versions_dir / vid).exists():
                     continue
                 raise
-            _fsync_dir(self.versions_dir)
+            fsync_dir(self.versions_dir)
             return full
         raise SnapshotError(f"could not allocate a version id in {self.root} after 100 attempts")
 
