@@ -411,3 +411,73 @@ def _is_socket(pid: int, fd: str) -> bool:
         return os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
     except OSError:
         return False
+
+
+def test_a_bearer_token_when_set_is_required_on_every_request(demo_store: Path):
+    with http_server(demo_store, SEGOS_MCP_TOKEN="s3cret-token") as (port, _):
+        url = f"http://127.0.0.1:{port}/mcp"
+        with httpx.Client(timeout=30) as http:
+            refused = http.post(url, json=INITIALIZE, headers=HEADERS)
+            assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
+            wrong = http.post(url, json=INITIALIZE, headers={**HEADERS, "authorization": "Bearer nope"})
+            assert wrong.status_code == 401
+            ok = http.post(url, json=INITIALIZE, headers={**HEADERS, "authorization": "Bearer s3cret-token"})
+            assert ok.status_code == 200 and ok.headers["mcp-session-id"]
+
+
+def test_record_trace_has_a_quota_per_session(demo_store: Path, tmp_path: Path):
+    """Each session may record a few traces a minute here; over it the call is a tool error saying when to
+    retry, nothing is written, and another session still records. Clients that keep no session id (the
+    SDK's client on the newest protocol) share one quota."""
+    landing = tmp_path / "landing"
+    env = {"SEGOS_MCP_TRACES_PER_MIN": "3", "SEGOS_LANDING": str(landing)}
+    with http_server(demo_store, **env) as (port, _):
+        url = f"http://127.0.0.1:{port}/mcp"
+        with httpx.Client(timeout=30) as http:
+            first, second = _initialize(http, url), _initialize(http, url)
+            assert [_record(http, url, first, n) for n in range(4)] == [False, False, False, True]
+            assert _record(http, url, second, 4) is False
+
+        async def sessionless() -> list[bool]:
+            async with Client(url) as client:
+                return [(await client.call_tool("record_trace", _trace(n))).is_error for n in (5, 6, 7, 8)]
+
+        assert anyio.run(sessionless) == [False, False, False, True]
+    lines = [json.loads(x) for f in landing.glob("*.jsonl") for x in f.read_text().splitlines()]
+    assert sorted(x["task_id"] for x in lines) == ["t0", "t1", "t2", "t4", "t5", "t6", "t7"]
+
+
+def _trace(n: int) -> dict[str, Any]:
+    return {"task_id": f"t{n}", "queries": ["load a csv"], "used": ["csv-loader"], "reward": 1.0}
+
+
+def _record(http: httpx.Client, url: str, session: str, n: int) -> bool:
+    """record_trace over a raw session; whether it was a tool error."""
+    body = {"jsonrpc": "2.0", "id": 10 + n, "method": "tools/call", "params": {"name": "record_trace"}}
+    body["params"]["arguments"] = _trace(n)  # type: ignore[index]
+    headers = {**HEADERS, "mcp-session-id": session, "mcp-protocol-version": "2025-06-18"}
+    reply = http.post(url, json=body, headers=headers)
+    assert reply.status_code == 200, reply.text
+    text = reply.text
+    if "text/event-stream" in reply.headers.get("content-type", ""):
+        text = next(line[5:] for line in text.splitlines() if line.startswith("data:"))
+    return bool(json.loads(text)["result"].get("isError"))
+
+
+def test_trace_quota_counts_calls_and_bytes_in_a_sliding_minute():
+    from segos_pipeline.service.mcp_server import QuotaExceeded, TraceQuota
+
+    now = [0.0]
+    quota = TraceQuota(calls=2, bytes_=1000, clock=lambda: now[0])
+    a, b = "session-a", "session-b"
+    quota.admit(a, 100)
+    quota.admit(a, 100)
+    with pytest.raises(QuotaExceeded, match="retry in 60 s"):
+        quota.admit(a, 100)
+    quota.admit(b, 900)  # sessions are counted apart
+    with pytest.raises(QuotaExceeded):
+        quota.admit(b, 200)  # 1,100 bytes in the minute
+    now[0] = 61.0
+    quota.admit(a, 100)  # the minute has passed
+    with pytest.raises(ValueError, match="SEGOS_MCP_TRACES_PER_MIN"):
+        TraceQuota.from_env({"SEGOS_MCP_TRACES_PER_MIN": "zero"})

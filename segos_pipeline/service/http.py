@@ -15,6 +15,8 @@ answering whatever its local clients do (issue 31, item 4).
 - Failed accepts (EMFILE and the like), and requests refused at the connection cap, are logged as one
   line at most every `accept_log_every_s`, with a count, never a traceback (rendering one needs
   descriptors the server has just run out of).
+- A bearer token (`SEGOS_MCP_TOKEN`), when set: every request must carry `Authorization: Bearer <token>`
+  (401 otherwise), so another local user or a page the browser was led to cannot call the tools.
 
 Every limit has a default here and an environment variable (`ENV`), documented in docs/mcp.md.
 """
@@ -22,6 +24,7 @@ Every limit has a default here and an environment variable (`ENV`), documented i
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import resource
 import sys
@@ -290,6 +293,25 @@ async def _answer(send: Send, status: int, body: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+class BearerToken:
+    """ASGI middleware: a request without `Authorization: Bearer <token>` is answered 401 and goes no
+    further (compared in constant time)."""
+
+    def __init__(self, app: ASGIApp, token: str):
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            given = (_header(scope, b"authorization") or "").encode("latin-1")
+            if not hmac.compare_digest(given, self.expected):
+                headers = [(b"content-type", b"text/plain"), (b"www-authenticate", b"Bearer")]
+                await send({"type": "http.response.start", "status": 401, "headers": headers})
+                await send({"type": "http.response.body", "body": b"A bearer token is required\n"})
+                return
+        await self.app(scope, receive, send)
+
+
 def _header(scope: Mapping[str, Any], name: bytes) -> str | None:
     for key, value in scope.get("headers", ()):
         if key.lower() == name:
@@ -474,8 +496,9 @@ def plain_logger() -> logging.Logger:
     return logger
 
 
-def build_asgi(app: MCPServer, host: str, limits: HttpLimits) -> ASGIApp:
-    """The SDK's streamable HTTP app (at /mcp) behind `BodyDeadline` and `SessionLRU`."""
+def build_asgi(app: MCPServer, host: str, limits: HttpLimits, token: str | None = None) -> ASGIApp:
+    """The SDK's streamable HTTP app (at /mcp) behind `BodyDeadline` and `SessionLRU`, and `BearerToken`
+    first when a token is given."""
     sdk_app = app.streamable_http_app(
         streamable_http_path=MCP_PATH,
         session_idle_timeout=limits.session_idle_s,
@@ -485,12 +508,15 @@ def build_asgi(app: MCPServer, host: str, limits: HttpLimits) -> ASGIApp:
     manager = app.session_manager
     sessions = SessionLRU(sdk_app, manager, limits.max_sessions)
     max_body = manager.max_request_body_size
-    return BodyDeadline(
+    bounded = BodyDeadline(
         sessions, limits.body_timeout_s, max_body, max(limits.body_budget_bytes, max_body + 1)
     )
+    return BearerToken(bounded, token) if token else bounded
 
 
-async def serve_http(app: MCPServer, host: str, port: int, limits: HttpLimits) -> None:  # pragma: no cover
+async def serve_http(
+    app: MCPServer, host: str, port: int, limits: HttpLimits, token: str | None = None
+) -> None:  # pragma: no cover
     """Serve `app` over streamable HTTP on (host, port) until stopped, within `limits` (tested through real
     server processes in tests/test_mcp_http_limits.py)."""
     import uvicorn
@@ -498,7 +524,7 @@ async def serve_http(app: MCPServer, host: str, port: int, limits: HttpLimits) -
     nofile = raise_nofile_limit()
     cap = connection_cap(limits, nofile)
     config = uvicorn.Config(
-        build_asgi(app, host, limits),
+        build_asgi(app, host, limits, token),
         host=host,
         port=port,
         log_level=app.settings.log_level.lower(),

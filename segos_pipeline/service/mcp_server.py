@@ -29,13 +29,15 @@ the reverse.
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import os
 import socket
 import stat
 import threading
+import time
 import urllib.parse
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
@@ -380,8 +382,78 @@ _WRITE = ToolAnnotations(
 )
 
 
+class QuotaExceeded(ValueError):
+    """A session recorded more traces, or more trace bytes, in the last minute than its quota allows."""
+
+
+class TraceQuota:
+    """What one session may record with `record_trace` in any minute: `calls` traces and `bytes_` bytes of
+    their content (queries, used names, CTRF report), so one client cannot fill the landing folder's disk
+    (one session wrote 50 MB/s before). Keyed by the session's id (`session_key`: clients without one
+    share a key); the `SESSIONS` most recently seen are remembered. Defaults: 600 traces and 16 MiB a
+    minute, `$SEGOS_MCP_TRACES_PER_MIN` and `$SEGOS_MCP_TRACE_MB_PER_MIN` (docs/mcp.md)."""
+
+    WINDOW_S = 60.0
+    SESSIONS = 10_000
+
+    def __init__(
+        self, calls: int = 600, bytes_: int = 16 * 1024 * 1024, clock: Callable[[], float] = time.monotonic
+    ):
+        self.calls, self.bytes, self.clock = calls, bytes_, clock
+        self._seen: collections.OrderedDict[str, collections.deque[tuple[float, int]]] = (
+            collections.OrderedDict()
+        )
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> TraceQuota:
+        calls = env.get("SEGOS_MCP_TRACES_PER_MIN") or "600"
+        megabytes = env.get("SEGOS_MCP_TRACE_MB_PER_MIN") or "16"
+        try:
+            quota = cls(int(calls), int(float(megabytes) * 1024 * 1024))
+        except ValueError:
+            quota = cls(0, 0)
+        if quota.calls <= 0 or quota.bytes <= 0:
+            raise ValueError(
+                "SEGOS_MCP_TRACES_PER_MIN and SEGOS_MCP_TRACE_MB_PER_MIN must be positive numbers, not "
+                f"{calls!r} and {megabytes!r}"
+            )
+        return quota
+
+    def admit(self, session: str, size: int) -> None:
+        """Count one trace of `size` bytes for `session`, or raise QuotaExceeded (nothing counted)."""
+        now = self.clock()
+        with self._lock:
+            seen = self._seen.setdefault(session, collections.deque())
+            self._seen.move_to_end(session)
+            if len(self._seen) > self.SESSIONS:
+                self._seen.popitem(last=False)
+            while seen and seen[0][0] <= now - self.WINDOW_S:
+                seen.popleft()
+            used = sum(b for _, b in seen)
+            if len(seen) >= self.calls or used + size > self.bytes:
+                wait = max(0.0, seen[0][0] + self.WINDOW_S - now) if seen else self.WINDOW_S
+                raise QuotaExceeded(
+                    f"record_trace quota: at most {self.calls} traces and {self.bytes // (1024 * 1024)} MiB "
+                    f"a minute per session ({len(seen)} traces, {used:,} bytes in the last minute); "
+                    f"retry in {wait:.0f} s"
+                )
+            seen.append((now, size))
+
+
+def session_key(ctx: Context) -> str:
+    """Which client session a request belongs to: its `mcp-session-id` over HTTP (the SDK builds a session
+    object per request there). A stdio server's one client, and HTTP clients that keep no session (the
+    SDK's own client on the newest protocol sends none), share one key: together they get one quota."""
+    request = ctx.request_context.request
+    headers = getattr(request, "headers", None)
+    return (headers.get("mcp-session-id") if headers is not None else None) or "no session"
+
+
 def build_server(
-    service: SegosService | ServiceSlot | Callable[[], SegosService], name: str = "segos"
+    service: SegosService | ServiceSlot | Callable[[], SegosService],
+    name: str = "segos",
+    quota: TraceQuota | None = None,
 ) -> SegosMCPServer:
     """The MCP server whose tools call `service`: a service, a slot, or a function that builds one (run on
     a thread when the server starts)."""
@@ -401,6 +473,7 @@ def build_server(
     app.slot = slot
     service = slot  # the tool bodies call the loaded service through the slot
     tool_errors = _tool_errors(slot)
+    quota = quota or TraceQuota.from_env(os.environ)
 
     @app.tool(title="Search skills", annotations=_READ, structured_output=False)
     @tool_errors
@@ -512,12 +585,16 @@ def build_server(
         trace_id: Annotated[
             str | None, Field(description="Default: a fresh id.", min_length=1, max_length=MAX_ID_CHARS)
         ] = None,
+        ctx: Context | None = None,
     ) -> dict[str, Any]:
         """Report how an attempt went. Validated exactly as `segos ingest` validates a line (the trace
         contract, `segos trace-schema`), so what is recorded is ingested; appended to the trace landing
         folder that the next evolution window reads. Caps: ids and names <= 256 characters, the whole
         trace <= 1 MiB as a JSON line. The reply is a short acknowledgement (id, window, reward, unknown
         skill names: at most 20, with their count)."""
+        if ctx is not None:  # the session's quota (a call outside a session, in tests, has none)
+            content = {"queries": queries, "used": used, "ctrf": ctrf, "agent": agent, "task_id": task_id}
+            quota.admit(session_key(ctx), len(pydantic_core.to_json(content, fallback=str)))
         return await _off_loop(
             lambda: service.record_trace(
                 task_id, queries, used, reward, ctrf, agent, trace_id=trace_id, attempt=attempt
@@ -721,16 +798,18 @@ def serve(
 
         check_listen(host, port)
         limits = HttpLimits.from_env(os.environ)  # a bad value is one error line, before anything starts
-    anyio.run(_serve, app, limits, host, port)
+    anyio.run(_serve, app, limits, host, port, os.environ.get("SEGOS_MCP_TOKEN") or None)
 
 
-async def _serve(app: SegosMCPServer, limits: HttpLimits | None, host: str, port: int) -> None:
+async def _serve(
+    app: SegosMCPServer, limits: HttpLimits | None, host: str, port: int, token: str | None = None
+) -> None:
     app.slot.start()
     try:
         if limits is not None:
             from .http import serve_http
 
-            await serve_http(app, host, port, limits)
+            await serve_http(app, host, port, limits, token)
         else:
             await run_stdio(app)
     finally:
