@@ -34,6 +34,8 @@ from segos_pipeline.service.http import (
     connection_cap,
 )
 
+from .test_mcp import _mcp_http
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 QUERY = "load the sales csv, clean missing values and chart revenue by month"
 HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
@@ -67,19 +69,8 @@ def http_server(
             resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 
     port = _free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "segos_pipeline.cli",
-        "mcp",
-        "--store",
-        str(store),
-        "--http",
-        "--port",
-        str(port),
-    ]
     proc = subprocess.Popen(
-        cmd,
+        _mcp_http(store, port),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         cwd=PROJECT_ROOT,
