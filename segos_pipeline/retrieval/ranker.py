@@ -522,8 +522,10 @@ class Retriever:
         (embedding it would cost more than the rest of the query)."""
         words = ranking.evidence.words(nodes)
         xp = ranking.experience
+        witnessed = None  # the closest witnesses' (share, cosine)
         if self.experience is not None and xp is not None:
-            words = np.maximum(words, self.experience.closest(nodes, xp)[0])
+            witnessed = self.experience.closest(nodes, xp)
+            words = np.maximum(words, witnessed[0])
         q = ranking.query_vector
         if (
             q is None
@@ -536,8 +538,8 @@ class Retriever:
         if q is None or self.semantic is None:
             return Relevance(nodes, words, None, words)
         cosine = (self.semantic.matrix[nodes] @ q).astype(np.float64)
-        if self.experience is not None and xp is not None:
-            cosine = np.maximum(cosine, self.experience.closest(nodes, xp)[1])
+        if witnessed is not None:
+            cosine = np.maximum(cosine, witnessed[1])
         # An embedding finds some similarity in anything (nonsense scores 0.2-0.4 against real skills), so
         # a cosine counts in full only where the skill also shares a word with the query.
         meaning = np.where(words > 0, self.config.relevance_cosine_weight * cosine, cosine)
