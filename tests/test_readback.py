@@ -177,10 +177,11 @@ def parts(store: Path) -> list[Path]:
 
 
 def test_parts_are_named_by_their_hash(ingested):
-    from segos_pipeline.evolution.trace_parts import file_sha256, recorded_hash
+    from segos_pipeline.evolution.trace_parts import recorded_hash
+    from segos_pipeline.store.snapshot import sha256_file
 
     found = parts(ingested)
-    assert found and all(recorded_hash(p) == file_sha256(p)[:32] for p in found)
+    assert found and all(recorded_hash(p) == sha256_file(p)[:32] for p in found)
 
 
 @pytest.mark.parametrize("where", [0.1, 0.5, 0.9])

@@ -19,7 +19,7 @@ from segos_pipeline.evolution.engines.local import LocalEngine, spilled_partitio
 from segos_pipeline.evolution.evidence import added_rows, partition_ids, split_by_task
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.round import evolve, evolve_round
-from segos_pipeline.evolution.trace_parts import file_sha256, hashed_name, recorded_hash
+from segos_pipeline.evolution.trace_parts import hashed_name, recorded_hash
 from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR
 from segos_pipeline.retrieval.ordering import lineage_traces, mine_precedence
 from segos_pipeline.store.snapshot import (
@@ -28,6 +28,7 @@ from segos_pipeline.store.snapshot import (
     DamagedSnapshot,
     VersionFiles,
     round_part_names,
+    sha256_file,
 )
 
 WINDOW = "2026-11-27"
@@ -66,7 +67,7 @@ def rewrite_window(store: SnapshotStore, transform, keep_name: bool = False) -> 
         f.chmod(0o644)
         table.write_parquet(f)
         if not keep_name and recorded_hash(f) is not None:
-            f.rename(f.with_name(hashed_name(f.name.split(".")[0], file_sha256(f))))
+            f.rename(f.with_name(hashed_name(f.name.split(".")[0], sha256_file(f))))
 
 
 @pytest.mark.parametrize("partitions", [1, 3])

@@ -52,7 +52,7 @@ import polars as pl
 from ..progress import Progress, Tick, emit, stage
 from ..store.durable import fsync_dir
 from ..store.remote import RemoteStore, open_store
-from ..store.snapshot import SnapshotError, SnapshotStore
+from ..store.snapshot import SnapshotError, SnapshotStore, sha256_file
 from ..text.names import SkillNames
 from . import columnar, trace_parts
 from .adapters.common import RAW_LIMIT, Rejected, Skipped, files_under, read_lines, rejected
@@ -598,7 +598,7 @@ class TraceStore:
             table.write_parquet(tmp, compression="zstd", compression_level=1)
             with open(tmp, "rb") as fh:
                 os.fsync(fh.fileno())
-            part = folder / trace_parts.hashed_name(name, trace_parts.file_sha256(Path(tmp)))
+            part = folder / trace_parts.hashed_name(name, sha256_file(Path(tmp)))
             os.replace(tmp, part)  # readers see a part whole or not at all
             fsync_dir(folder)
         finally:

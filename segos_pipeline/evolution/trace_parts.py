@@ -13,7 +13,6 @@ error naming the file (`reading`).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -22,6 +21,7 @@ import polars as pl
 
 from ..store.errors import SnapshotError
 from ..store.oserrors import explain
+from ..store.snapshot import sha256_file
 
 HASH_DIGITS = 32  # 128 bits of sha256: plenty to tell damage, and the name stays readable
 _HASHED = re.compile(rf"\.([0-9a-f]{{{HASH_DIGITS}}})\.parquet$")
@@ -29,11 +29,6 @@ _HASHED = re.compile(rf"\.([0-9a-f]{{{HASH_DIGITS}}})\.parquet$")
 
 class DamagedTraces(SnapshotError):
     """A stored trace file that does not match its hash, or that cannot be read; the message names it."""
-
-
-def file_sha256(path: Path) -> str:
-    with path.open("rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def hashed_name(stem: str, digest: str) -> str:
@@ -53,7 +48,7 @@ def problem(path: Path) -> str | None:
     if want is None:
         return None
     try:
-        got = file_sha256(path)[:HASH_DIGITS]
+        got = sha256_file(path)[:HASH_DIGITS]
     except OSError as exc:
         return f"cannot be read: {explain(exc)}"
     return None if got == want else f"its bytes no longer match the hash in its name (sha256 {got}...)"

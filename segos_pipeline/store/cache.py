@@ -20,7 +20,6 @@ of vectors, a 121 MB lexical matrix of 10M postings): the check took 0.3-0.9 s a
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -32,6 +31,7 @@ from typing import TypeVar
 import polars as pl
 
 from .durable import fsync_dir, fsync_file
+from .snapshot import sha256_file
 
 T = TypeVar("T")
 HASHES = "hashes.json"  # {file name: {"bytes", "sha256"}} of every other file of the entry; written last
@@ -94,7 +94,7 @@ def entry_intact(folder: Path) -> bool:
             path = folder / name
             if path.parent != folder or path.stat().st_size != meta["bytes"]:
                 return False
-            if _sha256(path) != meta["sha256"]:
+            if sha256_file(path) != meta["sha256"]:
                 return False
         return True
     except (OSError, ValueError, KeyError, TypeError):
@@ -108,7 +108,7 @@ def _seal(stage: Path) -> None:
     for f in sorted(stage.iterdir()):
         if f.is_file():
             fsync_file(f)
-            hashes[f.name] = {"bytes": f.stat().st_size, "sha256": _sha256(f)}
+            hashes[f.name] = {"bytes": f.stat().st_size, "sha256": sha256_file(f)}
     (stage / HASHES).write_text(json.dumps(hashes, indent=1, sort_keys=True))
     fsync_file(stage / HASHES)
     fsync_dir(stage)
@@ -124,8 +124,3 @@ def _drop(folder: Path, inode: int) -> None:
             return
         os.rename(folder, aside)
         shutil.rmtree(aside, ignore_errors=True)
-
-
-def _sha256(path: Path) -> str:
-    with path.open("rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()

@@ -112,12 +112,9 @@ PART_PARQUET: dict[str, Any] = {"compression": "zstd", "compression_level": 1}
 _VERSION_RE = re.compile(r"^v(\d{4,})-[0-9a-f]{8}$")
 
 
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
+def sha256_file(path: Path) -> str:
     with path.open("rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def content_id(files: Mapping[str, Any]) -> str:
