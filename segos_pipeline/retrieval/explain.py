@@ -27,13 +27,10 @@ def _r(value: float | None) -> float | None:
 def explain_rank(
     retriever: Retriever, query: str, ref: str, top_n: int | None = None, min_score: float | None = None
 ) -> dict[str, Any]:
-    """The evidence behind the rank of the skill `ref` (id or name) for `query`; ValueError if unknown."""
+    """The evidence behind the rank of the skill `ref` (id or name) for `query`; UnknownName (a ValueError)
+    if no skill carries it."""
     r = retriever
-    found = r.names.resolve(ref.strip()) if isinstance(ref, str) and ref.strip() else []
-    if not found:
-        close = r.names.suggestions(ref) if isinstance(ref, str) else []
-        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        raise ValueError(f"unknown skill {ref!r} in version {r.snapshot.version}{hint}")
+    found = r.names.require(ref, r.snapshot.version)
     node = found[0]
     top_n = top_n or r.config.top_n
     ranking = r.rank(query)

@@ -111,16 +111,16 @@ class Bundle:
 
 @dataclass(frozen=True)
 class Relevance:
-    """How well some skills match a query in absolute terms, comparable across queries (the evidence that
-    ranks them is normalised per query, so the best of nothing scores like the best of a real match).
+    """How well some skills (in the order asked) match a query in absolute terms, comparable across
+    queries (the evidence that ranks them is normalised per query, so the best of nothing scores like the
+    best of a real match).
 
     `words`: the share of the query's word weight that the skill's text, or its closest witnessing
-    request, holds (`LexicalIndex.word_shares`). `cosine`: the embedding similarity of the text or closest
+    request, holds (`Evidence.words`). `cosine`: the embedding similarity of the text or closest
     witness to the query (None when the query was not embedded). `value`: the larger of the words share and
     `relevance_cosine_weight` × cosine, the cosine counting alone (unweighted) for a skill that shares no
     word with the query, at most 1."""
 
-    nodes: np.ndarray
     words: np.ndarray
     cosine: np.ndarray | None
     value: np.ndarray
@@ -512,7 +512,7 @@ class Retriever:
         reached = best > 0 if relevance.cosine is None and min_score is None else best >= floor
         if floor > 0 and not reached:
             empty = np.zeros(0)
-            return Members([], [], Relevance(empty, empty, None, empty), True, floor)
+            return Members([], [], Relevance(empty, None, empty), True, floor)
         return Members(chosen, pruned, relevance, False, floor)
 
     def relevance(self, ranking: Ranking, nodes: np.ndarray, floor: float = 0.0) -> Relevance:
@@ -536,14 +536,14 @@ class Retriever:
         ):
             q = self.semantic.query_vector(ranking.query)
         if q is None or self.semantic is None:
-            return Relevance(nodes, words, None, words)
+            return Relevance(words, None, words)
         cosine = (self.semantic.matrix[nodes] @ q).astype(np.float64)
         if witnessed is not None:
             cosine = np.maximum(cosine, witnessed[1])
         # An embedding finds some similarity in anything (nonsense scores 0.2-0.4 against real skills), so
         # a cosine counts in full only where the skill also shares a word with the query.
         meaning = np.where(words > 0, self.config.relevance_cosine_weight * cosine, cosine)
-        return Relevance(nodes, words, cosine, np.clip(np.maximum(words, meaning), 0.0, 1.0))
+        return Relevance(words, cosine, np.clip(np.maximum(words, meaning), 0.0, 1.0))
 
     def rank_of(self, query: str, node: int, patch: RowPatch | None = None) -> int | None:
         """1-based position of `node` in the ranking of `query` (None when it has no evidence)."""

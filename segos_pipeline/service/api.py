@@ -65,7 +65,7 @@ from ..retrieval.ranker import Retriever, hydrate_rows
 from ..store.remote import RemoteStore, open_store
 from ..store.served import SERVED, pointer, served
 from ..store.snapshot import Snapshot, SnapshotError, SnapshotStore, VersionFiles
-from ..text.names import SkillNames
+from ..text.names import SkillNames, UnknownName
 
 log = logging.getLogger(__name__)  # version switches; `segos mcp` shows them on stderr
 MAX_REPLY_UNKNOWN = 20  # unknown skill names listed in a record_trace reply (the count is always given)
@@ -78,7 +78,7 @@ class ServiceError(ValueError):
     """A request that cannot be answered as asked (unknown skill, bad argument, malformed trace)."""
 
 
-class UnknownSkill(ServiceError):
+class UnknownSkill(ServiceError, UnknownName):
     pass
 
 
@@ -433,11 +433,10 @@ class SegosService:
         one's error suggests near misses when `suggest`."""
         if not isinstance(name, str) or not name.strip():
             raise ServiceError("give a skill id or name")
-        found = lo.names.resolve(name.strip())
-        if not found:
-            close = lo.names.suggestions(name) if suggest else []
-            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-            raise UnknownSkill(f"unknown skill {name!r} in version {lo.version}{hint}")
+        try:
+            found = lo.names.require(name, lo.version, suggest)
+        except UnknownName as exc:
+            raise UnknownSkill(str(exc)) from None
         return found[0], [lo.names.ids[i] for i in found[1:]]
 
     def search(

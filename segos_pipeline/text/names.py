@@ -18,6 +18,10 @@ from .lexicon import position_index
 from .tokens import normalize_name, normalize_names
 
 
+class UnknownName(ValueError):
+    """A reference no skill of the version carries (the message suggests near misses)."""
+
+
 class SkillNames:
     def __init__(self, nodes: pl.DataFrame):
         self.ids: list[str] = nodes["id"].to_list()
@@ -43,6 +47,15 @@ class SkillNames:
     def row_of(self, skill_id: str) -> int | None:
         """Row index of an exact skill id; None when no skill has it."""
         return self._exact.get(skill_id)
+
+    def require(self, ref: str, version: str, suggest: bool = True) -> list[int]:
+        """`resolve`, or UnknownName naming `version` and, when `suggest`, the near misses."""
+        found = self.resolve(ref.strip())
+        if not found:
+            close = self.suggestions(ref) if suggest else []
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            raise UnknownName(f"unknown skill {ref!r} in version {version}{hint}")
+        return found
 
     def resolve_one(self, ref: str) -> int | None:
         found = self.resolve(ref)
