@@ -479,7 +479,7 @@ def _relative(pkg: str | Path, root: str | Path) -> str:
     return Path(pkg).relative_to(root).as_posix()  # not a plain prefix: pathlib decides (or raises)
 
 
-def _read_limited(
+def read_limited(
     path: str | Path, limit: int, mode: int | None = None, root: str | None = None, ino: int = 0
 ) -> tuple[bytes, bool]:
     """The first `limit` bytes of a regular file and whether there were more; NotARegularFile otherwise.
@@ -719,7 +719,7 @@ def parse_package(
     if linked and not _inside(skill_path, root):
         return leaves_root()
     try:
-        raw, truncated = _read_limited(
+        raw, truncated = read_limited(
             skill_path, config.max_skill_md_bytes, None if linked else link_mode, root, listed_ino
         )
     except LeavesRoot:  # a link swapped in, or a folder on the way swapped for one, after the check above

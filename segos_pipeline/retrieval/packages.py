@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..graph.parsing import LeavesRoot, NotARegularFile, read_limited
+
 MAX_FILE_BYTES = 1024 * 1024  # one package file read or exported (scripts and notes are far smaller)
 MAX_LISTED = 200  # files listed for one package (the listing says when there are more)
 SKILL_FILE = "SKILL.md"
@@ -137,38 +139,24 @@ def relative_parts(path: Any) -> tuple[str, ...]:
     return parts
 
 
-def _inside(path: str, folder: str) -> bool:
-    return os.path.commonpath([path, folder]) == folder
-
-
-def open_inside(folder: Path, parts: tuple[str, ...], shown: str) -> int:
-    """An fd of the regular file `folder/parts...`, opened only when its real location is inside the
-    folder's real path and its last component is no symlink after resolution (O_NOFOLLOW)."""
-    real_folder = os.path.realpath(folder)
-    target = os.path.realpath(os.path.join(real_folder, *parts))
-    if not _inside(target, real_folder):
-        raise PathRefused(f"{shown} leads outside the package (a symbolic link); it is not read")
+def read_package_file(folder: Path, path: str, max_bytes: int = MAX_FILE_BYTES) -> PackageFile:
+    """The file at `path` inside the package `folder`: text if it decodes as UTF-8, else its bytes. Read as
+    the parse reads a SKILL.md (`read_limited`): a regular file, and the file actually opened must lie
+    inside the folder's real path (asked of the kernel through the open descriptor, so a link or folder
+    swapped in between cannot lead the read outside)."""
+    parts = relative_parts(path)
+    shown = "/".join(parts)
     try:
-        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        data, more = read_limited(os.path.join(folder, *parts), max_bytes, root=str(folder))
+    except LeavesRoot:
+        raise PathRefused(f"{shown} leads outside the package (a symbolic link); it is not read") from None
+    except NotARegularFile:
+        raise PathRefused(f"{shown} is not a regular file") from None
     except FileNotFoundError:
         raise PathRefused(f"no file {shown} in the package") from None
     except OSError as exc:
         raise PathRefused(f"{shown} cannot be read: {exc.strerror or exc}") from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise PathRefused(f"{shown} is not a regular file")
-    return fd
-
-
-def read_package_file(folder: Path, path: str, max_bytes: int = MAX_FILE_BYTES) -> PackageFile:
-    """The file at `path` inside the package `folder`: text if it decodes as UTF-8, else its bytes."""
-    parts = relative_parts(path)
-    shown = "/".join(parts)
-    fd = open_inside(folder, parts, shown)
-    with os.fdopen(fd, "rb") as fh:
-        data = fh.read(max_bytes + 1)
-    if len(data) > max_bytes:
+    if more:
         raise PathRefused(f"{shown} is larger than {max_bytes:,} bytes; it is not read")
     mime = mimetypes.guess_type(shown)[0]
     try:
