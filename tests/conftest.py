@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import resource
 import shutil
+import socket
 import subprocess
+import sys
 import textwrap
+import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import polars as pl
@@ -17,6 +23,8 @@ import scipy.sparse as sp
 
 from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR
 from segos_pipeline.store.snapshot import MANIFEST, Snapshot, SnapshotStore, sha256_file
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -170,3 +178,51 @@ def uri(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
             fs.rm(f"/{bucket}", recursive=True)
     else:
         yield (tmp_path / "remote" / "store").as_uri()
+
+
+def mcp_http_command(store: Path, port: int) -> list[str]:
+    """The `segos mcp --http` command line on `port`."""
+    cli = [sys.executable, "-m", "segos_pipeline.cli"]
+    return [*cli, "mcp", "--store", str(store), "--http", "--port", str(port)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def mcp_http_server(
+    store: Path, nofile: int | None = None, **env: str
+) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """`segos mcp --http` (this checkout's code) on a free port with `env` added, from the moment it listens
+    until the block ends; with `nofile`, under that descriptor limit (soft and hard)."""
+
+    def limit() -> None:
+        if nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+    port = free_port()
+    proc = subprocess.Popen(
+        mcp_http_command(store, port),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=PROJECT_ROOT,
+        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT), **env},
+        preexec_fn=limit,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "segos mcp --http did not listen within 60 s"
+                time.sleep(0.2)
+        yield port, proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)  # a clean stop, even after descriptors ran out

@@ -25,7 +25,7 @@ from segos_pipeline.evolution.round import evolve
 from segos_pipeline.paths import DEFAULT_LIBRARY
 from segos_pipeline.service.mcp_server import SKILL_URI, argument_errors
 
-from .conftest import commit_copy
+from .conftest import commit_copy, mcp_http_command, mcp_http_server
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout
 
@@ -484,45 +484,8 @@ def test_initialize_is_answered_while_the_store_loads(store: Path):
     assert json.loads(out.splitlines()[0])["result"]["serverInfo"]["name"] == "segos"
 
 
-def _mcp_http(store: Path, port: int) -> list[str]:
-    """The `segos mcp --http` command line on `port`."""
-    return [
-        sys.executable,
-        "-m",
-        "segos_pipeline.cli",
-        "mcp",
-        "--store",
-        str(store),
-        "--http",
-        "--port",
-        str(port),
-    ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_streamable_http_serves_the_same_tools_on_loopback(store: Path, tmp_path: Path):
-    port = _free_port()
-    proc = subprocess.Popen(
-        _mcp_http(store, port),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        cwd=PROJECT_ROOT,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:  # wait until it listens (or fails to start)
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "segos mcp --http did not listen within 60 s"
-                time.sleep(0.2)
+    with mcp_http_server(store) as (port, _):
 
         async def scenario() -> None:
             async with Client(f"http://127.0.0.1:{port}/mcp") as client:
@@ -534,9 +497,6 @@ def test_streamable_http_serves_the_same_tools_on_loopback(store: Path, tmp_path
                 assert "unknown skill" in await error(client, "get_skill_detail", name="no-such-skill")
 
         anyio.run(scenario)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def test_http_refuses_a_non_loopback_host(store: Path):
@@ -553,7 +513,7 @@ def test_a_taken_port_is_one_clear_error_before_anything_is_announced(store: Pat
         taken.listen()
         port = taken.getsockname()[1]
         proc = subprocess.run(
-            _mcp_http(store, port),
+            mcp_http_command(store, port),
             capture_output=True,
             text=True,
             cwd=PROJECT_ROOT,

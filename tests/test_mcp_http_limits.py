@@ -8,13 +8,11 @@ import asyncio
 import json
 import logging
 import os
-import resource
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +32,7 @@ from segos_pipeline.service.http import (
     connection_cap,
 )
 
-from .test_mcp import _mcp_http
+from .conftest import free_port, mcp_http_server
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 QUERY = "load the sales csv, clean missing values and chart revenue by month"
@@ -49,48 +47,6 @@ INITIALIZE = {
         "clientInfo": {"name": "t", "version": "0"},
     },
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextmanager
-def http_server(
-    store: Path, nofile: int | None = None, **env: str
-) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
-    """`segos mcp --http` (this checkout's code) on a free port with `env` added, until the block ends;
-    with `nofile`, under that descriptor limit (soft and hard)."""
-
-    def limit() -> None:
-        if nofile is not None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-
-    port = _free_port()
-    proc = subprocess.Popen(
-        _mcp_http(store, port),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        cwd=PROJECT_ROOT,
-        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT), **env},
-        preexec_fn=limit,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "segos mcp --http did not listen within 60 s"
-                time.sleep(0.2)
-        yield port, proc
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)  # a clean stop, even after descriptors ran out
 
 
 def _initialize(http: httpx.Client, url: str) -> str:
@@ -126,7 +82,7 @@ LIMITS = {
 @pytest.fixture(scope="module")
 def mcp_url(demo_store: Path) -> Iterator[str]:
     """One server with small limits for the module's real-process cases (start-up is most of their time)."""
-    with http_server(demo_store, **LIMITS) as (port, _):
+    with mcp_http_server(demo_store, **LIMITS) as (port, _):
         yield f"http://127.0.0.1:{port}/mcp"
 
 
@@ -353,7 +309,7 @@ def test_limits_come_from_the_environment_with_clear_errors(demo_store: Path):
                 HttpLimits.from_env({var: bad})
     assert connection_cap(HttpLimits(), 1 << 20) == 512
     assert connection_cap(HttpLimits(), 1024) == 128  # well below the descriptor limit
-    port = _free_port()
+    port = free_port()
     proc = subprocess.run(
         [
             sys.executable,
@@ -382,7 +338,7 @@ def test_more_connections_than_descriptors_leave_the_server_up(demo_store: Path)
     cap (2 x 32) and closes the rest as they come, so it never runs out of descriptors itself (before, the
     accepts failed with EMFILE, and a fresh server died rendering the traceback); it writes no traceback,
     answers once they close, and stops cleanly."""
-    with http_server(demo_store, nofile=256, SEGOS_MCP_HEAD_TIMEOUT_S="60") as (port, proc):
+    with mcp_http_server(demo_store, nofile=256, SEGOS_MCP_HEAD_TIMEOUT_S="60") as (port, proc):
         url = f"http://127.0.0.1:{port}/mcp"
         assert anyio.run(_search_within, url, 60.0)["results"]  # loaded: the flood meets a warm server
         flood = [socket.create_connection(("127.0.0.1", port)) for _ in range(400)]
@@ -405,7 +361,7 @@ def _is_socket(pid: int, fd: str) -> bool:
 
 
 def test_a_bearer_token_when_set_is_required_on_every_request(demo_store: Path):
-    with http_server(demo_store, SEGOS_MCP_TOKEN="s3cret-token") as (port, _):
+    with mcp_http_server(demo_store, SEGOS_MCP_TOKEN="s3cret-token") as (port, _):
         url = f"http://127.0.0.1:{port}/mcp"
         with httpx.Client(timeout=30) as http:
             refused = http.post(url, json=INITIALIZE, headers=HEADERS)
@@ -422,7 +378,7 @@ def test_record_trace_has_a_quota_per_session(demo_store: Path, tmp_path: Path):
     SDK's client on the newest protocol) share one quota."""
     landing = tmp_path / "landing"
     env = {"SEGOS_MCP_TRACES_PER_MIN": "3", "SEGOS_LANDING": str(landing)}
-    with http_server(demo_store, **env) as (port, _):
+    with mcp_http_server(demo_store, **env) as (port, _):
         url = f"http://127.0.0.1:{port}/mcp"
         with httpx.Client(timeout=30) as http:
             first, second = _initialize(http, url), _initialize(http, url)
