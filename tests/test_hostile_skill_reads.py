@@ -82,3 +82,25 @@ def test_skill_md_swaps_during_builds_never_put_outside_text_in_the_nodes(tmp_pa
     finally:
         stop.set()
         flipper.join()
+
+
+def test_a_link_swapped_for_a_file_while_it_is_resolved_skips_the_package_not_the_build(
+    tmp_path: Path, monkeypatch
+):
+    """What CI once hit in the flipping test above: realpath lstat-ed a link, the flip made it a file, and
+    readlink raised EINVAL out of the whole parse. Made deterministic by raising what realpath raised."""
+    root, outside = _outside_library(tmp_path)
+    (root / "alpha" / "SKILL.md").unlink()
+    (root / "alpha" / "SKILL.md").symlink_to(outside / "SKILL.md")
+    real = os.path.realpath
+
+    def racing(path, *args, **kwargs):
+        if str(path).endswith(os.path.join("alpha", "SKILL.md")):
+            raise OSError(22, "Invalid argument", str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os.path, "realpath", racing)
+    parsed = parse_library(root, workers=1)
+    assert parsed.nodes["id"].to_list() == ["beta"]
+    (problem,) = parsed.report["problem"].to_list()
+    assert "leaves the library root" in problem

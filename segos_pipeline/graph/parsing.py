@@ -176,9 +176,14 @@ def listed_packages(root: str) -> Iterator[tuple[str, Listed]]:
 
 
 def _inside(path: str | Path, root: str | Path) -> bool:
-    """Whether `path` resolves inside `root`. os.path.realpath, unlike Path.resolve on Python 3.11, does not
-    raise on a symlink loop; the loop then fails to open and is reported as unreadable."""
-    real, real_root = os.path.realpath(path), os.path.realpath(root)
+    """Whether `path` provably resolves inside `root`. os.path.realpath, unlike Path.resolve on Python 3.11,
+    does not raise on a symlink loop; the loop then fails to open and is reported as unreadable. It does
+    raise when a link is swapped for a file while it is being resolved (readlink on what lstat saw as a
+    link: EINVAL): a path that cannot be resolved is not inside, so a race skips the file, never the build."""
+    try:
+        real, real_root = os.path.realpath(path), os.path.realpath(root)
+    except OSError:
+        return False
     return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
 
 

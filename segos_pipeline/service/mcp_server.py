@@ -486,6 +486,7 @@ def build_server(
     ) -> dict[str, Any] | str:
         """Ranked overview of the skills for a task: id, name, capability, score and relevance (no skill
         bodies); none, with no_match=true, when no skill is relevant to it."""
+
         def search() -> dict[str, Any]:
             return service.search(query, top_k, version=version, min_score=min_score)
 
@@ -505,6 +506,7 @@ def build_server(
         """The skills to use for a task, hydrated under the character budgets and listed in execution order
         (prerequisites first), with the edges among them and why each one is included; none, with
         no_match=true, when no skill is relevant to the task."""
+
         def bundle_of() -> dict[str, Any]:
             return service.retrieve_bundle(query, top_n, max_chars, version=version, min_score=min_score)
 
