@@ -188,11 +188,14 @@ class RetrievalConfig(_Overridable):
     # Experience evidence (SPEC §8; segos' own, retrieval/experience.py), added to ρ: the semantic kernel vote
     # of the query's neighbours among every skill's text and every witnessing request (temperature T over
     # cosine), and the lexical share of the query's idf mass the best witness holds, above a floor. Zero on
-    # a version without experience. Chosen on MetaTool dev splits (benchmarks/results/learning.md).
+    # a version without experience. Chosen on MetaTool dev splits (benchmarks/results/learning.md). The
+    # floor was 0.2: a two-part request holds at most about half its words in any one past request of
+    # either part, so 0.1 lets a partial witness count (with the vote on every short query: other requests
+    # .818 → .830, two-tool COMP .784 → .792, untraced tools .769 → .761 against a cold .765).
     experience_weight: float = 2.0
     experience_temperature: float = 0.05
     experience_lexical_weight: float = 1.0
-    experience_lexical_floor: float = 0.2
+    experience_lexical_floor: float = 0.1
     # Co-use completion (SPEC §8): the skills that served the same successful requests as the query's best
     # candidate on at least `co_use_min_share` of its tasks come along with it, at `co_use_weight` × its
     # score × that share (max with their own ρ, so never above it, and past a skill only when that is more
