@@ -113,6 +113,21 @@ def test_a_flipped_bit_in_a_shared_cold_start_part_is_repaired_in_every_version(
     assert bundle(store) == before
 
 
+def test_a_server_with_nothing_to_serve_serves_again_after_the_repair(store):
+    """Both versions list the damaged part: no version loads, and a service cannot start; the repaired
+    file is the one the manifests record, so both serve again, unchanged."""
+    from segos_pipeline.service.api import SegosService
+    from segos_pipeline.store.snapshot import SnapshotError
+
+    before = SegosService(store, reload="sync").search(QUERY)
+    cold, _evolved = versions(store)
+    flip_bit(cold / "nodes-00000.parquet", 500)
+    with pytest.raises(SnapshotError, match="no version"):
+        SegosService(store, reload="sync")
+    segos("repair", "--store", str(store), "--quiet")
+    assert SegosService(store, reload="sync").search(QUERY) == before
+
+
 def test_repair_of_one_version_also_repairs_the_other_names_of_its_file(store):
     cold, evolved = versions(store)
     part = cold / "tokens-00000.parquet"

@@ -334,7 +334,10 @@ def verify(version: str | None, store: Path | None, every: bool, as_json: bool) 
                 click.echo(f"{_in_store(st, p)}: DAMAGED: {why}")
     if problems and not every:
         vid, why = next(iter(problems.items()))
-        _fail(f"version {vid} is damaged: {why}")
+        _fail(
+            f"version {vid} is damaged: {why} (`segos repair {vid}` makes damaged cold-start files again "
+            "from the library)"
+        )
     if parts:
         first = parts[0][0]
         window = first.parent.parent.name if first.parent.name == "parts" else first.parent.name
