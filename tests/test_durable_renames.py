@@ -20,6 +20,7 @@ from segos_pipeline import SnapshotStore, build_cold_start
 from segos_pipeline.evolution.adapters import iter_records
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR
+from segos_pipeline.retrieval import semantic as semantic_mod
 from segos_pipeline.retrieval.ranker import warm_caches
 
 Inode = tuple[int, int]
@@ -87,6 +88,7 @@ def test_a_trace_part_is_flushed_before_its_rename_and_its_folder_after(store, m
 
 
 def test_a_cache_entry_is_flushed_before_its_rename_and_its_folder_after(store, monkeypatch):
+    semantic_mod._RECENT.clear()  # vectors another test of this process computed would not be written
     calls = Calls(monkeypatch)
     warm_caches(store.load())  # writes the lexical index and the skill vectors
     cache = store.root / "cache"
