@@ -33,6 +33,7 @@ from .common import (
 )
 from .compare import compare_cmd
 from .evaluate import eval_cmd
+from .repair import repair_cmd
 from .service import COMMANDS as SERVICE_COMMANDS
 from .skills import COMMANDS as SKILL_COMMANDS
 
@@ -333,7 +334,10 @@ def verify(version: str | None, store: Path | None, every: bool, as_json: bool) 
                 click.echo(f"{_in_store(st, p)}: DAMAGED: {why}")
     if problems and not every:
         vid, why = next(iter(problems.items()))
-        _fail(f"version {vid} is damaged: {why}")
+        _fail(
+            f"version {vid} is damaged: {why} (`segos repair {vid}` makes damaged cold-start files again "
+            "from the library)"
+        )
     if parts:
         first = parts[0][0]
         window = first.parent.parent.name if first.parent.name == "parts" else first.parent.name
@@ -342,8 +346,8 @@ def verify(version: str | None, store: Path | None, every: bool, as_json: bool) 
     damaged += [f"{len(parts)} damaged trace part(s)"] if parts else []
     if problems:
         _fail(
-            f"{', '.join(damaged)}; snapshots are never repaired in place: restore them from a backup, or "
-            "delete their folders and rebuild"
+            f"{', '.join(damaged)}; `segos repair --all` makes damaged cold-start files again from the "
+            "library; restore anything else from a backup, or delete the versions' folders and rebuild"
         )
     if parts:
         _fail(f"{damaged[0]}: set each aside and re-ingest its window's source (above)")
@@ -849,5 +853,6 @@ def generate_library(source: Path, out_dir: Path, fmt: str, as_json: bool) -> No
 
 main.add_command(eval_cmd)
 main.add_command(compare_cmd)
+main.add_command(repair_cmd)
 for _cmd in (*SERVICE_COMMANDS, *SKILL_COMMANDS):  # mcp add update remove | skills show explain export
     main.add_command(_cmd)

@@ -122,13 +122,16 @@ class Listed:
     skill_ino: int = 0  # SKILL.md's inode as listed (free: the directory entry carries it); 0 unknown
 
 
-def _listing(folder: str) -> tuple[Listed | None, list[str]]:
+def _listing(folder: str, dropped: list[Problem] | None = None) -> tuple[Listed | None, list[str]]:
     """What `folder`'s own SKILL.md and scripts/ are (None when it holds no SKILL.md: a non-directory entry
     of that name, as os.walk classifies it), and the subfolders discovery descends into (not hidden, not
-    vendored, not symlinks), sorted."""
+    vendored, not symlinks), sorted. What the walk passes over that may hold packages (a symlinked folder,
+    a folder it cannot list) is added to `dropped`, the path absolute (`walk_problems` makes it relative)."""
     try:
         entries = list(os.scandir(folder))
-    except OSError:  # unreadable: nothing found below it, as os.walk without onerror
+    except OSError as exc:  # unreadable (or deeper than PATH_MAX): nothing found below it, and said so
+        if dropped is not None:
+            dropped.append(_unlisted(folder, exc))
         return None, []
     has_skill = skill_is_file = scripts_is_dir = False
     skill_ino = 0
@@ -155,6 +158,8 @@ def _listing(folder: str) -> tuple[Listed | None, list[str]]:
             if not link:
                 subs.append(name)
                 scripts_is_dir = scripts_is_dir or name == "scripts"
+            elif dropped is not None:
+                dropped.append(_linked_folder(entry.path))
     return (Listed(skill_is_file, scripts_is_dir, skill_ino) if has_skill else None), sorted(subs)
 
 
@@ -164,15 +169,64 @@ def package_folders(root: str) -> Iterator[str]:
     return (folder for folder, _ in listed_packages(root))
 
 
-def listed_packages(root: str) -> Iterator[tuple[str, Listed]]:
-    """`package_folders` with what the listing of each package folder showed (see `Listed`)."""
+def listed_packages(root: str, dropped: list[Problem] | None = None) -> Iterator[tuple[str, Listed]]:
+    """`package_folders` with what the listing of each package folder showed (see `Listed`); what the walk
+    passes over is added to `dropped` (see `_listing`)."""
     stack = [root]
     while stack:
         folder = stack.pop()
-        listed, subs = _listing(folder)
+        listed, subs = _listing(folder, dropped)
         if listed is not None:
             yield folder, listed
         stack.extend(os.path.join(folder, name) for name in reversed(subs))
+
+
+def _linked_folder(path: str) -> Problem:
+    # a stat through the link, never a read: whether a package is lost or only a folder passed over
+    package = os.path.isfile(os.path.join(path, SKILL_FILE))
+    return Problem(
+        path,
+        f"{'package ' if package else ''}folder is a symbolic link, not followed (a link can leave the "
+        "library root or loop)",
+        "skipped with every package under it; put the folder itself in the library",
+        "error" if package else "warning",
+        "symlinked_folder",
+    )
+
+
+def _unlisted(path: str, exc: OSError) -> Problem:
+    if exc.errno == errno.ENAMETOOLONG:
+        why = f"its path is longer than the system allows (PATH_MAX, {_path_max()} bytes)"
+        action = "skipped with every package under it; move the packages closer to the library root"
+    else:
+        code = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+        why = f"it cannot be listed ({code}: {exc.strerror})"
+        action = "skipped with every package under it; make the folder readable"
+    return Problem(path, f"folder not searched for packages: {why}", action, "error", "folder_not_listed")
+
+
+def _path_max() -> int:
+    try:
+        return os.pathconf("/", "PC_PATH_MAX")
+    except (OSError, ValueError):
+        return 4096
+
+
+WALK_CODES = ("symlinked_folder", "folder_not_listed")  # the problems of the walk, not of a package
+MAX_REPORTED_PATH = 300  # characters of a path in a walk problem's row (a PATH_MAX-deep one is 4,096)
+
+
+def walk_problems(dropped: Iterable[Problem], root: str | Path) -> list[Problem]:
+    """The walk's problems (`_listing`) with their paths relative to the library `root`, in the report's
+    form (undecodable bytes escaped, a path past `MAX_REPORTED_PATH` characters cut in the middle)."""
+    out = []
+    for p in dropped:
+        rel = shown_path(_relative(p.file, root))
+        if len(rel) > MAX_REPORTED_PATH:
+            half = MAX_REPORTED_PATH // 2
+            rel = f"{rel[:half]}…{rel[-half:]} ({len(rel):,} characters)"
+        out.append(Problem(rel, p.problem, p.action, p.severity, p.code))
+    return out
 
 
 def _inside(path: str | Path, root: str | Path) -> bool:
@@ -867,10 +921,10 @@ class _Chunk:
 
     items: tuple[_Unit, ...]
 
-    def listed(self) -> Iterator[tuple[str, Listed]]:
+    def listed(self, dropped: list[Problem] | None = None) -> Iterator[tuple[str, Listed]]:
         for path, listed in self.items:
             if listed is None:
-                yield from listed_packages(path)
+                yield from listed_packages(path, dropped)
             else:
                 yield path, listed
 
@@ -889,14 +943,16 @@ def _parse_chunk(args: tuple[_Chunk, str, ParseConfig, ChunkWork | None]) -> _Ch
     chunk, root, config, per_chunk = args
     columns: dict[str, list[Any]] = {name: [] for name in NODE_SCHEMA}
     problems: list[Problem] = []
+    dropped: list[Problem] = []
     count = 0
-    for pkg, listed in chunk.listed():
+    for pkg, listed in chunk.listed(dropped):
         count += 1
         row, found = parse_package(pkg, root, config, listed)
         problems.extend(found)
         if row is not None:
             for name in NODE_SCHEMA:
                 columns[name].append(row[name])
+    problems.extend(walk_problems(dropped, root))
     frame = _frame(columns)
     return frame, problems, count, per_chunk(frame) if per_chunk is not None else None
 
@@ -947,8 +1003,9 @@ _UNITS_PER_WORKER = 16
 _SPLIT_LEVELS = 3
 
 
-def _units(root: Path, wanted: int) -> list[_Unit]:
-    """`root` cut into units in discovery order (see `_Unit`).
+def _units(root: Path, wanted: int, dropped: list[Problem] | None = None) -> list[_Unit]:
+    """`root` cut into units in discovery order (see `_Unit`); what the listings pass over is added to
+    `dropped` (see `_listing`).
 
     Walking the units in order finds exactly the packages of `discover_packages(root)`, in its order."""
     units: list[_Unit] = [(str(root), None)]
@@ -960,15 +1017,16 @@ def _units(root: Path, wanted: int) -> list[_Unit]:
             if listed is not None:
                 split.append((path, listed))
                 continue
-            own, subs = _listing(path)
+            own, subs = _listing(path, dropped)
             split.extend([(path, own)] if own is not None else [])
             split.extend((os.path.join(path, name), None) for name in subs)
         units = split
     return units
 
 
-def _plan(root: Path, workers: int) -> tuple[list[_Chunk], bool]:
-    """Chunks of about `_CHUNK` packages in discovery order, and whether they are worth a pool.
+def _plan(root: Path, workers: int, dropped: list[Problem] | None = None) -> tuple[list[_Chunk], bool]:
+    """Chunks of about `_CHUNK` packages in discovery order, and whether they are worth a pool; what the
+    main process's walk passes over is added to `dropped` (see `_listing`; the chunks' walks report theirs).
 
     The main process finds packages itself only until it has `_PARALLEL_MIN` of them: past that the
     remaining folders are walked by the workers (discovery costs a sixth of parsing, and would be serial).
@@ -977,13 +1035,13 @@ def _plan(root: Path, workers: int) -> tuple[list[_Chunk], bool]:
     pending: list[_Unit] = []
     walked = 0
     pooled = False  # enough packages for a pool: the rest is left to its workers
-    for path, listed in _units(root, workers * _UNITS_PER_WORKER):
+    for path, listed in _units(root, workers * _UNITS_PER_WORKER, dropped):
         if pooled:
             pending.append((path, listed))
             continue
         if listed is None:
             walked += 1
-            found.extend(listed_packages(path))
+            found.extend(listed_packages(path, dropped))
         else:
             found.append((path, listed))
         pooled = len(found) >= _PARALLEL_MIN and workers > 1
@@ -1017,13 +1075,14 @@ def parse_library(
     config = config or ParseConfig()
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    plan, pooled = _plan(root, workers)
+    dropped: list[Problem] = []
+    plan, pooled = _plan(root, workers, dropped)
     chunks = [(chunk, str(root), config, per_chunk) for chunk in plan]
     items = [item for chunk in plan for item in chunk.items]
     # None: some folders are left for the workers to walk, so how many packages there are is not known yet
     known = None if any(listed is None for _, listed in items) else len(items)
     frames: list[pl.DataFrame] = []
-    problems: list[Problem] = []
+    problems: list[Problem] = walk_problems(dropped, root)
     results: list[Any] = []
     parsed = 0
 
@@ -1048,6 +1107,9 @@ def parse_library(
     in_order = nodes["id"].is_sorted()  # ids are unique: the sort below is then the identity
     # one chunk either way: the stored bytes must not depend on how the work was cut (nor on the workers)
     nodes = nodes.rechunk() if in_order else nodes.sort("id")
+    # the walk's rows by path, after the packages': which process's walk found one depends on the workers
+    walked = sorted((p for p in problems if p.code in WALK_CODES), key=lambda p: p.file)
+    problems = [p for p in problems if p.code not in WALK_CODES] + walked
     problems.extend(_duplicate_names(nodes))
     return ParsedLibrary(
         nodes=nodes,

@@ -31,7 +31,6 @@ import os
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -66,6 +65,7 @@ from ..store.remote import RemoteStore, open_store
 from ..store.served import SERVED, pointer, served
 from ..store.snapshot import Snapshot, SnapshotError, SnapshotStore, VersionFiles
 from ..text.names import SkillNames, UnknownName
+from .version_cache import VersionCache, cache_budget, memory_bytes
 
 log = logging.getLogger(__name__)  # version switches; `segos mcp` shows them on stderr
 MAX_REPLY_UNKNOWN = 20  # unknown skill names listed in a record_trace reply (the count is always given)
@@ -140,8 +140,9 @@ class SegosService:
     `version`: a version id / prefix / `vN` to pin, or None (or "served", "latest") to follow the store's
     served version (at start, the served one or, if it does not load, the newest served before it that
     does). `landing`: the folder `record_trace` appends to (default `$SEGOS_LANDING`, else `landing/`
-    inside the store). `config`: retrieval settings. `cache_size`: how many loaded versions to
-    keep (requests may name older ones). `reload`: "background" or "sync", see the module docstring.
+    inside the store). `config`: retrieval settings. `cache_bytes`: the memory loaded versions
+    may hold (requests may name older ones; default `$SEGOS_VERSION_CACHE_MB`, else 2 GiB; the served one is
+    always kept, see `version_cache.py`). `reload`: "background" or "sync", see the module docstring.
     `store` may be a folder, a URI (cached under `$SEGOS_CACHE`) or a store; `poll_s`: how often a store at
     a URI is listed for new versions (default `config.REMOTE_POLL_S`; unused for a local store).
     """
@@ -154,7 +155,7 @@ class SegosService:
         config: RetrievalConfig | None = None,
         landing: str | Path | None = None,
         verify: bool = True,
-        cache_size: int = 4,
+        cache_bytes: int | None = None,
         reload: str = "background",
         poll_s: float | None = None,
     ):
@@ -174,8 +175,7 @@ class SegosService:
         following = version in (None, "", "latest", "served")
         self.pinned: str | None = None if following else self.store.resolve(version)
         self._lock = threading.RLock()  # guards the cache and the switching state; never held during a load
-        self._cache: OrderedDict[str, _Loaded] = OrderedDict()
-        self._cache_size = max(cache_size, 1)
+        self._cache = VersionCache(cache_budget(cache_bytes))
         self._seen_mtime: tuple[int, int] | None = None  # of versions/ and the pointer, when last looked
         self._failed: dict[str, str] = {}  # version → why it could not be loaded (not retried)
         self.switches = 0
@@ -194,9 +194,9 @@ class SegosService:
 
     def _load(self, vid: str) -> _Loaded:
         with self._lock:
-            if vid in self._cache:
-                self._cache.move_to_end(vid)
-                return self._cache[vid]
+            kept = self._cache.get(vid)
+            if kept is not None:
+                return kept
         # Outside the lock, so requests go on while a version loads; two threads loading the same version
         # at once waste work but keep one result.
         snap = self.store.load(vid, verify=self.verify)
@@ -218,12 +218,10 @@ class SegosService:
             precedence=precedence,
             loaded_at=datetime.now(UTC).isoformat(timespec="seconds"),
         )
+        size = memory_bytes(loaded)  # outside the lock: it walks the version's tables
         with self._lock:
-            loaded = self._cache.setdefault(vid, loaded)
-            self._cache.move_to_end(vid)
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-        return loaded
+            served_now = getattr(self, "_served", None)  # unset while the first version loads
+            return self._cache.put(vid, loaded, size, keep=(served_now.version if served_now else None,))
 
     def _served_servable(self) -> _Loaded:
         """Following the served version, at start: the served one if it loads, else the newest version
@@ -342,9 +340,9 @@ class SegosService:
                 return False
             log.info("now serving %s (was %s)", ready.version, self._served.version)
             # The replaced version leaves the cache: a version is ~1 GiB in memory on 100k skills, and a
-            # server following the newest would otherwise keep `cache_size` of them. Asked for by
-            # `version=`, it is loaded again.
-            self._cache.pop(self._served.version, None)
+            # server following the newest would otherwise keep as many of them as the budget holds. Asked
+            # for by `version=`, it is loaded again.
+            self._cache.pop(self._served.version)
             self._served = ready
             self.switches += 1
             self.last_reload_error = None
@@ -409,6 +407,7 @@ class SegosService:
             "switches": self.switches,
             "loading": self.loading,
             "in_memory": list(dict.fromkeys([lo.version, *self._cache])),
+            "in_memory_bytes": self._cache.total(),
             "last_reload_error": self.last_reload_error,
             "unservable": dict(self._failed),  # version → why it could not be loaded (not retried)
         }

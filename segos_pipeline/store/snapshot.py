@@ -382,7 +382,8 @@ class VersionFiles:
         if bad:
             raise DamagedSnapshot(
                 f"version {self.version} is damaged: {', '.join(bad)} no longer match(es) the manifest "
-                "hashes; load another version or rebuild it (snapshots are never repaired in place)"
+                "hashes; load another version, run `segos repair` (it makes cold-start files again from the "
+                "library), or rebuild it"
             )
 
     def node_files(self) -> list[str]:
@@ -531,8 +532,9 @@ class VersionFiles:
         ) as exc:
             raise DamagedSnapshot(
                 f"version {self.version}: cannot read {self.path / name}: {explain(exc)}. "
-                "Run `segos verify --all` to see which versions are intact; a damaged version is never "
-                "repaired in place: restore it from a backup, or delete its folder and rebuild"
+                "Run `segos verify --all` to see which versions are intact; `segos repair --all` makes "
+                "damaged cold-start files again from the library, and restores nothing else: restore the "
+                "rest from a backup, or delete the version's folder and rebuild"
             ) from exc
 
 
