@@ -140,6 +140,27 @@ class ExperienceIndex:
             gaps.append(sims.max(axis=1) - v @ own[node])
         return max(float(np.median(np.concatenate(gaps))), 0.0)
 
+    @cached_property
+    def background(self) -> float:
+        """The cosine a request finds among the texts of skills that did not serve it: the median, over up to
+        `_BACKGROUND_WITNESSES` witnesses spread over the experience, of the best cosine to another skill's
+        text. It is a neighbour of every query in the vote, answering for no skill, so that a query whose
+        nearest neighbours are no closer than that (nothing in the library or its experience is about it)
+        gives no skill a large share: the shares are relative, and the nearest of weak neighbours would
+        otherwise take most of the vote. On the demo's held-out tasks a lease-redaction request gave 0.49 to
+        release-notes-writer (its text at cosine 0.24) and ranked it first; MetaTool dev moved by at most
+        .004 (benchmarks/results/learning.md)."""
+        assert self.semantic is not None  # the vote that reads it runs on embedded queries only
+        rows = np.unique(np.linspace(0, len(self.texts) - 1, _BACKGROUND_WITNESSES).astype(np.int64))
+        vectors, own = self.vectors[rows], self.semantic.matrix
+        best = np.full(len(rows), -1.0)
+        for start in range(0, own.shape[0], _BACKGROUND_CHUNK):  # bounded memory on a million skills
+            sims = vectors @ own[start : start + _BACKGROUND_CHUNK].T
+            mine = (self.skill[rows] >= start) & (self.skill[rows] < start + _BACKGROUND_CHUNK)
+            sims[np.flatnonzero(mine), self.skill[rows][mine] - start] = -np.inf
+            best = np.maximum(best, sims.max(axis=1))
+        return float(np.median(best))
+
     def prepare(self) -> None:
         """Build now what the first embedded query would: the witnesses' vectors, their inverted lists when
         there are many, the register gap (embedding 20k witnesses takes about half a second)."""
@@ -147,7 +168,7 @@ class ExperienceIndex:
             return
         if len(self.vectors) > _EXACT_WITNESSES and self._lists is None:
             self._lists = build_lists(self.vectors)
-        _ = self.register_gap
+        _ = self.register_gap, self.background
 
     def witness_cosines(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(witness rows, cosine to the unit query vector): every witness while they are few; past
@@ -209,7 +230,8 @@ class ExperienceIndex:
             top = max(float(cos.max()) if len(cos) else -1.0, float(own_cos.max()) if len(own_cos) else -1.0)
             t = cfg.experience_temperature
             kw, ko = np.exp((cos - top) / t), np.exp((own_cos - top) / t)
-            total = float(kw.sum() + ko.sum())
+            # the nothing-neighbour: what a request finds among skills it has nothing to do with
+            total = float(kw.sum() + ko.sum()) + float(np.exp((self.background - top) / t))
             semantic = np.bincount(self.skill[rows], weights=kw, minlength=n) / total
             semantic[own_nodes] += ko / total
             semantic[semantic < _MIN_VOTE] = 0.0
@@ -262,6 +284,10 @@ _EXACT_WITNESSES = 2_048
 _SCAN_WITNESSES = 1_024
 # Skills whose witnesses measure the register gap: enough for a stable median, a few ms once per version.
 _GAP_SKILLS = 2_048
+# Witnesses whose best cosine to other skills' texts measures the background, and the skill texts read at
+# once: about 0.1 s and 64 MB at a million skills, once per version.
+_BACKGROUND_WITNESSES = 256
+_BACKGROUND_CHUNK = 65_536
 # A vote below this share of the neighbourhood's weight is no evidence: it keeps the candidate set to the
 # query's neighbourhood (exp(-0.35 / 0.05) ≈ 1e-3 of the best neighbour's weight).
 _MIN_VOTE = 1e-3
