@@ -529,7 +529,8 @@ def ingest(
     """
     if not traces.exists():
         _fail(f"trace source not found: {traces}")
-    from ..evolution.ingest import INGEST_BATCH, TraceStore
+    from ..evolution.ingest import TraceStore
+    from ..evolution.trace_batches import INGEST_BATCH
 
     progress = reporter("ingest", quiet)
     with _writing(store, wait) as st:  # an evolution round reading the window waits for the whole ingest
