@@ -387,7 +387,7 @@ def retrieve(
     """
     if not query.strip():
         _fail("the query is empty; describe the task to retrieve skills for")
-    from ..service.api import check_query_length
+    from ..service.arguments import check_query_length
 
     query = check_query_length(query.strip())
     retriever = _load_retriever(store, version, top_n=top_n, total_chars=max_chars)

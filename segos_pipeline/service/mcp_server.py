@@ -290,7 +290,7 @@ def read_file(service: SegosService | ServiceSlot, skill_id: str, path: str) -> 
     """One package file as resource contents: text, or bytes (sent base64) when it is not UTF-8, with the
     mime type its name suggests. A path the package does not hold safely is the client's argument (-32602);
     a package not on the server's machine, its state (-32603)."""
-    from .api import FileRefused, PackageMissing  # loaded with the service
+    from .errors import FileRefused, PackageMissing  # loaded with the service
 
     try:
         found = service.skill_file(skill_id, path)
@@ -482,7 +482,7 @@ def build_server(
         except Exception as exc:
             if not _expected(exc):
                 raise
-            from .api import UnknownSkill  # loaded with the service
+            from .errors import UnknownSkill  # loaded with the service
 
             # an unknown skill is the client's argument (-32602); anything else, the server's state (-32603)
             error = ResourceNotFoundError if isinstance(exc, UnknownSkill) else ResourceError
