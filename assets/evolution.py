@@ -39,7 +39,8 @@ from dagster import (
 )
 
 from segos_pipeline.evaluation.replay import load_queries
-from segos_pipeline.evaluation.study import headline_numbers, resolve_base
+from segos_pipeline.evaluation.study.headline import headline_numbers
+from segos_pipeline.evaluation.study.run import resolve_base
 from segos_pipeline.evolution.adapters import iter_records
 from segos_pipeline.evolution.descriptions import REVISION_SCHEMA
 from segos_pipeline.evolution.engines import make_engine
@@ -506,7 +507,7 @@ def evaluation_columns(k: int) -> dict[str, Any]:
 
 
 def evaluation_rows(headline: dict[str, float], k: int) -> list[dict[str, Any]]:
-    """`eval.<method>.<metric>` numbers (study.headline_numbers) as one row per method."""
+    """`eval.<method>.<metric>` numbers (study/headline.py) as one row per method."""
     rows = []
     for method in EVAL_METHODS:
         row: dict[str, Any] = {"method": method}

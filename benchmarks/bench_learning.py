@@ -46,7 +46,7 @@ from segos_pipeline import Retriever, SnapshotStore, build_cold_start
 from segos_pipeline.config import EvolutionConfig, retrieval_for
 from segos_pipeline.evaluation.metrics import aggregate, percentile, query_metrics
 from segos_pipeline.evaluation.replay import gold_sets
-from segos_pipeline.evaluation.study import BM25Ranker, with_requests
+from segos_pipeline.evaluation.study.rankers import BM25Ranker, with_requests
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.round import evolve
 from segos_pipeline.text.names import SkillNames

@@ -29,7 +29,7 @@ from segos_pipeline import Retriever, SnapshotStore, build_cold_start
 from segos_pipeline.config import build_preset, retrieval_preset
 from segos_pipeline.evaluation.metrics import aggregate, percentile, query_metrics
 from segos_pipeline.evaluation.replay import QueryFile, gold_sets, load_queries, replay
-from segos_pipeline.evaluation.study import BM25Ranker
+from segos_pipeline.evaluation.study.rankers import BM25Ranker
 from segos_pipeline.evolution.adapters import write_library
 from segos_pipeline.evolution.adapters.apibank import plans
 

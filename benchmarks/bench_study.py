@@ -12,8 +12,8 @@
    gold dependency pairs = consecutive APIs of the plan (co-recovery). Evolution source: the 50 real
    plans. Reports in OUT/apibank-level3/ (the query file written there reproduces it with `segos eval`).
 
-Every study is `segos_pipeline.evaluation.study.run_study` + `report.write_report`, i.e. exactly `segos eval`;
-the equivalent commands are printed and written to OUT/summary.md with the headline tables.
+Every study is `segos_pipeline.evaluation.study.run.run_study` + `report.write_report`, i.e. exactly
+`segos eval`; the equivalent commands are printed and written to OUT/summary.md with the headline tables.
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ from typing import Any
 from segos_pipeline import SnapshotStore, build_cold_start
 from segos_pipeline.evaluation.replay import load_queries
 from segos_pipeline.evaluation.report import write_report
-from segos_pipeline.evaluation.study import StudyConfig, load_traces, run_study
+from segos_pipeline.evaluation.study.config import StudyConfig
+from segos_pipeline.evaluation.study.run import run_study
+from segos_pipeline.evaluation.study.traces import load_traces
 from segos_pipeline.evolution.adapters import iter_records, plans, write_library
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.round import evolve

@@ -13,7 +13,9 @@ import pytest
 
 from segos_pipeline import SnapshotStore, build_cold_start
 from segos_pipeline.paths import DEFAULT_LIBRARY
-from segos_pipeline.service.api import MAX_ECHO_CHARS, SegosService, ServiceError
+from segos_pipeline.service.api import SegosService
+from segos_pipeline.service.arguments import MAX_ECHO_CHARS
+from segos_pipeline.service.errors import ServiceError
 from segos_pipeline.store.snapshot import DamagedSnapshot, SnapshotError
 
 from .conftest import commit_copy, damage

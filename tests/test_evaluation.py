@@ -20,19 +20,12 @@ from segos_pipeline.evaluation.metrics import (
     rank_by_score,
 )
 from segos_pipeline.evaluation.replay import EvalQuery
-from segos_pipeline.evaluation.study import (
-    CELLS,
-    Hydration,
-    QueryResult,
-    StudyConfig,
-    cell_name,
-    evolve_cells,
-    overlay_test,
-    parse_trace_spec,
-    prepare_queries,
-    split_tasks,
-    summarize,
-)
+from segos_pipeline.evaluation.study.config import CELLS, StudyConfig, cell_name
+from segos_pipeline.evaluation.study.evolving import evolve_cells
+from segos_pipeline.evaluation.study.measuring import Hydration, QueryResult, summarize
+from segos_pipeline.evaluation.study.overlay import overlay_test
+from segos_pipeline.evaluation.study.queries import prepare_queries, split_tasks
+from segos_pipeline.evaluation.study.traces import parse_trace_spec
 from segos_pipeline.evolution.adapters import iter_records
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.traces import resolve_skills, trace_frame
@@ -243,7 +236,8 @@ def test_parse_trace_spec():
 
 
 def test_the_probe_appends_the_requests_of_successful_traces_only():
-    from segos_pipeline.evaluation.study import StudyQuery, gold_traced, traced_skills, with_requests
+    from segos_pipeline.evaluation.study.queries import StudyQuery
+    from segos_pipeline.evaluation.study.rankers import gold_traced, traced_skills, with_requests
 
     nodes = pl.DataFrame({"id": ["b", "a", "c"], "body": ["bee", None, "sea"]})
     frame = pl.DataFrame(

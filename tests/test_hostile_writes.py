@@ -25,7 +25,8 @@ from segos_pipeline.evolution.adapters import iter_records
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.landing import LandingWriteError, append_line, torn_path
 from segos_pipeline.paths import DEFAULT_LIBRARY
-from segos_pipeline.service.api import SegosService, TraceNotWritten
+from segos_pipeline.service.api import SegosService
+from segos_pipeline.service.errors import TraceNotWritten
 
 ROOT = Path(__file__).resolve().parent.parent
 WINDOW = "2026-11-29"

@@ -18,7 +18,8 @@ from segos_pipeline.config import MAX_ATTEMPT, MAX_ID_CHARS, MAX_LINE_BYTES, MAX
 from segos_pipeline.evaluation.trace_fuzz import write_corpus
 from segos_pipeline.evolution import columnar
 from segos_pipeline.evolution.adapters import iter_records
-from segos_pipeline.evolution.ingest import IngestReport, TraceStore, native_batches
+from segos_pipeline.evolution.ingest import IngestReport, TraceStore
+from segos_pipeline.evolution.trace_batches import native_batches
 from segos_pipeline.evolution.traces import TRACE_SCHEMA, TraceRecord, native_dict
 from segos_pipeline.paths import DEMO_TRACES
 
@@ -377,7 +378,7 @@ def test_colliding_id_hashes_never_lose_a_trace(demo_store: Path, tmp_path: Path
 def test_prefetched_keeps_order_raises_the_producers_error_and_stops_with_the_consumer() -> None:
     import threading
 
-    from segos_pipeline.evolution.ingest import prefetched
+    from segos_pipeline.evolution.trace_batches import prefetched
 
     assert list(prefetched(iter(range(100)), depth=3)) == list(range(100))
 

@@ -412,7 +412,7 @@ def _record(http: httpx.Client, url: str, session: str, n: int) -> bool:
 
 
 def test_trace_quota_counts_calls_and_bytes_in_a_sliding_minute():
-    from segos_pipeline.service.mcp_server import QuotaExceeded, TraceQuota
+    from segos_pipeline.service.mcp_quota import QuotaExceeded, TraceQuota
 
     now = [0.0]
     quota = TraceQuota(calls=2, bytes_=1000, clock=lambda: now[0])

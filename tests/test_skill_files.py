@@ -31,7 +31,8 @@ from segos_pipeline.retrieval.packages import (
     relative_parts,
 )
 from segos_pipeline.retrieval.ranker import Retriever
-from segos_pipeline.service.api import FileRefused, PackageMissing, SegosService
+from segos_pipeline.service.api import SegosService
+from segos_pipeline.service.errors import FileRefused, PackageMissing
 from segos_pipeline.service.mcp_server import skill_card
 
 from .conftest import write_skill

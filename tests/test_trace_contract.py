@@ -29,7 +29,8 @@ from segos_pipeline.evolution.traces import (
     validate_line,
 )
 from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR
-from segos_pipeline.service.api import SegosService, TraceRejected
+from segos_pipeline.service.api import SegosService
+from segos_pipeline.service.errors import TraceRejected
 
 GOOD = {
     "task_id": "csv-report",

@@ -112,7 +112,9 @@ def eval_cmd(
     # the study's modules (matplotlib among them) load only when the command runs: `segos` starts fast
     from ..evaluation.replay import load_queries
     from ..evaluation.report import write_report
-    from ..evaluation.study import StudyConfig, load_traces, resolve_base, run_study
+    from ..evaluation.study.config import StudyConfig
+    from ..evaluation.study.run import resolve_base, run_study
+    from ..evaluation.study.traces import load_traces
 
     qf = load_queries(queries_path)
     for s in qf.skipped:

@@ -120,7 +120,8 @@ def mcp_command(
         entry = client_entry(root, version, landing, port if http else None, cache=cache, poll=poll)
         _emit_json({"mcpServers": {"segos": entry}} if print_config == "mcpServers" else entry)
         return
-    from ..service.mcp_server import ServiceSlot, check_listen, serve
+    from ..service.mcp_server import check_listen, serve
+    from ..service.mcp_slot import ServiceSlot
 
     server_log()  # first, so that a damaged served version passed over at start is reported too
     if http:

@@ -23,7 +23,7 @@ from .common import (
 
 
 def _query(query: str) -> str:
-    from ..service.api import check_query_length
+    from ..service.arguments import check_query_length
 
     if not query.strip():
         _fail("the query is empty; describe the task to retrieve skills for")

@@ -1,4 +1,4 @@
-"""Write an evaluation study (`study.run_study`) as report.md, report.json and PNG charts.
+"""Write an evaluation study (`study/run.py`: `run_study`) as report.md, report.json and PNG charts.
 
 Charts use matplotlib's Agg backend (no display needed; selected before pyplot is imported). Every place
 that shows numbers evolved from simulated traces says SIMULATED.

@@ -22,24 +22,22 @@ waits for a load. `reload="sync"` loads it inside the request that notices it.
 Every method returns plain JSON-ready dicts (the MCP tools return them unchanged). Expected failures raise
 `ServiceError` (or a `SnapshotError`), whose message says what to do; the MCP server turns them into tool
 errors.
+
+Following and loading versions is `versions.py` (`ServedVersions`, which `SegosService` extends), the
+checks of request arguments `arguments.py`, the errors `errors.py`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import threading
-import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from ..config import AVOID, MAX_TEXT_CHARS, MAX_TOP, RELATIONS, REMOTE_POLL_S, RetrievalConfig
+from ..config import AVOID, RELATIONS, RetrievalConfig
 from ..evolution.landing import LandingWriteError, append_line
 from ..evolution.traces import (
     TraceError,
@@ -50,8 +48,7 @@ from ..evolution.traces import (
     validate_line,
 )
 from ..paths import default_landing
-from ..retrieval.incidence import Edge, Incidence
-from ..retrieval.ordering import ExecutionOrder, Precedence, execution_order, lineage_precedence
+from ..retrieval.ordering import ExecutionOrder, Precedence, execution_order
 from ..retrieval.packages import (
     MAX_FILE_BYTES,
     PackageError,
@@ -60,81 +57,20 @@ from ..retrieval.packages import (
     package_folder,
     read_package_file,
 )
-from ..retrieval.ranker import Retriever, hydrate_rows
-from ..store.remote import RemoteStore, open_store
-from ..store.served import SERVED, pointer, served
-from ..store.snapshot import Snapshot, SnapshotError, SnapshotStore, VersionFiles
-from ..text.names import SkillNames, UnknownName
-from .version_cache import VersionCache, cache_budget, memory_bytes
+from ..retrieval.ranker import hydrate_rows
+from ..store.served import served
+from ..store.snapshot import SnapshotError, SnapshotStore
+from ..text.names import UnknownName
+from .arguments import bounded_int, char_budget, checked_min_score, checked_query, echoed
+from .errors import FileRefused, PackageMissing, ServiceError, TraceNotWritten, TraceRejected, UnknownSkill
+from .versions import LoadedVersion, ServedVersions
 
-log = logging.getLogger(__name__)  # version switches; `segos mcp` shows them on stderr
+log = logging.getLogger(__name__)  # `segos mcp` shows it on stderr; versions.py logs under this name too
 MAX_REPLY_UNKNOWN = 20  # unknown skill names listed in a record_trace reply (the count is always given)
 MAX_SUGGESTED = 5  # unknown names of one request that get near-miss suggestions (each costs a few ms)
-MAX_ECHO_CHARS = 200  # of a query, repeated in a reply
-_STABLE_AFTER_NS = 2_000_000_000  # a versions/ mtime older than this cannot hide a same-tick commit
 
 
-class ServiceError(ValueError):
-    """A request that cannot be answered as asked (unknown skill, bad argument, malformed trace)."""
-
-
-class UnknownSkill(ServiceError, UnknownName):
-    pass
-
-
-class TraceRejected(ServiceError):
-    pass
-
-
-class FileRefused(ServiceError):
-    """A package file that is not given: a path outside the package, a link out of it, too large, absent."""
-
-
-class PackageMissing(ServiceError):
-    """The skill's package folder is not on this machine (library moved, deleted or built elsewhere)."""
-
-
-class TraceNotWritten(ServiceError):
-    """A valid trace the landing file could not take (disk full, I/O error): nothing of it was kept."""
-
-
-@dataclass
-class _Loaded:
-    """One loaded version with everything requests need, built once per version."""
-
-    snapshot: Snapshot
-    retriever: Retriever
-    precedence: Precedence
-    loaded_at: str
-
-    @property
-    def incidence(self) -> Incidence:
-        """Every edge touching each skill (the retriever's, built when the version loaded)."""
-        return self.retriever.incidence
-
-    @property
-    def version(self) -> str:
-        return self.snapshot.version
-
-    @property
-    def names(self) -> SkillNames:
-        return self.retriever.names
-
-    def touching(self, skill_id: str) -> list[Edge]:
-        """Every edge (src, dst, relation, weight) that touches a skill, in edge-table order."""
-        i = self.names.row_of(skill_id)
-        return self.incidence.of(i) if i is not None else []
-
-    def edges_among(self, members: list[str]) -> list[Edge]:
-        """Every edge (src, dst, relation, weight) with both ends in `members`, by pair then relation."""
-        inside = set(members)
-        return sorted(
-            {e for m in members for e in self.touching(m) if e[0] in inside and e[1] in inside},
-            key=lambda e: (e[0], e[1], RELATIONS.index(e[2]) if e[2] in RELATIONS else 99),
-        )
-
-
-class SegosService:
+class SegosService(ServedVersions):
     """Skill search, ordered bundles, skill details and trace recording over a snapshot store.
 
     `version`: a version id / prefix / `vN` to pin, or None (or "served", "latest") to follow the store's
@@ -159,226 +95,18 @@ class SegosService:
         reload: str = "background",
         poll_s: float | None = None,
     ):
-        store = store if isinstance(store, SnapshotStore) else open_store(store)
-        self.poll_s = REMOTE_POLL_S if poll_s is None else float(poll_s)
-        # a reader of its own that lists the URI at most every poll_s: requests in between never ask it
-        self.store = store.polling(self.poll_s) if isinstance(store, RemoteStore) else store
-        self.remote = isinstance(self.store, RemoteStore)
-        # joined once: refresh stats both on every request
-        self._watched = (str(self.store.versions_dir), str(self.store.root / SERVED))
-        self.config = config  # None: each version's own preset (see config.retrieval_for)
+        super().__init__(
+            store,
+            version,
+            config=config,
+            verify=verify,
+            cache_bytes=cache_bytes,
+            reload=reload,
+            poll_s=poll_s,
+        )
         self.landing = Path(landing) if landing is not None else default_landing(self.store.root)
-        self.verify = verify
-        if reload not in ("background", "sync"):
-            raise ServiceError(f"reload must be 'background' or 'sync', not {reload!r}")
-        self.reload = reload
-        following = version in (None, "", "latest", "served")
-        self.pinned: str | None = None if following else self.store.resolve(version)
-        self._lock = threading.RLock()  # guards the cache and the switching state; never held during a load
-        self._cache = VersionCache(cache_budget(cache_bytes))
-        self._seen_mtime: tuple[int, int] | None = None  # of versions/ and the pointer, when last looked
-        self._failed: dict[str, str] = {}  # version → why it could not be loaded (not retried)
-        self.switches = 0
-        self.last_reload_error: str | None = None
-        self.loading: str | None = None  # the version being loaded to be switched to, if any
-        self._loader: threading.Thread | None = None
-        self._ready: _Loaded | None = None  # loaded in the background, swapped in by the next request
-        self._served = self._load(self.pinned) if self.pinned is not None else self._served_servable()
 
-    # ------------------------------------------------------------------------------------ versions
-
-    @property
-    def version(self) -> str:
-        """The version requests are answered from right now."""
-        return self._served.version
-
-    def _load(self, vid: str) -> _Loaded:
-        with self._lock:
-            kept = self._cache.get(vid)
-            if kept is not None:
-                return kept
-        # Outside the lock, so requests go on while a version loads; two threads loading the same version
-        # at once waste work but keep one result.
-        snap = self.store.load(vid, verify=self.verify)
-        if isinstance(self.store, RemoteStore):
-            _cache_lineage(self.store, snap)
-        precedence = lineage_precedence(self.store, snap)
-        if precedence.skipped:
-            log.warning(
-                "version %s: the round traces of %s are damaged and do not count towards execution order "
-                "(run `segos verify` on them)",
-                vid,
-                ", ".join(precedence.skipped),
-            )
-        retriever = Retriever(snap, self.config)
-        retriever.prepare()  # on the loading thread: no request embeds the witnesses or indexes the edges
-        loaded = _Loaded(
-            snapshot=snap,
-            retriever=retriever,
-            precedence=precedence,
-            loaded_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        )
-        size = memory_bytes(loaded)  # outside the lock: it walks the version's tables
-        with self._lock:
-            served_now = getattr(self, "_served", None)  # unset while the first version loads
-            return self._cache.put(vid, loaded, size, keep=(served_now.version if served_now else None,))
-
-    def _served_servable(self) -> _Loaded:
-        """Following the served version, at start: the served one if it loads, else the newest version
-        served before it that does (the pointer's history; without a pointer file, the versions before
-        the latest). A damaged one is passed over, logged and recorded like a running service records one
-        it cannot switch to (not retried): an agent's client starts its server by itself, and a server
-        that refused to start would leave the agent with no skills at all, where the version before
-        serves."""
-        # one listing of the store; without versions, latest() fails with how to make one
-        listed = [m["version"] for m in self.store.list_versions()] or [self.store.latest()]
-        for vid, why in sorted(self.store.unreadable_versions().items()):
-            log.warning("version %s is passed over: %s (`segos verify --all` reports it)", vid, why)
-        now = pointer(self.store)
-        history = [now.version, *reversed(now.previous)] if now.recorded else list(reversed(listed))
-        versions = list(reversed([v for v in dict.fromkeys(history) if v in listed]))
-        if not versions:
-            raise SnapshotError(
-                f"{self.store_name} serves {now.version}, which it does not hold; serve another version "
-                f"with `segos promote VERSION --store {self.store_name}`"
-            )
-        for vid in reversed(versions):
-            try:
-                return self._load(vid)
-            except (SnapshotError, OSError, ValueError) as exc:
-                self._failed[vid] = f"{type(exc).__name__}: {exc}"
-                log.warning("version %s cannot be served, trying the one before: %s", vid, exc)
-        raise SnapshotError(
-            f"no version of {self.store_name} can be served (newest {versions[-1]}); run `segos verify` on "
-            "them, or `segos build` a new one"
-        )
-
-    def refresh(self, wait: bool | None = None) -> bool:
-        """Switch to the store's served version if it differs from the one served; True if switched.
-
-        Cheap when nothing changed: a `stat` of `versions/` (a commit renames a folder into it, which
-        updates its mtime) and one of the pointer file (replaced whole when it moves). The store is read
-        only when an mtime moved or is too recent to trust. A store at a URI is listed (and its pointer
-        read) at most every `poll_s` seconds (the last answers are reused in between).
-        `wait`: load a new version here and switch before returning (default: `reload == "sync"`);
-        otherwise it is loaded on a background thread and swapped in by a later call once ready.
-        """
-        if self.pinned is not None:
-            return False
-        wait = self.reload == "sync" if wait is None else wait
-        switched = self._adopt()
-        while True:
-            loader = self._loader
-            if loader is None or not loader.is_alive():  # one load at a time, whoever asks
-                loader = self._start_load()
-            if loader is None or not wait:
-                return switched
-            loader.join()  # waiting callers look at the store again afterwards: it may hold a newer one
-            switched = self._adopt() or switched
-
-    def _start_load(self) -> threading.Thread | None:
-        """Start loading the served version on a thread if it is new; None when there is nothing to load."""
-        mtime = None if self.remote else self._store_mtime()
-        if not self.remote and (
-            mtime is None or (mtime == self._seen_mtime and time.time_ns() - max(mtime) > _STABLE_AFTER_NS)
-        ):
-            return None
-        with self._lock:
-            if self._loader is not None and self._loader.is_alive():
-                return self._loader  # another caller started one meanwhile
-            try:
-                target = served(self.store)  # at a URI: read at most every poll_s, else the last answer
-            except (SnapshotError, OSError):
-                return None  # an unreachable URI or a pointer to fix: keep serving, the next poll tries again
-            if target == self._served.version or target in self._failed:
-                self._seen_mtime = mtime
-                return None
-            self.loading = target
-            log.info("version %s is served; loading it (serving %s meanwhile)", target, self._served.version)
-            self._loader = threading.Thread(
-                target=self._fetch, args=(target, mtime), name=f"segos-load-{target}", daemon=True
-            )
-            self._loader.start()
-            return self._loader
-
-    def _store_mtime(self) -> tuple[int, int] | None:
-        """The mtimes of `versions/` and of the served pointer (0 while there is none)."""
-        versions_dir, pointer_file = self._watched
-        try:
-            versions = os.stat(versions_dir).st_mtime_ns
-        except OSError:
-            return None
-        try:
-            return versions, os.stat(pointer_file).st_mtime_ns
-        except OSError:
-            return versions, 0
-
-    def _fetch(self, vid: str, mtime: tuple[int, int] | None) -> None:
-        """Load `vid` to be swapped in (`_ready`), or record why it cannot be (a damaged or unreadable
-        version: the old one stays served and the failed one is not retried)."""
-        started = time.perf_counter()
-        try:
-            loaded = self._load(vid)
-        except Exception as exc:
-            log.warning("could not switch to %s, still serving %s: %s", vid, self._served.version, exc)
-            with self._lock:
-                self._failed[vid] = f"{type(exc).__name__}: {exc}"
-                self.last_reload_error = f"could not switch to {vid}: {exc}"
-                self._seen_mtime, self.loading = mtime, None
-            return
-        log.info("version %s loaded in %.1f s", vid, time.perf_counter() - started)
-        with self._lock:
-            self._ready, self._seen_mtime, self.loading = loaded, mtime, None
-
-    def _adopt(self) -> bool:
-        """Swap in a version loaded in the background; called only between requests."""
-        with self._lock:
-            if self._loader is not None and not self._loader.is_alive():
-                self._loader = None
-            ready, self._ready = self._ready, None
-            if ready is None or ready.version == self._served.version:
-                return False
-            log.info("now serving %s (was %s)", ready.version, self._served.version)
-            # The replaced version leaves the cache: a version is ~1 GiB in memory on 100k skills, and a
-            # server following the newest would otherwise keep as many of them as the budget holds. Asked
-            # for by `version=`, it is loaded again.
-            self._cache.pop(self._served.version)
-            self._served = ready
-            self.switches += 1
-            self.last_reload_error = None
-            return True
-
-    def _request(self, version: str | None = None) -> _Loaded:
-        """The version one request is answered from, fixed for the whole request."""
-        if version not in (None, ""):
-            return self._load(self.store.resolve(version))
-        self.refresh()
-        return self._served
-
-    def list_versions(self) -> dict[str, Any]:
-        self.refresh()
-        out = []
-        for m in self.store.list_versions():
-            c = m.get("counts", {})
-            out.append(
-                {
-                    "version": m["version"],
-                    "kind": m.get("kind"),
-                    "parent": m.get("parent"),
-                    "round": m.get("round", 0),
-                    "window": m.get("window"),
-                    "created_at": m.get("created_at"),
-                    "skills": c.get("skills"),
-                    "edges": c.get("edges"),
-                    "served": m["version"] == self.version,
-                }
-            )
-        return {"served": self.version, "latest": out[-1]["version"] if out else None, "versions": out}
-
-    @property
-    def store_name(self) -> str:
-        """What `--store` reaches this store by: its URI, or its folder."""
-        return self.store.uri if isinstance(self.store, RemoteStore) else str(self.store.root)
+    # ------------------------------------------------------------------------------------ status
 
     def status(self) -> dict[str, Any]:
         lo = self._request()
@@ -427,7 +155,7 @@ class SegosService:
         answered from; the MCP server lists and completes skill resources from it."""
         return self._request(version).snapshot.nodes
 
-    def _resolve(self, lo: _Loaded, name: str, suggest: bool = True) -> tuple[int, list[str]]:
+    def _resolve(self, lo: LoadedVersion, name: str, suggest: bool = True) -> tuple[int, list[str]]:
         """Row index of a skill named by id or name (most specific first) and the other matches; an unknown
         one's error suggests near misses when `suggest`."""
         if not isinstance(name, str) or not name.strip():
@@ -443,12 +171,12 @@ class SegosService:
     ) -> dict[str, Any]:
         """Ranked overview of the skills for `query`: id, name, capability, score, relevance; no bodies.
         None, with `no_match`, when none reaches the relevance floor (`min_score`, else the configured)."""
-        query = _query(query)
-        top_k = _bounded("top_k", top_k)
+        query = checked_query(query)
+        top_k = bounded_int("top_k", top_k)
         lo = self._request(version)
         r = lo.retriever
         ranking = r.rank(query, depth=top_k)
-        picked = r.members(ranking, top_k, _min_score(min_score))
+        picked = r.members(ranking, top_k, checked_min_score(min_score))
         chosen, pruned, relevance = picked.chosen, picked.pruned, picked.relevance.value
         seeds = set(ranking.seeds.tolist())
         caps = lo.snapshot.nodes["capability"]
@@ -467,7 +195,7 @@ class SegosService:
         ]
         return {
             "version": lo.version,
-            "query": _echo(query),
+            "query": echoed(query),
             "results": results,
             "pruned": pruned,
             "no_match": picked.no_match,
@@ -485,15 +213,15 @@ class SegosService:
         """The hydrated bundle for `query` under the budgets, in execution order, with the edges among its
         members and why each skill is included; empty, with `no_match`, when none reaches the relevance
         floor (`min_score`, else the configured one)."""
-        query = _query(query)
+        query = checked_query(query)
         lo = self._request(version)
         r = lo.retriever
         cfg = r.config
-        top_n = _bounded("top_n", top_n if top_n is not None else cfg.top_n)
-        total = _max_chars(cfg, max_chars)
+        top_n = bounded_int("top_n", top_n if top_n is not None else cfg.top_n)
+        total = char_budget(cfg, max_chars)
         # Ranked, pruned and hydrated in retrieval rank (the budget goes to the best-supported skills
         # first) by the one bundle builder, each member with why it is there; ordered for execution below.
-        bundle = r.retrieve(query, top_n, max_chars=total, min_score=_min_score(min_score))
+        bundle = r.retrieve(query, top_n, max_chars=total, min_score=checked_min_score(min_score))
         rows = [r.names.row_of(s.id) for s in bundle.skills]
         contracts = lo.snapshot.nodes[rows].select("inputs", "outputs").to_dicts()
         kept: list[dict[str, Any]] = []
@@ -538,7 +266,7 @@ class SegosService:
             skills[-1]["after"] = sorted(c.before for c in order.constraints if c.after == sid)
         return {
             "version": lo.version,
-            "query": _echo(query),
+            "query": echoed(query),
             "order": order.order,
             "skills": skills,
             "edges": [{"src": s, "dst": d, "relation": rel, "weight": round(w, 6)} for s, d, rel, w in among],
@@ -571,7 +299,7 @@ class SegosService:
             raise ServiceError("give at least one skill id or name")
         lo = self._request(version)
         cfg = lo.retriever.config
-        total = _max_chars(cfg, max_chars)
+        total = char_budget(cfg, max_chars)
         unknown: list[tuple[str, str]] = []
         idx: list[int] = []
         for n in names:
@@ -792,78 +520,6 @@ class SegosService:
             "next": f"recorded in the landing folder for the {window} window: the evolution round over "
             "that window learns from it",
         }
-
-
-# ------------------------------------------------------------------------------------------- helpers
-
-
-def _cache_lineage(store: RemoteStore, snapshot: Snapshot) -> None:
-    """Download into the cache the ancestors of `snapshot` whose round traces execution order reads
-    (`lineage_precedence` reads them from the cache folder). Files shared with cached versions are linked,
-    not downloaded; an ancestor that cannot be fetched is left out, and precedence then reports it skipped
-    as it does for a damaged local one."""
-    parent = snapshot.manifest.get("parent")
-    seen = {snapshot.version}
-    while parent and parent not in seen:
-        seen.add(parent)
-        try:
-            manifest = store.manifest(parent)
-        except (SnapshotError, OSError, ValueError):
-            return  # the walk of lineage_traces ends there too
-        try:
-            if VersionFiles(store.versions_dir / parent, manifest).has_round_traces():
-                store.files(parent)
-        except (SnapshotError, OSError) as exc:
-            log.warning(
-                "version %s: its ancestor %s could not be downloaded: %s", snapshot.version, parent, exc
-            )
-        parent = manifest.get("parent")
-
-
-def _query(query: Any) -> str:
-    if not isinstance(query, str) or not query.strip():
-        raise ServiceError("the query is empty; describe the task to retrieve skills for")
-    return check_query_length(query.strip())
-
-
-def check_query_length(query: str) -> str:
-    """`query`, unless it is longer than a trace may record one (MAX_TEXT_CHARS): a query is read in full
-    and echoed in replies, so its length is what bounds a request's work and its reply."""
-    if len(query) > MAX_TEXT_CHARS:
-        raise ServiceError(
-            f"the query is {len(query):,} characters; at most {MAX_TEXT_CHARS:,} are accepted: "
-            "describe the task, not its data"
-        )
-    return query
-
-
-def _echo(query: str) -> str:
-    """The query as a reply repeats it: a bounded prefix (the client has the rest), so that a reply never
-    grows with what a client sends."""
-    return query if len(query) <= MAX_ECHO_CHARS else query[:MAX_ECHO_CHARS] + "…"
-
-
-def _bounded(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or not 1 <= int(value) <= MAX_TOP:
-        raise ServiceError(f"{name} must be an integer between 1 and {MAX_TOP}, got {value!r}")
-    return int(value)
-
-
-def _min_score(value: float | None) -> float | None:
-    """A relevance floor from a client: a finite number from 0 (off) up, or None for the configured one."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
-        raise ServiceError(f"min_score must be a number from 0 (no floor) up, got {value!r}")
-    return float(value)
-
-
-def _max_chars(config: RetrievalConfig, max_chars: int | None) -> int:
-    """The global character budget of a request (the configured one unless given)."""
-    total = config.total_chars if max_chars is None else int(max_chars)
-    if total < 1:
-        raise ServiceError("max_chars must be a positive number of characters")
-    return total
 
 
 def _ordering_summary(order: ExecutionOrder, precedence: Precedence) -> dict[str, Any]:

@@ -8,9 +8,9 @@ unexpected becomes the SDK's generic tool error. The server never exits on a bad
 
 Start-up: the client's `initialize` is answered before the store is loaded. This module imports only the
 SDK and segos' light root modules; `SegosService` (polars, scipy, the retriever) is imported and built on
-a thread (`ServiceSlot`) while the handshake and `tools/list` are answered, and the first call that needs
-it waits for it. A store that cannot be served (unknown pinned version, no version) ends the process with
-the reason on stderr, as before the handshake existed (see `serve`).
+a thread (`ServiceSlot`, mcp_slot.py) while the handshake and `tools/list` are answered, and the first
+call that needs it waits for it. A store that cannot be served (unknown pinned version, no version) ends
+the process with the reason on stderr, as before the handshake existed (see `serve`).
 
 Skills are also resources, `skill://{id}` (the skill's full card as Markdown): listed when the library is
 small enough for one listing, always readable through the template, with completion of ids.
@@ -28,17 +28,11 @@ the reverse.
 
 from __future__ import annotations
 
-import asyncio
-import collections
 import functools
 import os
 import socket
-import stat
-import threading
-import time
 import urllib.parse
-from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import Future
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import anyio
@@ -47,7 +41,6 @@ import pydantic_core
 from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
-from mcp.shared.message import SessionMessage
 from mcp.types import (
     CallToolResult,
     Completion,
@@ -58,7 +51,6 @@ from mcp.types import (
     ResourceTemplateReference,
     TextContent,
     ToolAnnotations,
-    jsonrpc_message_adapter,
 )
 from pydantic import Field, ValidationError
 
@@ -74,14 +66,15 @@ from ..config import (
     RetrievalConfig,
 )
 from .compact import bundle_text, search_text
+from .mcp_quota import TraceQuota, session_key
+from .mcp_slot import ServiceSlot
+from .mcp_stdio import run_stdio
 
 if TYPE_CHECKING:
     from .api import SegosService
     from .http import HttpLimits
 
 _T = TypeVar("_T")
-
-_MAX_LINE = 64 * 1024 * 1024  # longest JSON-RPC message (one line) the stdio transport accepts
 INSTRUCTIONS = (
     "segos retrieves skills (SKILL.md packages) for a task. Call retrieve_skill_bundle with the task to get "
     "a "
@@ -146,69 +139,6 @@ SkillRefs = Annotated[
     list[Annotated[str, Field(min_length=1, max_length=1000)]],
     Field(description="Skill ids or names.", min_length=1, max_length=MAX_TOP),
 ]
-
-
-class ServiceSlot:
-    """The service a server answers from, built by `factory` on a thread (`start`) so that the server
-    answers the handshake while the store loads; requests `wait()` for it. Attribute access is passed on
-    to the loaded service, so tool bodies call `service.search(...)` on the slot once it is ready.
-
-    `on_ready(service)` and `on_error(exc)` run on the loading thread when it ends.
-    """
-
-    def __init__(
-        self,
-        factory: Callable[[], SegosService],
-        *,
-        on_ready: Callable[[SegosService], None] | None = None,
-        on_error: Callable[[BaseException], None] | None = None,
-    ):
-        self._factory = factory
-        self._future: Future[SegosService] = Future()
-        self._on_ready, self._on_error = on_ready, on_error
-        self._thread: threading.Thread | None = None
-
-    @classmethod
-    def of(cls, service: SegosService) -> ServiceSlot:
-        """A slot holding a service built already."""
-        slot = cls(lambda: service)
-        slot._future.set_result(service)
-        return slot
-
-    def start(self) -> None:
-        if self._future.done() or self._thread is not None:
-            return
-        self._thread = threading.Thread(target=self._load, name="segos-load-store", daemon=True)
-        self._thread.start()
-
-    def _load(self) -> None:
-        try:
-            service = self._factory()
-        except BaseException as exc:
-            self._future.set_exception(exc)
-            if self._on_error is not None:
-                self._on_error(exc)
-            return
-        self._future.set_result(service)
-        if self._on_ready is not None:
-            self._on_ready(service)
-
-    def settle(self) -> None:
-        """Wait until a started load has ended (so that `on_error` has run for a store that cannot be
-        served, even when the client went away first)."""
-        if self._thread is not None:
-            self._thread.join()
-
-    async def wait(self) -> SegosService:
-        if not self._future.done():
-            self.start()
-            return await asyncio.wrap_future(self._future)
-        return self._future.result()
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):  # the slot's own state (e.g. looked up before __init__ ran): not passed on
-            raise AttributeError(name)
-        return getattr(self._future.result(timeout=0), name)
 
 
 def _expected(exc: BaseException) -> bool:
@@ -360,7 +290,7 @@ def read_file(service: SegosService | ServiceSlot, skill_id: str, path: str) -> 
     """One package file as resource contents: text, or bytes (sent base64) when it is not UTF-8, with the
     mime type its name suggests. A path the package does not hold safely is the client's argument (-32602);
     a package not on the server's machine, its state (-32603)."""
-    from .api import FileRefused, PackageMissing  # loaded with the service
+    from .errors import FileRefused, PackageMissing  # loaded with the service
 
     try:
         found = service.skill_file(skill_id, path)
@@ -380,74 +310,6 @@ _READ = ToolAnnotations(
 _WRITE = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
 )
-
-
-class QuotaExceeded(ValueError):
-    """A session recorded more traces, or more trace bytes, in the last minute than its quota allows."""
-
-
-class TraceQuota:
-    """What one session may record with `record_trace` in any minute: `calls` traces and `bytes_` bytes of
-    their content (queries, used names, CTRF report), so one client cannot fill the landing folder's disk
-    (one session wrote 50 MB/s before). Keyed by the session's id (`session_key`: clients without one
-    share a key); the `SESSIONS` most recently seen are remembered. Defaults: 600 traces and 16 MiB a
-    minute, `$SEGOS_MCP_TRACES_PER_MIN` and `$SEGOS_MCP_TRACE_MB_PER_MIN` (docs/mcp.md)."""
-
-    WINDOW_S = 60.0
-    SESSIONS = 10_000
-
-    def __init__(
-        self, calls: int = 600, bytes_: int = 16 * 1024 * 1024, clock: Callable[[], float] = time.monotonic
-    ):
-        self.calls, self.bytes, self.clock = calls, bytes_, clock
-        self._seen: collections.OrderedDict[str, collections.deque[tuple[float, int]]] = (
-            collections.OrderedDict()
-        )
-        self._lock = threading.Lock()
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> TraceQuota:
-        calls = env.get("SEGOS_MCP_TRACES_PER_MIN") or "600"
-        megabytes = env.get("SEGOS_MCP_TRACE_MB_PER_MIN") or "16"
-        try:
-            quota = cls(int(calls), int(float(megabytes) * 1024 * 1024))
-        except ValueError:
-            quota = cls(0, 0)
-        if quota.calls <= 0 or quota.bytes <= 0:
-            raise ValueError(
-                "SEGOS_MCP_TRACES_PER_MIN and SEGOS_MCP_TRACE_MB_PER_MIN must be positive numbers, not "
-                f"{calls!r} and {megabytes!r}"
-            )
-        return quota
-
-    def admit(self, session: str, size: int) -> None:
-        """Count one trace of `size` bytes for `session`, or raise QuotaExceeded (nothing counted)."""
-        now = self.clock()
-        with self._lock:
-            seen = self._seen.setdefault(session, collections.deque())
-            self._seen.move_to_end(session)
-            if len(self._seen) > self.SESSIONS:
-                self._seen.popitem(last=False)
-            while seen and seen[0][0] <= now - self.WINDOW_S:
-                seen.popleft()
-            used = sum(b for _, b in seen)
-            if len(seen) >= self.calls or used + size > self.bytes:
-                wait = max(0.0, seen[0][0] + self.WINDOW_S - now) if seen else self.WINDOW_S
-                raise QuotaExceeded(
-                    f"record_trace quota: at most {self.calls} traces and {self.bytes // (1024 * 1024)} MiB "
-                    f"a minute per session ({len(seen)} traces, {used:,} bytes in the last minute); "
-                    f"retry in {wait:.0f} s"
-                )
-            seen.append((now, size))
-
-
-def session_key(ctx: Context) -> str:
-    """Which client session a request belongs to: its `mcp-session-id` over HTTP (the SDK builds a session
-    object per request there). A stdio server's one client, and HTTP clients that keep no session (the
-    SDK's own client on the newest protocol sends none), share one key: together they get one quota."""
-    request = ctx.request_context.request
-    headers = getattr(request, "headers", None)
-    return (headers.get("mcp-session-id") if headers is not None else None) or "no session"
 
 
 def build_server(
@@ -620,7 +482,7 @@ def build_server(
         except Exception as exc:
             if not _expected(exc):
                 raise
-            from .api import UnknownSkill  # loaded with the service
+            from .errors import UnknownSkill  # loaded with the service
 
             # an unknown skill is the client's argument (-32602); anything else, the server's state (-32603)
             error = ResourceNotFoundError if isinstance(exc, UnknownSkill) else ResourceError
@@ -645,120 +507,6 @@ def build_server(
         )
 
     return app
-
-
-class _WireIn:
-    """The read side of the JSON-RPC wire, handed to `Server.run` directly: `receive` reads one line and
-    parses it on the event loop, in the task that asks for it.
-
-    The SDK's `stdio_server` runs a reader task that passes each parsed message on through a memory stream,
-    which adds a task switch per message; at sub-millisecond requests that hop is measurable. Parsing is the
-    SDK's own (`jsonrpc_message_adapter`, lines decoded with errors="replace"), and a line that fails it is
-    handed on as the exception, as the SDK's transport does (the dispatcher logs and drops it).
-    """
-
-    def __init__(self, reader: asyncio.StreamReader):
-        self._reader = reader
-
-    async def receive(self) -> SessionMessage | Exception:
-        try:
-            line = await self._reader.readline()
-        except ValueError as exc:  # a line over _MAX_LINE: dropped like a malformed one, the server goes on
-            return exc
-        if not line:
-            raise anyio.EndOfStream
-        text = line.decode("utf-8", errors="replace")
-        try:
-            message = jsonrpc_message_adapter.validate_json(text, by_name=False)
-        except Exception as exc:
-            return exc
-        return SessionMessage(message)
-
-    def __aiter__(self) -> _WireIn:
-        return self
-
-    async def __anext__(self) -> SessionMessage | Exception:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def aclose(self) -> None:
-        pass
-
-    async def __aenter__(self) -> _WireIn:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-
-class _WireOut:
-    """The write side: `send` serializes the message (as the SDK's transport does) and writes it as one line
-    from the sending task, with asyncio flow control; no writer task, memory stream or worker thread.
-
-    One `write` call per message, so concurrent senders never interleave lines. A lost pipe is reported as
-    a broken stream, which the dispatcher treats as a closed connection rather than a handler failure.
-    """
-
-    def __init__(self, writer: asyncio.StreamWriter):
-        self._writer = writer
-        self._closed = False
-
-    async def send(self, item: SessionMessage) -> None:
-        if self._closed:
-            raise anyio.ClosedResourceError
-        line = item.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
-        try:
-            self._writer.write(line.encode("utf-8"))
-            await self._writer.drain()
-        except ConnectionError as exc:
-            raise anyio.BrokenResourceError from exc
-
-    async def aclose(self) -> None:
-        self._closed = True
-
-    async def __aenter__(self) -> _WireOut:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-
-def _is_pipe(fd: int) -> bool:
-    mode = os.fstat(fd).st_mode
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
-
-
-async def run_stdio(app: MCPServer) -> None:
-    """`app` over stdin/stdout through event-loop pipe transports (`_WireIn`, `_WireOut`).
-
-    Like the SDK's transport, it takes the wire off fds 0/1 first (0 → /dev/null, 1 → stderr), so nothing a
-    handler or library prints can corrupt the protocol. Falls back to the SDK's transport when stdin or
-    stdout is not a pipe (e.g. redirected from a file).
-    """
-    if not (_is_pipe(0) and _is_pipe(1)):
-        await app.run_stdio_async()
-        return
-    loop = asyncio.get_running_loop()
-    wire_in, wire_out = os.dup(0), os.dup(1)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    os.dup2(2, 1)
-    reader = asyncio.StreamReader(limit=_MAX_LINE)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(wire_in, "rb", 0))
-    transport, protocol = await loop.connect_write_pipe(
-        asyncio.streams.FlowControlMixin, os.fdopen(wire_out, "wb", 0)
-    )
-    writer = asyncio.StreamWriter(transport, protocol, None, loop)
-    # The SDK has no public hook for a transport of one's own, so this drives the low-level server that
-    # MCPServer.run_stdio_async drives too; an SDK without that attribute gets its own transport.
-    low = getattr(app, "_lowlevel_server", None)
-    if low is None or not hasattr(low, "run"):
-        await app.run_stdio_async()
-        return
-    await low.run(_WireIn(reader), _WireOut(writer), low.create_initialization_options())
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
