@@ -161,15 +161,15 @@ class PeakSampler:
         self._sample()  # a block shorter than one interval still gets a figure
 
 
-def tree_rss(pid: int, relist_s: float = 0.5) -> Callable[[], dict[str, float]]:
-    """A `PeakSampler` measure: the summed RSS of `pid` and its descendants, under the key "tree". Forked
-    workers share pages copy-on-write with their parent, so the sum is an upper bound. The descendants are
-    listed again every `relist_s` only: listing costs about 2 ms."""
-    pids, listed = [pid], [0.0]
+def tree_rss(pid: int, relist_s: float = 0.5, own: bool = True) -> Callable[[], dict[str, float]]:
+    """A `PeakSampler` measure: the summed RSS of `pid` (unless not `own`) and its descendants, under the
+    key "tree". Forked workers share pages copy-on-write with their parent, so the sum is an upper bound.
+    The descendants are listed again every `relist_s` only: listing costs about 2 ms."""
+    pids, listed = [pid] if own else [], [0.0]
 
     def measure() -> dict[str, float]:
         if time.monotonic() - listed[0] > relist_s:
-            pids[:] = [pid, *descendants(pid)]
+            pids[:] = [*([pid] if own else []), *descendants(pid)]
             listed[0] = time.monotonic()
         return {"tree": sum(rss_bytes(p) for p in pids)}
 
@@ -207,8 +207,11 @@ class ChildFailed(RuntimeError):
 
 
 def reap(proc: subprocess.Popen[Any], timeout: float | None = None) -> Any:
-    """Wait for `proc` and return its own rusage (`os.wait4`; RUSAGE_CHILDREN would be the max over every
-    child so far). Past `timeout` seconds the child is killed and `subprocess.TimeoutExpired` raised."""
+    """Wait for a child this process drives itself and return its rusage (`os.wait4`: its own, where
+    RUSAGE_CHILDREN would be the max over every child so far). For its CPU and reads only: Linux carries
+    a process's peak RSS over `exec`, so a child started directly reports at least this process's peak
+    (`run_child` measures memory through a launcher). Past `timeout` seconds the child is killed and
+    `subprocess.TimeoutExpired` raised."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         pid, status, usage = os.wait4(proc.pid, 0 if deadline is None else os.WNOHANG)
@@ -223,8 +226,34 @@ def reap(proc: subprocess.Popen[Any], timeout: float | None = None) -> Any:
         time.sleep(0.01)
 
 
+# Linux carries the peak RSS of the process that calls `exec` into the new program's ru_maxrss, and a
+# child forked (or vforked) from this process starts with this process's peak: a command started
+# directly would report at least the benchmark's own high-water mark (a parent that built a store first
+# made every child "use" its 300 MiB). So the command runs as the grandchild of a small launcher
+# (`python -I -S`, about 10 MiB): it forks, execs the command, times it, waits for it and writes the
+# command's own exit code, wall time and rusage to a file. SIGTERM to the launcher kills the command.
+_LAUNCHER = r"""
+import os, signal, sys, time
+t0 = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execvp(sys.argv[2], sys.argv[2:])
+    except OSError as e:
+        os.write(2, f"cannot run {sys.argv[2]}: {e}\n".encode())
+    os._exit(127)
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the command itself
+signal.signal(signal.SIGTERM, lambda *_: os.kill(pid, signal.SIGKILL))
+_, status, u = os.wait4(pid, 0)
+wall = time.perf_counter() - t0
+with open(sys.argv[1], "w") as fh:
+    code = os.waitstatus_to_exitcode(status)
+    fh.write(f"{code} {wall} {u.ru_utime} {u.ru_stime} {u.ru_maxrss} {u.ru_inblock}")
+"""
+
+
 def run_child(
-    cmd: Sequence[str],
+    cmd: Sequence[str | Path],
     *,
     env: dict[str, str] | None = None,
     cwd: Path | str | None = None,
@@ -237,33 +266,47 @@ def run_child(
     summed RSS of its process tree every 100 ms (it costs some CPU). `env` is added to this process's
     environment. stdout is captured (through a file, so a chatty child never blocks on a pipe); stderr
     is passed through unless `capture_stderr`. With `check`, a non-zero exit raises `ChildFailed` with
-    the end of the captured stderr."""
+    the end of the captured stderr; past `timeout` seconds the command is killed and
+    `subprocess.TimeoutExpired` raised."""
+    argv = [str(c) for c in cmd]
     with contextlib.ExitStack() as stack:
-        out = stack.enter_context(tempfile.TemporaryFile())
-        err = stack.enter_context(tempfile.TemporaryFile()) if capture_stderr else None
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(list(cmd), env={**os.environ, **(env or {})}, cwd=cwd, stdout=out, stderr=err)
-        sampler = PeakSampler(tree_rss(proc.pid)) if tree else None
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="segos-child-")))
+        out = stack.enter_context(open(folder / "stdout", "w+b"))
+        err = stack.enter_context(open(folder / "stderr", "w+b")) if capture_stderr else None
+        launcher = [sys.executable, "-I", "-S", "-c", _LAUNCHER, str(folder / "usage")]
+        proc = subprocess.Popen(
+            [*launcher, *argv], env={**os.environ, **(env or {})}, cwd=cwd, stdout=out, stderr=err
+        )
+        sampler = PeakSampler(tree_rss(proc.pid, own=False)) if tree else None
         with sampler or contextlib.nullcontext():
-            usage = reap(proc, timeout)
-        wall = time.perf_counter() - t0
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.terminate()
+                proc.wait()
+                raise
         out.seek(0)
         stdout = out.read().decode(errors="replace")
         stderr = ""
         if err is not None:
             err.seek(0)
             stderr = err.read().decode(errors="replace")
-    if check and proc.returncode != 0:
+        usage = (folder / "usage").read_text().split() if (folder / "usage").is_file() else None
+    if usage is None:
+        raise ChildFailed(f"the launcher of {' '.join(argv[:4])} ... ended with {proc.returncode}: {stderr}")
+    returncode = int(usage[0])
+    wall, user, system = map(float, usage[1:4])
+    if check and returncode != 0:
         tail = " | ".join(stderr.strip().splitlines()[-3:])
-        raise ChildFailed(f"{' '.join(map(str, cmd[:4]))} ... exited with {proc.returncode}: {tail}")
+        raise ChildFailed(f"{' '.join(argv[:4])} ... exited with {returncode}: {tail}")
     return ChildRun(
-        returncode=proc.returncode,
+        returncode=returncode,
         wall_s=wall,
-        cpu_user_s=usage.ru_utime,
-        cpu_sys_s=usage.ru_stime,
-        peak_rss_bytes=usage.ru_maxrss * 1024,  # Linux reports KiB
+        cpu_user_s=user,
+        cpu_sys_s=system,
+        peak_rss_bytes=int(usage[4]) * 1024,  # Linux reports KiB
         tree_peak_rss_bytes=int(sampler.peaks["tree"]) if sampler and sampler.peaks.get("tree") else None,
-        read_bytes=usage.ru_inblock * 512,
+        read_bytes=int(usage[5]) * 512,
         stdout=stdout,
         stderr=stderr,
     )

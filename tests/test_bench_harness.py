@@ -4,6 +4,7 @@ extracted from git, and result files."""
 from __future__ import annotations
 
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -109,6 +110,17 @@ def test_child_runner_reports_peak_rss_of_the_child_and_its_tree() -> None:
     assert run.wall_s >= 0.6 and run.cpu_s > 0 and run.read_bytes >= 0
 
 
+def test_child_peak_rss_is_its_own_not_the_benchmark_process_high_water_mark() -> None:
+    held = bytearray(300 * MIB)
+    held[::4096] = b"x" * len(held[::4096])
+    del held
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 >= 300 * MIB
+    # Linux carries the exec-ing process's peak into the new program's ru_maxrss: started directly, the
+    # child would report this process's 300 MiB
+    run = harness.run_child([sys.executable, "-c", "pass"])
+    assert run.peak_rss_bytes < 100 * MIB
+
+
 def test_child_runner_failure_names_the_exit_code_and_stderr() -> None:
     cmd = [sys.executable, "-c", "import sys; sys.exit('the child gave up')"]
     with pytest.raises(harness.ChildFailed, match="exited with 1: the child gave up"):
@@ -117,9 +129,18 @@ def test_child_runner_failure_names_the_exit_code_and_stderr() -> None:
     assert (run.returncode, run.stderr.strip(), run.tree_peak_rss_bytes) == (1, "the child gave up", None)
 
 
-def test_child_runner_kills_a_child_past_its_timeout() -> None:
+def test_child_runner_kills_a_command_past_its_timeout(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    sleeper = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(30)"
     with pytest.raises(subprocess.TimeoutExpired):
-        harness.run_child([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
+        harness.run_child([sys.executable, "-c", sleeper], timeout=1.0)
+    pid = int(pid_file.read_text())
+    assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+
+
+def test_child_runner_says_when_a_command_cannot_start() -> None:
+    with pytest.raises(harness.ChildFailed, match="exited with 127: cannot run no-such-program-here"):
+        harness.run_child(["no-such-program-here"], capture_stderr=True)
 
 
 def test_peak_sampler_keeps_the_largest_value_per_key() -> None:
