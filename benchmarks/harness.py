@@ -6,8 +6,9 @@ machine's context, and result files.
 
 extracts the `segos_pipeline` package at the git ref REF (`git archive`, read-only) into
 `INTO/baseline-<commit>/` and prints that folder: the `--baseline-src` / `--baseline DIR` the A/B scripts
-take. Scripts import this module (`import harness`: a script's own folder is first on `sys.path`); it uses
-the standard library only, so an orchestrating process stays free of numpy and polars.
+take. Scripts import this module (`import harness`: a script's own folder is first on `sys.path`). It
+imports the standard library only (`built_synthetic` loads segos_pipeline when called), so an orchestrating
+process stays free of numpy and polars.
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ def percentiles(values: Sequence[float], ndigits: int = 4) -> dict[str, float]:
         "mean": round(math.fsum(values) / len(values), ndigits),
         "samples": len(values),
     }
+
+
+# =========================================================================================== timing
 
 
 def _cpu_s() -> float:
