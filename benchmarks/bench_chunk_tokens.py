@@ -18,12 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+import harness
 import polars as pl
 
 from segos_pipeline.config import ParseConfig
@@ -38,21 +35,15 @@ def prepare(library: Path, cache: Path, chunks: int, chunk: int) -> list[Path]:
     if all(f.exists() for f in files):
         return files
     cache.mkdir(parents=True, exist_ok=True)
-    packages: list[str] = []
-    for domain in sorted(library.iterdir()):
-        packages.extend(str(p) for p in parsing.discover_packages(domain))
+    packages: list[tuple[str, parsing.Listed]] = []  # as the build's walk hands them to the workers
+    for domain in sorted(p for p in library.iterdir() if p.is_dir()):
+        packages.extend(parsing.listed_packages(str(domain)))
         if len(packages) >= chunks * chunk:
             break
     for i, f in enumerate(files):
-        part = parsing._Chunk(tuple((p, False) for p in packages[i * chunk : (i + 1) * chunk]))
+        part = parsing._Chunk(tuple(packages[i * chunk : (i + 1) * chunk]))
         parsing._parse_chunk((part, str(library), ParseConfig(), None))[0].write_parquet(f)
     return files
-
-
-def _cpu(fn: Callable[[], Any]) -> tuple[Any, float]:
-    start = time.process_time()
-    out = fn()
-    return out, time.process_time() - start
 
 
 def _whole(files: list[str], save: str | None) -> dict[str, float]:
@@ -60,7 +51,7 @@ def _whole(files: list[str], save: str | None) -> dict[str, float]:
     chunk_tokens.ChunkTokens.of(frames[0])
     total, skills = 0.0, 0
     for i, nodes in enumerate(frames[1:], 1):
-        got, cpu = _cpu(lambda n=nodes: chunk_tokens.ChunkTokens.of(n))
+        got, _, cpu = harness.timed(lambda n=nodes: chunk_tokens.ChunkTokens.of(n))
         total, skills = total + cpu, skills + nodes.height
         if save:
             got.frame.write_parquet(Path(save) / f"frame-{i:03d}.parquet")
@@ -76,24 +67,19 @@ def _steps(files: list[str]) -> dict[str, float]:
     for nodes in frames[1:]:
         skills += nodes.height
         for name, fn in (("field_texts", lambda n=nodes: field_texts(n)),):
-            spent[name] = spent.get(name, 0.0) + _cpu(fn)[1]
-        rows, cpu = _cpu(lambda n=nodes: chunk_tokens._word_rows(n))
+            spent[name] = spent.get(name, 0.0) + harness.timed(fn)[2]
+        rows, _, cpu = harness.timed(lambda n=nodes: chunk_tokens._word_rows(n))
         spent["word_rows"] = spent.get("word_rows", 0.0) + cpu
         # a frame with a word column before this branch, (slots, words) since
         words = rows[1] if isinstance(rows, tuple) else rows["word"]
-        (codes, cpu) = _cpu(lambda w=words: chunk_tokens.word_codes(w, w.hash()))
+        codes, _, cpu = harness.timed(lambda w=words: chunk_tokens.word_codes(w, w.hash()))
         spent["word_codes (with hash)"] = spent.get("word_codes (with hash)", 0.0) + cpu
         distinct += len(codes[0])
-        _, cpu = _cpu(lambda d=codes[0]: chunk_tokens._vocabulary(d))
+        _, _, cpu = harness.timed(lambda d=codes[0]: chunk_tokens._vocabulary(d))
         spent["vocabulary"] = spent.get("vocabulary", 0.0) + cpu
     out = {k: 1e6 * v / skills for k, v in spent.items()}
     out["distinct words per chunk"] = distinct / (len(frames) - 1)
     return out
-
-
-def _fresh(fn: Callable[..., dict[str, float]], *args: Any) -> dict[str, float]:
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(fn, args)
 
 
 def main() -> None:
@@ -107,7 +93,9 @@ def main() -> None:
     files = [str(f) for f in prepare(args.library, args.cache, args.chunks, args.chunk)]
     if args.save:
         args.save.mkdir(parents=True, exist_ok=True)
-    res = _fresh(_steps, files) | _fresh(_whole, files, str(args.save) if args.save else None)
+    res = harness.in_fresh_process(_steps, files) | harness.in_fresh_process(
+        _whole, files, str(args.save) if args.save else None
+    )
     print(json.dumps({"module": chunk_tokens.__file__, **{k: round(v, 1) for k, v in res.items()}}, indent=1))
 
 

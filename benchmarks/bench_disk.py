@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import harness
+
 from segos_pipeline.config import ParseConfig
 from segos_pipeline.graph import parsing
 
@@ -131,7 +133,7 @@ def main() -> None:
         result["library"] = library_reads(args.library, args.folders, args.drop_caches)
         print(json.dumps(result["library"]), flush=True)
     if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        harness.write_json(args.json, result)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import harness
+
 from segos_pipeline import RetrievalConfig, Retriever, SnapshotStore, build_cold_start
 from segos_pipeline.config import EvolutionConfig
 from segos_pipeline.evaluation.replay import EvalQuery, QueryFile, load_queries, replay
@@ -222,11 +224,9 @@ def main() -> int:
         work = ROOT / "benchmarks" / "out"
         work.mkdir(parents=True, exist_ok=True)
         result["simulated_speed"] = simulated_speed(args.skills, args.traces, work)
-    args.out.mkdir(parents=True, exist_ok=True)
     suffix = "" if not args.skip_speed else "-real"
-    (args.out / f"evolution{suffix}.json").write_text(json.dumps(result, indent=2, default=str))
     md = _markdown(result)
-    (args.out / f"evolution{suffix}.md").write_text(md)
+    harness.write_results(args.out / f"evolution{suffix}", result, md)
     print(md)
     return 0
 

@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import harness
+
 from segos_pipeline import SnapshotStore, build_cold_start
 from segos_pipeline.evaluation.trace_fuzz import ingest_and_account, write_corpus
 from segos_pipeline.evolution.ingest import TraceStore
@@ -44,10 +46,6 @@ def main() -> None:
     totals = {k: sum(r.get(k, 0) for r in runs) for k in ("inputs", "stored", "quarantined", "crashes")}
     totals["silently_dropped"] = sum(r["silently_dropped"] for r in runs)
     command = "python benchmarks/bench_fuzz_traces.py " + " ".join(sys.argv[1:])
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "fuzz-traces.json").write_text(
-        json.dumps({"command": command, "totals": totals, "runs": runs}, indent=2) + "\n"
-    )
     lines = [
         "# Trace fuzzing",
         "",
@@ -70,7 +68,9 @@ def main() -> None:
         f"{totals['silently_dropped']} silently dropped.",
         "",
     ]
-    (RESULTS / "fuzz-traces.md").write_text("\n".join(lines))
+    harness.write_results(
+        RESULTS / "fuzz-traces", {"command": command, "totals": totals, "runs": runs}, "\n".join(lines)
+    )
     print("\n".join(lines))
 
 

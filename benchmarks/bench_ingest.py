@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import harness
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 GENERATOR = 2  # bump when the generated lines change, so kept inputs are made again
@@ -105,33 +107,20 @@ def build_store(python: str, pythonpath: str, store: Path) -> None:
 
 def measure(python: str, pythonpath: str, store: Path, traces: Path) -> dict:
     """One `segos ingest --json` in a child process: wall, CPU, peak RSS (from wait4) and its report."""
-    env = {**os.environ, "PYTHONPATH": pythonpath}
+    env = {"PYTHONPATH": pythonpath}
     cmd = [python, "-m", "segos_pipeline.cli", "ingest", str(traces), "--store", str(store), "--json"]
     load_before = os.getloadavg()[0]
-    start = time.perf_counter()
-    with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.PIPE, cwd=store.parent)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-        out.seek(0)
-        text = out.read().decode()
-    used = subprocess.run(
-        [python, "-c", "import segos_pipeline; print(segos_pipeline.__file__)"],
-        env=env,
-        cwd=store.parent,
-        capture_output=True,
-        text=True,
-        check=True,
+    child = harness.run_child(cmd, env=env, cwd=store.parent, capture_stderr=True)
+    used = harness.run_child(
+        [python, "-c", "import segos_pipeline; print(segos_pipeline.__file__)"], env=env, cwd=store.parent
     ).stdout.strip()
     if not used.startswith(pythonpath):
         raise RuntimeError(f"measured {used}, not the package under {pythonpath}")
-    if status != 0:
-        raise RuntimeError(f"ingest failed ({status}): {proc.stderr.read().decode()[-2000:]}")
-    report = json.loads(text)
+    report = json.loads(child.stdout)
     return {
-        "wall_s": round(wall, 2),
-        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
-        "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+        "wall_s": round(child.wall_s, 2),
+        "cpu_s": round(child.cpu_s, 2),
+        "peak_rss_mib": round(child.peak_rss_bytes / 2**20, 1),
         "package": used,
         "read": report["read"],
         "accepted": report["accepted"],
@@ -139,13 +128,6 @@ def measure(python: str, pythonpath: str, store: Path, traces: Path) -> dict:
         "load_before": round(load_before, 1),
         "load_after": round(os.getloadavg()[0], 1),
     }
-
-
-def export(revision: str, into: Path) -> None:
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", revision, "segos_pipeline"], check=True, capture_output=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
 
 
 def main() -> None:
@@ -166,12 +148,9 @@ def main() -> None:
     files = {n: generated(args.inputs, n) for n in sizes}
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
-        old = tmp_path / "before"
-        old.mkdir()
         variants = [("after", str(ROOT))]
         if args.before != "0":
-            export(args.before, old)
-            variants.insert(0, ("before", str(old)))
+            variants.insert(0, ("before", str(harness.extract_baseline(args.before, tmp_path).folder)))
         for n in sizes:
             for name, path in variants:
                 pair = args.before != "0" and n == args.before_traces
@@ -199,8 +178,7 @@ def main() -> None:
             "",
         ],
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "ingest.json").write_text(json.dumps({**meta, "runs": rows}, indent=2) + "\n")
+    harness.write_json(RESULTS / "ingest.json", {**meta, "runs": rows})
     render(meta, rows)
 
 

@@ -4,8 +4,8 @@
     .venv/bin/python benchmarks/bench_join.py STORE [--baseline-src FOLDER] [--workers 2]
         [--order measured,baseline,measured] [--out FILE.json]
 
-`--baseline-src` names a folder holding another checkout's `segos_pipeline` package (e.g. from
-`git archive <commit> segos_pipeline | tar -x -C FOLDER`). Every run is a fresh subprocess (the baseline's
+`--baseline-src` names a folder holding another checkout's `segos_pipeline` package (e.g. the folder
+`benchmarks/harness.py baseline COMMIT` prints). Every run is a fresh subprocess (the baseline's
 with PYTHONPATH=FOLDER) that loads the latest version's signature, times `topk_jaccard` alone (wall, and
 CPU of the process plus its pool workers) with the default graph config, and saves the edges; the parent
 prints every run and whether all runs' (src, dst, weight) arrays and statistics are identical. Runs in the
@@ -16,21 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
+import harness
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _cpu_s() -> float:
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def run_join(store: str, workers: int, out: Path) -> dict[str, Any]:
@@ -44,9 +37,9 @@ def run_join(store: str, workers: int, out: Path) -> dict[str, Any]:
 
     s = SnapshotStore(store)
     signature = s.load(s.latest()).signature().matrix
-    cpu, wall = _cpu_s(), time.perf_counter()
-    src, dst, weight, stats = topk_jaccard(signature, GraphConfig(), workers=workers)
-    wall, cpu = time.perf_counter() - wall, _cpu_s() - cpu
+    (src, dst, weight, stats), wall, cpu = harness.timed(
+        lambda: topk_jaccard(signature, GraphConfig(), workers=workers)
+    )
     np.savez(out, src=src, dst=dst, weight=weight)
     return {
         "code": str(Path(segos_pipeline.__file__).parent.parent.name),
@@ -57,11 +50,9 @@ def run_join(store: str, workers: int, out: Path) -> dict[str, Any]:
 
 
 def _spawn(name: str, store: str, workers: int, out: Path, baseline: Path | None) -> dict[str, Any]:
-    env = dict(os.environ)
-    if name == "baseline" and baseline is not None:
-        env["PYTHONPATH"] = str(baseline)
+    env = {"PYTHONPATH": str(baseline)} if name == "baseline" and baseline is not None else None
     cmd = [sys.executable, __file__, "--run", store, "--workers", str(workers), "--npz", str(out)]
-    done = subprocess.run(cmd, env=env, cwd=ROOT, check=True, capture_output=True, text=True)
+    done = harness.run_child(cmd, env=env, cwd=ROOT, capture_stderr=True)
     return {"run": name, **json.loads(done.stdout.strip().splitlines()[-1])}
 
 
@@ -104,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         same = _identical(files) and all(r["stats"] == runs[0]["stats"] for r in runs)
     print(f"all runs identical (src, dst, weight, stats): {same}")
     if args.out is not None:
-        args.out.write_text(json.dumps({"workers": args.workers, "runs": runs, "identical": same}, indent=2))
+        harness.write_json(args.out, {"workers": args.workers, "runs": runs, "identical": same})
     return 0 if same else 1
 
 

@@ -4,10 +4,11 @@
         [--legacy-rev 32a5f4b] [--shared ../shared/data] [--skip-synthetic] [--skip-real] [--repeat 1]
 
 For each case a round is prepared once (attempt selection, reconstruction, L1, L2), then its L3 stage
-runs with the code of `--legacy-rev` (loaded from git: a fresh lexical index for the round's graph, the
-whole library re-tokenised and a second index for verification) and with this checkout's `l3_stage`,
-alternating, on copies of the same state. It reports wall time, lexical indexes built and skills
-tokenised by each, and whether both give the same revisions, node table and token table.
+runs with the code of `--legacy-rev` (extracted from git by `harness.extract_baseline`: a fresh lexical
+index for the round's graph, the whole library re-tokenised and a second index for verification) and with
+this checkout's `l3_stage`, alternating, on copies of the same state. It reports wall time, lexical
+indexes built and skills tokenised by each, and whether both give the same revisions, node table and
+token table.
 
 Cases: the demo window 2026-11-27; the real SkillsBench dev trials over the real library and API-Bank
 level-3 over its generated library (when `--shared` has them); a generated library of N skills with
@@ -18,8 +19,6 @@ Timings on a shared, loaded machine are noisy: compare the two columns of one ru
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import harness
 import polars as pl
 
 from segos_pipeline import RetrievalConfig, Retriever, SnapshotStore, build_cold_start
@@ -47,9 +47,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def legacy_descriptions(rev: str) -> types.ModuleType:
     """`segos_pipeline/evolution/descriptions.py` as of `rev`, importable beside today's modules."""
-    src = subprocess.check_output(
-        ["git", "show", f"{rev}:segos_pipeline/evolution/descriptions.py"], cwd=ROOT, text=True
-    )
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = harness.extract_baseline(rev, Path(tmp)).folder
+        src = (tree / "segos_pipeline" / "evolution" / "descriptions.py").read_text()
     name = "segos_pipeline.evolution._legacy_descriptions"
     module = types.ModuleType(name)
     module.__package__ = "segos_pipeline.evolution"
@@ -285,7 +285,6 @@ def main() -> int:
             args.library, args.store, args.traces, legacy, args.repeat
         )
     result = {"legacy_rev": args.legacy_rev, "cases": cases}
-    args.out.mkdir(parents=True, exist_ok=True)
     suffix = (
         ""
         if not (args.skip_real or args.skip_synthetic)
@@ -293,9 +292,8 @@ def main() -> int:
         if args.skip_synthetic
         else "-synthetic"
     )
-    (args.out / f"l3{suffix}.json").write_text(json.dumps(result, indent=2, default=str))
     md = markdown(result)
-    (args.out / f"l3{suffix}.md").write_text(md)
+    harness.write_results(args.out / f"l3{suffix}", result, md)
     print(md)
     return 0
 

@@ -29,21 +29,19 @@ Writes `<out>/latency.json` and `<out>/latency.md`.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
-import platform
 import shutil
-import statistics
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import harness
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from bench_speed import _code_state, _cpu_model, _shown, busy_cpus, ensure_synthetic  # noqa: E402
 
 REAL_LIBRARY = ROOT.parent / "shared" / "data" / "skills"
 REAL_QUERIES = ROOT.parent / "shared" / "data" / "eval" / "skillsbench-dev.jsonl"
@@ -58,27 +56,15 @@ EVOLVED_RATIO = 1.5
 WINDOW = "bench-latency"
 
 
-def say(msg: str) -> None:
-    print(f"[latency {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+say = functools.partial(harness.say, tag="latency")
 
 
 # ========================================================================================== worker
 # `bench_latency.py _worker ARGS_JSON RESULT_PATH`: one query phase, in a fresh pinned interpreter.
 
 
-def _percentiles(ms: list[float]) -> dict[str, float]:
-    s = sorted(ms)
-    return {
-        "p50": round(statistics.median(s), 4),
-        "p95": round(s[min(len(s) - 1, int(0.95 * len(s)))], 4),
-        "mean": round(statistics.fmean(s), 4),
-        "samples": len(s),
-    }
-
-
 def worker(args: dict[str, Any]) -> dict[str, Any]:
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {0})
+    harness.pin_to_core(0)
     import segos_pipeline
     from segos_pipeline import Retriever, SnapshotStore
 
@@ -109,8 +95,8 @@ def worker(args: dict[str, Any]) -> dict[str, Any]:
         "queries": len(texts),
         "repeat": args["repeat"],
         "retriever_init_s": round(init_s, 3),
-        "ranked_ids_ms": _percentiles(timings["ranked_ids"]),
-        "retrieve_ms": _percentiles(timings["retrieve"]),
+        "ranked_ids_ms": harness.percentiles(timings["ranked_ids"]),
+        "retrieve_ms": harness.percentiles(timings["retrieve"]),
         "bundles": bundles,
     }
     if hasattr(retriever, "graph_mass"):  # current code: where a query's time goes
@@ -142,8 +128,8 @@ def _stages(retriever: Any, texts: list[str]) -> dict[str, Any]:
             pushed += 1
             work.append(retriever._push.ppr(seeds, weights, cfg.alpha, cfg.ppr_epsilon).work)
     return {
-        "lexical_evidence_p50": round(statistics.median(lexical), 4),
-        "ppr_p50": round(statistics.median(ppr), 4) if ppr else None,
+        "lexical_evidence_p50": round(harness.percentile(lexical, 50), 4),
+        "ppr_p50": round(harness.percentile(ppr, 50), 4) if ppr else None,
         "queries_by_local_push": pushed,
         "push_edges_read_max": max(work) if work else 0,
     }
@@ -154,37 +140,13 @@ def _stages(retriever: Any, texts: list[str]) -> dict[str, Any]:
 
 def spawn(args: dict[str, Any], pythonpath: Path | None, result: Path) -> dict[str, Any]:
     result.unlink(missing_ok=True)
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "OPENBLAS_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-        "POLARS_MAX_THREADS": "1",
-    }
-    if pythonpath is not None:
-        env["PYTHONPATH"] = str(pythonpath)
-    busy = busy_cpus()
+    env = {**harness.ONE_CORE_ENV, **({"PYTHONPATH": str(pythonpath)} if pythonpath is not None else {})}
+    busy = harness.busy_cpus()
     cmd = [sys.executable, str(Path(__file__).resolve()), "_worker", json.dumps(args), str(result)]
-    subprocess.run(cmd, env=env, cwd=pythonpath or ROOT, check=True)
+    harness.run_child(cmd, env=env, cwd=pythonpath or ROOT)
     out = json.loads(result.read_text())
     out["busy_cpus_before"] = busy
     return out
-
-
-def baseline_tree(work: Path, ref: str) -> tuple[Path, str]:
-    """The package as of `ref`, extracted (read-only git) into the work folder."""
-    sha = subprocess.run(
-        ["git", "rev-parse", "--short", ref], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout.strip()
-    folder = work / f"baseline-{sha}"
-    if not (folder / "segos_pipeline" / "__init__.py").is_file():
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-        archive = subprocess.run(
-            ["git", "archive", sha, "segos_pipeline"], cwd=ROOT, capture_output=True, check=True
-        )
-        subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
-    return folder, sha
 
 
 def _largest_component(snapshot: Any) -> int:
@@ -289,7 +251,7 @@ def prepare_synthetic(
     from segos_pipeline.evolution.traces import trace_frame
     from segos_pipeline.retrieval.ranker import warm_caches
 
-    lib = ensure_synthetic(work, n, seed, n_tasks)
+    lib = harness.synthetic_library(work, n, seed, n_tasks)
     store = SnapshotStore(work / f"latency-store-{n}-s{seed}")
     info: dict[str, Any] = {
         "library": str(lib),
@@ -538,17 +500,17 @@ def main(argv: list[str] | None = None) -> int:
     trees: dict[str, Path | None] = {}
     baseline_sha = None
     if args.baseline:
-        folder, baseline_sha = baseline_tree(args.work, args.baseline)
-        trees["baseline"] = folder
+        baseline = harness.extract_baseline(args.baseline, args.work)
+        trees["baseline"], baseline_sha = baseline.folder, baseline.commit
     trees["current"] = None
     results = measure(cases, trees, args)
     meta = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": " ".join([".venv/bin/python", "benchmarks/bench_latency.py", *map(_shown, argv)]),
+        "command": " ".join([".venv/bin/python", "benchmarks/bench_latency.py", *map(harness.shown, argv)]),
         "cpus": os.cpu_count(),
-        "processor": _cpu_model(),
-        "platform": f"{platform.system()} {platform.machine()}, Python {platform.python_version()}",
-        "code": _code_state(),
+        "processor": harness.cpu_model(),
+        "platform": harness.platform_line(),
+        "code": harness.code_state(),
         "baseline": args.baseline,
         "baseline_commit": baseline_sha,
         "queries": args.queries,
@@ -556,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     for by_code in results.values():
         for r in by_code.values():
-            r["code"] = _shown(r["code"])
+            r["code"] = harness.shown(r["code"])
     result = {
         "meta": meta,
         "bars": bars(results),
@@ -564,9 +526,7 @@ def main(argv: list[str] | None = None) -> int:
         "synthetic": {k: v for k, v in syn.items() if k not in ("store", "library", "queries")},
         "results": results,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "latency.json").write_text(json.dumps(result, indent=2))
-    (args.out / "latency.md").write_text(markdown(result))
+    harness.write_results(args.out / "latency", result, markdown(result))
     print((args.out / "latency.md").read_text())
     return 1 if any(r["pass"] is False for r in result["bars"]) else 0
 

@@ -40,11 +40,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import harness
 import polars as pl
 
 from segos_pipeline import Retriever, SnapshotStore, build_cold_start
 from segos_pipeline.config import EvolutionConfig, retrieval_for
-from segos_pipeline.evaluation.metrics import aggregate, percentile, query_metrics
+from segos_pipeline.evaluation.metrics import aggregate, query_metrics
 from segos_pipeline.evaluation.replay import gold_sets
 from segos_pipeline.evaluation.study.rankers import BM25Ranker, with_requests
 from segos_pipeline.evolution.ingest import TraceStore
@@ -86,7 +87,7 @@ def quality(ranker: Any, names: Names, queries: list[dict[str, Any]], k: int = 5
         if key in ("hit", "recall", "comp", "mrr")
     }
     out["n"] = len(queries)
-    out["p50_ms"] = round(percentile(times, 50), 3)
+    out["p50_ms"] = round(harness.percentile(times, 50), 3)
     return out
 
 
@@ -286,8 +287,7 @@ def main() -> int:
                 f.round(as_traces(ok, f"loop{r}"))
         result["closed-loop (simulated)"] = loop
         print("closed-loop", json.dumps(loop), flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "learning.json").write_text(json.dumps(result, indent=2) + "\n")
+    harness.write_json(args.out / "learning.json", result)
     print(f"wrote {args.out / 'learning.json'}")
     return 0
 

@@ -4,9 +4,9 @@ CPU time. Raw JSON-RPC lines over the pipes (no client library in the way).
 
     .venv/bin/python benchmarks/bench_mcp_startup.py STORE [--runs 6] [--baseline DIR]
 
-`--baseline DIR`: alternate each run with one of the `segos_pipeline` found in DIR (for example a
-`git archive <commit> segos_pipeline | tar -x -C DIR` of an older commit), put first on PYTHONPATH, so both
-see the same machine load; medians are printed per side.
+`--baseline DIR`: alternate each run with one of the `segos_pipeline` found in DIR (for example an older
+commit's, from `benchmarks/harness.py baseline COMMIT`), put first on PYTHONPATH, so both see the same
+machine load; medians are printed per side.
 """
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import harness
 
 INIT = {
     "jsonrpc": "2.0",
@@ -63,7 +64,6 @@ def one_run(store: Path, pythonpath: str | None) -> dict[str, float]:
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-m", "segos_pipeline.cli", "mcp", "--store", str(store)],
@@ -85,9 +85,8 @@ def one_run(store: Path, pythonpath: str | None) -> dict[str, float]:
     assert not answer["result"].get("isError"), answer
     assert proc.stdin is not None
     proc.stdin.close()
-    proc.wait(timeout=120)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    usage = harness.reap(proc, timeout=120)
+    cpu = usage.ru_utime + usage.ru_stime
     return {"initialize_s": t_init, "tools_list_s": t_list, "first_call_s": t_call, "cpu_s": cpu}
 
 

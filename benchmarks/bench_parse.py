@@ -20,10 +20,11 @@ import os
 import shlex
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import harness
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -52,13 +53,11 @@ else:
 
 
 def _child(src: Path, mode: str, lib: Path, arg: str = "") -> dict:
-    done = subprocess.run(
+    done = harness.run_child(
         [sys.executable, "-c", CHILD, mode, str(lib), arg],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"},
+        env={"PYTHONPATH": str(src)},
         cwd=src,
+        capture_stderr=True,
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -90,16 +89,9 @@ def main() -> None:
     command = "python benchmarks/bench_parse.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     with tempfile.TemporaryDirectory(prefix="segos-bench-parse-") as tmp_s:
         tmp = Path(tmp_s)
-        base = tmp / "baseline"
-        base.mkdir()
-        archive = subprocess.run(
-            ["git", "archive", args.baseline, "segos_pipeline"], capture_output=True, check=True, cwd=ROOT
-        )
-        subprocess.run(["tar", "-x", "-C", str(base)], input=archive.stdout, check=True)
-        rev = subprocess.run(
-            ["git", "rev-parse", "--short", args.baseline], capture_output=True, text=True, cwd=ROOT
-        ).stdout.strip()
-        sides = {"baseline": base, "this tree": ROOT}
+        baseline = harness.extract_baseline(args.baseline, tmp)
+        rev = baseline.commit
+        sides = {"baseline": baseline.folder, "this tree": ROOT}
         sample, n_sample = _sample_root(args.library, args.sample, tmp)
         times: dict[str, dict[str, list[float]]] = {s: {"frontmatter": [], "parse": []} for s in sides}
         for r in range(args.rounds):
@@ -130,9 +122,7 @@ def main() -> None:
         },
         "raw_us": times,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(_markdown(result))
+    harness.write_results(args.out, result, _markdown(result))
     print(json.dumps({k: v for k, v in result.items() if k != "raw_us"}, indent=2))
 
 

@@ -25,9 +25,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import harness
+
 from segos_pipeline import Retriever, SnapshotStore, build_cold_start
 from segos_pipeline.config import build_preset, retrieval_preset
-from segos_pipeline.evaluation.metrics import aggregate, percentile, query_metrics
+from segos_pipeline.evaluation.metrics import aggregate, query_metrics
 from segos_pipeline.evaluation.replay import QueryFile, gold_sets, load_queries, replay
 from segos_pipeline.evaluation.study.rankers import BM25Ranker
 from segos_pipeline.evolution.adapters import write_library
@@ -50,7 +52,7 @@ def bm25_replay(retriever: Retriever, queries: QueryFile, k: int) -> dict[str, A
         per_query.append(query_metrics(ranked, gold, k))
     return {
         **aggregate(per_query),
-        "latency_ms": {"p50": percentile(latencies, 50), "p95": percentile(latencies, 95)},
+        "latency_ms": {"p50": harness.percentile(latencies, 50), "p95": harness.percentile(latencies, 95)},
     }
 
 
@@ -135,10 +137,8 @@ def main() -> int:
         for name, (library, query_file) in sets.items():
             print(f"[bench_quality] {name}", file=sys.stderr)
             result["sets"][name] = measure(library, load_queries(query_file), args.k, work / name)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "quality.json").write_text(json.dumps(result, indent=2))
     md = markdown(result)
-    (args.out / "quality.md").write_text(md)
+    harness.write_results(args.out / "quality", result, md)
     print(md)
     return 0
 

@@ -13,11 +13,8 @@ Writes benchmarks/results/remote.{json,md}.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -25,16 +22,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from segos_pipeline.evaluation.synthetic import generate_library  # noqa: E402
-from segos_pipeline.graph.build import build_cold_start  # noqa: E402
+from harness import built_synthetic, timed, write_results  # noqa: E402
+
 from segos_pipeline.store.remote import RemoteStore  # noqa: E402
 from segos_pipeline.store.snapshot import SnapshotStore  # noqa: E402
-
-
-def timed(fn: Any) -> tuple[Any, float]:
-    t = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t
 
 
 def folder_bytes(folder: Path) -> int:
@@ -44,11 +35,11 @@ def folder_bytes(folder: Path) -> int:
 def measure(uri: str, local: SnapshotStore, vid: str, work: Path) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:6]
     publisher = RemoteStore(uri, work / f"cache-pub-{tag}")
-    _, publish_s = timed(lambda: publisher.publish(local.versions_dir / vid))
+    _, publish_s, _ = timed(lambda: publisher.publish(local.versions_dir / vid))
     reader = RemoteStore(uri, work / f"cache-read-{tag}")
-    _, list_s = timed(reader.list_versions)
-    snap, cold_s = timed(lambda: reader.load(vid))
-    _, warm_s = timed(lambda: RemoteStore(uri, work / f"cache-read-{tag}").load(vid))
+    _, list_s, _ = timed(reader.list_versions)
+    snap, cold_s, _ = timed(lambda: reader.load(vid))
+    _, warm_s, _ = timed(lambda: RemoteStore(uri, work / f"cache-read-{tag}").load(vid))
     assert snap.nodes.height > 0
     return {
         "uri": uri.split("://", 1)[0] + "://",
@@ -66,13 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "remote")
     args = ap.parse_args(argv)
     work: Path = args.work
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    generate_library(work / "library", args.skills)
-    local = SnapshotStore(work / "local")
-    manifest, build_s = timed(lambda: build_cold_start(work / "library", local))
+    local, manifest, build_s = built_synthetic(work, args.skills)
     vid = manifest["version"]
-    _, local_load_s = timed(lambda: local.load(vid))
+    _, local_load_s, _ = timed(lambda: local.load(vid))
     rows = [
         measure((work / "remote").as_uri(), local, vid, work),
         measure(f"memory://bench-{vid}", local, vid, work),
@@ -87,8 +74,6 @@ def main(argv: list[str] | None = None) -> int:
         "uris": rows,
         "command": f"python benchmarks/bench_remote.py --skills {args.skills}",
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
         "# A store on a URI next to a local store",
         "",
@@ -108,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             f"| `{r['uri']}` | {r['publish_s']:.2f} s | {r['list_fresh_cache_s']:.3f} s | "
             f"{r['load_fresh_cache_s']:.2f} s | {r['load_warm_cache_s']:.2f} s |"
         )
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    write_results(args.out, result, "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

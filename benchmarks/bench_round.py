@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -33,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import harness
 import polars as pl
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,11 +167,10 @@ def run(args: argparse.Namespace) -> int:
     cmd += ["--no-l3"] if args.no_l3 else []
     cmd += ["--keep"] if args.keep else []
     cmd += ["--partitions", str(args.partitions)] if args.partitions else []
-    t = time.perf_counter()
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True)
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    result["process_wall_s"] = round(time.perf_counter() - t, 2)
-    result["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20, 3)
+    child = harness.run_child(cmd)
+    result = json.loads(child.stdout.strip().splitlines()[-1])
+    result["process_wall_s"] = round(child.wall_s, 2)
+    result["peak_rss_gib"] = round(child.peak_rss_bytes / 2**30, 3)
     info_path = args.work / "windows.json"
     if info_path.is_file():
         result["window_info"] = json.loads(info_path.read_text()).get(args.window)
@@ -181,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         runs = json.loads(args.out.read_text()) if args.out.is_file() else []
         runs.append({"command": " ".join(sys.argv), **result})
-        args.out.write_text(json.dumps(runs, indent=2))
+        harness.write_json(args.out, runs)
     return 0
 
 

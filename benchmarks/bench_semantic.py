@@ -25,7 +25,6 @@ import argparse
 import gc
 import json
 import os
-import platform
 import sys
 import time
 from dataclasses import replace
@@ -33,18 +32,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import harness
 
-def _core() -> int:
-    """`--core N` (default 0), read before argparse: the pinning must precede numpy's thread pools. Another
-    process pinned to the same core halves what this one measures; pick a free one."""
-    args = sys.argv[1:]
-    return int(args[args.index("--core") + 1]) if "--core" in args[:-1] else 0
-
-
-if hasattr(os, "sched_setaffinity"):  # one core, before numpy starts its thread pools
-    os.sched_setaffinity(0, {_core()})
-for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "POLARS_MAX_THREADS"):
-    os.environ[var] = "1"
+# One core (`--core N`, default 0), before numpy starts its thread pools. Another process pinned to the
+# same core halves what this one measures; pick a free one.
+harness.pin_to_core(harness.core_from_argv())
 
 import numpy as np  # noqa: E402
 
@@ -55,11 +47,6 @@ from segos_pipeline.retrieval import semantic as semantic_mod  # noqa: E402
 from segos_pipeline.retrieval.semantic import SemanticIndex, head_of, semantic_index  # noqa: E402
 
 Search = Any  # q -> (sorted nodes, z)
-
-
-def percentiles(ms: list[float]) -> dict[str, float]:
-    a = np.asarray(ms)
-    return {"p50": round(float(np.percentile(a, 50)), 3), "p95": round(float(np.percentile(a, 95)), 3)}
 
 
 def rows_scored(index: SemanticIndex, q: np.ndarray) -> int:
@@ -85,7 +72,7 @@ def measure(
         recall.append(float(np.isin(want, got).mean()) if len(want) else 1.0)
         same += bool(np.array_equal(want, got) and np.allclose(zw, zg, atol=1e-9))
     return {
-        "ms": percentiles(times),
+        "ms": harness.percentiles(times, 3),
         "recall_of_exact_evidence": round(float(np.mean(recall)), 4),
         "queries_with_the_exact_evidence": same,
     }
@@ -188,12 +175,10 @@ def main(argv: list[str] | None = None) -> int:
         "lists": lists_count,
         "hit_at_5_scan_rows": semantic_mod.IVF_SCAN_ROWS,
         "load_s": round(load_s, 2),
-        "platform": f"{platform.system()} {platform.machine()}, Python {platform.python_version()}",
+        "platform": harness.platform_line(),
         "load_average": list(os.getloadavg()),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
     payload = {"meta": meta, "results": results, "hit_at_5": end_to_end}
-    (args.out / "semantic.json").write_text(json.dumps(payload, indent=2) + "\n")
     rows = [
         f"| {name} | {r['ms']['p50']} | {r['ms']['p95']} | {r['rows_scored_mean']} | "
         f"{r['recall_of_exact_evidence']} | {r['queries_with_the_exact_evidence']} / {len(texts)} |"
@@ -220,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             + ".",
             "",
         ]
-    (args.out / "semantic.md").write_text("\n".join(md))
+    harness.write_results(args.out / "semantic", payload, "\n".join(md))
     print("\n".join(md))
     return 0
 

@@ -24,13 +24,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import bench_semantic  # noqa: F401  (pins this process to `--core` before numpy loads)
-import numpy as np
+import harness
 
-from segos_pipeline import SnapshotStore
-from segos_pipeline.config import retrieval_for
-from segos_pipeline.retrieval.ann import build_lists
-from segos_pipeline.retrieval.semantic import (
+harness.pin_to_core(harness.core_from_argv())  # before numpy starts its thread pools
+
+import numpy as np  # noqa: E402
+
+from segos_pipeline import SnapshotStore  # noqa: E402
+from segos_pipeline.config import retrieval_for  # noqa: E402
+from segos_pipeline.retrieval.ann import build_lists  # noqa: E402
+from segos_pipeline.retrieval.semantic import (  # noqa: E402
     IVF_SCAN_ROWS,
     SemanticIndex,
     backend_for,
@@ -48,11 +51,7 @@ def timed(index: SemanticIndex, queries: list[np.ndarray], reference: list[np.nd
         nodes, _ = index.evidence_nodes_of(q)
         ms.append((time.perf_counter_ns() - a) / 1e6)
         recall.append(float(np.isin(want, nodes).mean()) if len(want) else 1.0)
-    return {
-        "p50": round(float(np.percentile(ms, 50)), 3),
-        "p95": round(float(np.percentile(ms, 95)), 3),
-        "recall": round(float(np.mean(recall)), 4),
-    }
+    return {**harness.percentiles(ms, 3), "recall": round(float(np.mean(recall)), 4)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(row), flush=True)
         del lists
     if args.out is not None:
-        args.out.write_text(json.dumps(out, indent=2) + "\n")
+        harness.write_json(args.out, out)
     return 0
 
 

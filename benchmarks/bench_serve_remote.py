@@ -20,10 +20,7 @@ Writes benchmarks/results/serve-remote.{json,md}.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -32,12 +29,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from harness import built_synthetic, percentile, write_results  # noqa: E402
+
 from segos_pipeline.config import REMOTE_POLL_S  # noqa: E402
-from segos_pipeline.evaluation.synthetic import generate_library  # noqa: E402
-from segos_pipeline.graph.build import build_cold_start  # noqa: E402
 from segos_pipeline.service.api import SegosService  # noqa: E402
 from segos_pipeline.store.remote import RemoteStore  # noqa: E402
-from segos_pipeline.store.snapshot import SnapshotStore  # noqa: E402
 
 QUERIES = [
     "parse csv files and plot a chart",
@@ -49,10 +45,9 @@ QUERIES = [
 
 
 def ms(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
     return {
-        "p50_ms": round(statistics.median(ordered) * 1000, 3),
-        "p95_ms": round(ordered[int(0.95 * (len(ordered) - 1))] * 1000, 3),
+        "p50_ms": round(percentile(values, 50) * 1000, 3),
+        "p95_ms": round(percentile(values, 95) * 1000, 3),
     }
 
 
@@ -109,11 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "serve-remote")
     args = ap.parse_args(argv)
     work: Path = args.work
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    generate_library(work / "library", args.skills)
-    local = SnapshotStore(work / "local")
-    vid = build_cold_start(work / "library", local)["version"]
+    local, manifest, _ = built_synthetic(work, args.skills)
+    vid = manifest["version"]
     uri = (work / "remote").as_uri()
     writer = RemoteStore(uri, work / "cache-writer")
     writer.publish(local.versions_dir / vid)
@@ -156,8 +148,6 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python benchmarks/bench_serve_remote.py "
         f"--skills {args.skills} --requests {args.requests}",
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
         "# `SegosService` following a store at a URI",
         "",
@@ -179,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"{k}: {v:.2f} s" for k, v in switch.items())
         + ".",
     ]
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    write_results(args.out, result, "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

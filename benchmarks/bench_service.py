@@ -28,16 +28,18 @@ Writes benchmarks/results/service.json and service.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
+
+import harness
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "out"
@@ -51,17 +53,11 @@ INCREMENTAL_BAR = 20  # an incremental one-skill update vs a full rebuild (issue
 INCREMENTAL_SPEEDUP_BAR = 20.0
 
 
-def say(msg: str) -> None:
-    print(f"[bench-service {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+say = functools.partial(harness.say, tag="bench-service")
 
 
 def p50(values: list[float]) -> float:
-    return statistics.median(values)
-
-
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))]
+    return harness.percentile(values, 50)
 
 
 # ============================================================================================ MCP overhead
@@ -283,7 +279,7 @@ def bench_mcp(rounds: int, sessions: int) -> dict[str, Any]:
         for q in queries:
             clock(retriever.retrieve, q, t_retriever)
     stats = {
-        name: {"p50": round(p50(v), 3), "p95": round(pct(v, 0.95), 3), "n": len(v)}
+        name: {"p50": round(p50(v), 3), "p95": round(harness.percentile(v, 95), 3), "n": len(v)}
         for name, v in (
             ("retriever_retrieve", t_retriever),
             ("service_bundle", t_service),
@@ -333,12 +329,8 @@ def _ts_sdk_version() -> str | None:
 
 
 def _run(args: list[str]) -> tuple[float, str]:
-    t = time.perf_counter()
-    proc = subprocess.run([PY, *args], capture_output=True, text=True, cwd=ROOT)
-    elapsed = time.perf_counter() - t
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
-    return elapsed, proc.stdout
+    child = harness.run_child([PY, *args], cwd=ROOT, capture_stderr=True)
+    return child.wall_s, child.stdout
 
 
 def _replace_text(path: Path, text: str) -> None:
@@ -563,7 +555,7 @@ def markdown(res: dict[str, Any]) -> str:
         f"# Service benchmark (last run {res['date']})",
         "",
         "Each section says when it was measured and how fast the machine was then: the time of a fixed "
-        "Python loop, best of 3, lower is faster (`bench_speed.machine_speed_s`; on a shared VM it can move "
+        "Python loop, best of 3, lower is faster (`harness.machine_speed_s`; on a shared VM it can move "
         "by half within an hour, and every timing here moves with it).",
         "",
     ]
@@ -688,8 +680,6 @@ def main() -> None:
     # a partial run (--only, --sizes) updates its own sections and keeps the others' last results
     previous = RESULTS / "service.json"
     res: dict[str, Any] = json.loads(previous.read_text()) if previous.is_file() else {}
-    from bench_speed import machine_speed_s
-
     res.pop("machine_speed_s", None)  # recorded per section (sections of one file come from different runs)
     res.update(date=datetime.now(UTC).isoformat(timespec="seconds"), cpus=os.cpu_count())
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -703,20 +693,19 @@ def main() -> None:
         res["ordering"] = study
     if "mcp" in parts:
         say("MCP overhead")
-        speed = machine_speed_s()
+        speed = harness.machine_speed_s()
         res["mcp"] = _stamped(bench_mcp(args.rounds, args.sessions), speed)
     if "incremental" in parts:
         res.setdefault("incremental", {})
         for size in (int(s) for s in args.sizes.split(",")):
-            speed = machine_speed_s()
+            speed = harness.machine_speed_s()
             res["incremental"][str(size)] = _stamped(bench_incremental(size), speed)
     if "switch" in parts:
         res.setdefault("switch", {})
         for size in (int(s) for s in args.sizes.split(",")):
-            speed = machine_speed_s()
+            speed = harness.machine_speed_s()
             res["switch"][str(size)] = _stamped(bench_switch(size), speed)
-    (RESULTS / "service.json").write_text(json.dumps(res, indent=2))
-    (RESULTS / "service.md").write_text(markdown(res))
+    harness.write_results(RESULTS / "service", res, markdown(res))
     print(markdown(res))
 
 

@@ -30,11 +30,11 @@ import os
 import resource
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import harness
 import polars as pl
 import psutil
 
@@ -54,41 +54,21 @@ ROOT = Path(__file__).resolve().parent.parent
 BASE = 5_000
 
 
-class PeakRss:
-    """Peak resident memory of this process's children, by kind (the JVM; Python workers), sampled."""
-
-    def __init__(self, every_s: float = 0.25):
-        self.every_s, self.peak = every_s, {"jvm_mb": 0.0, "python_workers_mb": 0.0, "driver_mb": 0.0}
-        self.driver_start_mb = psutil.Process().memory_info().rss / 2**20
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        me = psutil.Process()
-        while not self._stop.is_set():
-            jvm = workers = 0.0
-            for child in me.children(recursive=True):
-                try:
-                    mb = child.memory_info().rss / 2**20
-                    if "java" in child.name():
-                        jvm += mb
-                    else:
-                        workers += mb
-                except psutil.Error:
-                    continue
-            self.peak["jvm_mb"] = max(self.peak["jvm_mb"], jvm)
-            self.peak["python_workers_mb"] = max(self.peak["python_workers_mb"], workers)
-            # this process during the round (the driver): what it holds of the round on top of its start
-            self.peak["driver_mb"] = max(self.peak["driver_mb"], me.memory_info().rss / 2**20)
-            time.sleep(self.every_s)
-
-    def __enter__(self) -> PeakRss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join()
+def rss_by_kind() -> dict[str, float]:
+    """Resident MB of this process's children by kind (the JVM; Python workers), and of this process (the
+    driver: what it holds of the round on top of its start): a `harness.PeakSampler` measure."""
+    me = psutil.Process()
+    jvm = workers = 0.0
+    for child in me.children(recursive=True):
+        try:
+            mb = child.memory_info().rss / 2**20
+            if "java" in child.name():
+                jvm += mb
+            else:
+                workers += mb
+        except psutil.Error:
+            continue
+    return {"jvm_mb": jvm, "python_workers_mb": workers, "driver_mb": me.memory_info().rss / 2**20}
 
 
 def base_traces(store: SnapshotStore) -> pl.DataFrame:
@@ -131,7 +111,8 @@ def run_engine(store: SnapshotStore, folder: Path, engine_config: EngineConfig) 
         t = time.perf_counter()
         engine.session = spark_session(engine_config)
         session_s = time.perf_counter() - t
-    with PeakRss() as rss:
+    driver_start_mb = psutil.Process().memory_info().rss / 2**20
+    with harness.PeakSampler(rss_by_kind, interval=0.25) as rss:
         t = time.perf_counter()
         traces = store_window(store, "bench") if isinstance(store, RemoteStore) else str(folder)
         state = prepare_round(parent, traces, config, parent_retrieval(parent), engine)
@@ -150,11 +131,13 @@ def run_engine(store: SnapshotStore, folder: Path, engine_config: EngineConfig) 
         "couse_pairs": state.couse.height,
         "engine_metrics": state.engine,
         "session_start_s": round(session_s, 1),
-        "children_peak_rss": {k: round(v, 1) for k, v in rss.peak.items()},
+        "children_peak_rss": {
+            k: round(rss.peaks.get(k, 0.0), 1) for k in ("jvm_mb", "python_workers_mb", "driver_mb")
+        },
         "driver_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         # sampled during this engine's round only: its peak, and its growth over the RSS at its start
-        "driver_round_peak_rss_mb": round(rss.peak["driver_mb"], 1),
-        "driver_round_growth_mb": round(rss.peak["driver_mb"] - rss.driver_start_mb, 1),
+        "driver_round_peak_rss_mb": round(rss.peaks["driver_mb"], 1),
+        "driver_round_growth_mb": round(rss.peaks["driver_mb"] - driver_start_mb, 1),
         "_edges": state.edges,
         "_counters": state.counters,
     }
@@ -292,11 +275,9 @@ def main() -> None:
     if args.append and previous.is_file():
         results = json.loads(previous.read_text())["results"] + results
     command = "; ".join(dict.fromkeys(r["command"] for r in results))
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "spark.json").write_text(
-        json.dumps({"command": command, "results": results}, indent=2) + "\n"
+    harness.write_results(
+        args.out / "spark", {"command": command, "results": results}, markdown(results, command)
     )
-    (args.out / "spark.md").write_text(markdown(results, command))
     print(markdown(results, command))
 
 

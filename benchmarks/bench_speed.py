@@ -5,7 +5,7 @@
         [--baseline-src FOLDER]
 
 `--baseline-src` names a folder holding another checkout's `segos_pipeline` package (e.g. the code before a
-change, from `git archive <commit> segos_pipeline | tar -x -C FOLDER`): every synthetic case then also
+change: the folder `benchmarks/harness.py baseline COMMIT` prints): every synthetic case then also
 builds once with that code (same library, same conditions, just before the measured build) and reports
 both builds' stages and peak RSS, and how many semantic edges differ between them.
 
@@ -30,20 +30,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import itertools
 import json
 import os
-import platform
 import shutil
 import statistics
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import harness
 
 ROOT = Path(__file__).resolve().parent.parent
 REAL_LIBRARY = ROOT.parent / "shared" / "data" / "skills"
@@ -66,58 +66,11 @@ IDLE_CPUS = 0.2  # other processes' CPU use below which the machine counts as id
 WAIT_IDLE_S = 0.0  # set from --wait-idle
 
 
-def _shown(arg: str) -> str:
-    """A command-line argument as the report shows it: paths relative to the repository, and a folder
-    outside it (a scratch --work folder) as a placeholder, never a machine's absolute path."""
-    path = Path(arg)
-    if not path.is_absolute():
-        return arg
-    try:
-        return str(path.relative_to(ROOT))
-    except ValueError:
-        return "<scratch folder>"
-
-
-def say(msg: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+say = harness.say
 
 
 # =========================================================================================== workers
 # `bench_speed.py _worker build|query ARGS_JSON RESULT_PATH` — run in a fresh interpreter by the parent.
-
-
-class _RssSampler:
-    """Peak RSS per build stage, sampled from /proc/self/statm (the stage is the last progress line)."""
-
-    def __init__(self, stage: str, interval: float = 0.02):
-        self.interval = interval
-        self.stage = stage
-        self.peaks: dict[str, int] = {}
-        self._stop = threading.Event()
-        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def rss(self) -> int:
-        try:
-            with open("/proc/self/statm") as fh:
-                return int(fh.read().split()[1]) * self._page
-        except OSError:  # not Linux: no per-stage breakdown, the rusage peak still applies
-            return 0
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            rss = self.rss()
-            if rss > self.peaks.get(self.stage, 0):
-                self.peaks[self.stage] = rss
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> _RssSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def _stage_of(msg: str) -> str | None:
@@ -131,6 +84,10 @@ def _stage_of(msg: str) -> str | None:
     if msg.startswith("committed"):
         return "done"
     return None
+
+
+def _stage_rss(current: dict[str, str], pid: int) -> dict[str, float]:
+    return {current["stage"]: harness.rss_bytes(pid)}
 
 
 def worker_build(args: dict[str, Any]) -> dict[str, Any]:
@@ -149,13 +106,16 @@ def worker_build(args: dict[str, Any]) -> dict[str, Any]:
         store = store_root / f"run{r}"
         shutil.rmtree(store, ignore_errors=True)
         marks: list[tuple[str, float]] = []
-        with _RssSampler("parse") as rss:
+        # peak RSS per build stage, sampled from /proc/self/statm (the stage is the last progress line)
+        current = {"stage": "parse"}
+        by_stage = functools.partial(_stage_rss, current, os.getpid())
+        with harness.PeakSampler(by_stage, interval=0.02) as rss:
             t0 = time.perf_counter()
 
             def progress(
                 msg: Any,
                 t0: float = t0,
-                rss: _RssSampler = rss,
+                current: dict[str, str] = current,
                 marks: list[tuple[str, float]] = marks,
                 run: int = r + 1,
             ) -> None:
@@ -165,7 +125,7 @@ def worker_build(args: dict[str, Any]) -> dict[str, Any]:
                 stage = _stage_of(msg)
                 if stage:
                     marks.append((stage, now))
-                    rss.stage = stage
+                    current["stage"] = stage
                 print(f"    [build {run}/{args['repeat']} {now:7.2f}s] {msg}", file=sys.stderr, flush=True)
 
             manifest = build_cold_start(args["library"], store, progress=progress)
@@ -209,7 +169,7 @@ def worker_build(args: dict[str, Any]) -> dict[str, Any]:
         "polars_threads": pl.thread_pool_size(),
         "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "profile": runs_profile,
-        "code": _shown(str(Path(segos_pipeline.__file__).parent.parent)),
+        "code": harness.shown(str(Path(segos_pipeline.__file__).parent.parent)),
     }
 
 
@@ -237,27 +197,10 @@ def _profile_build(args: dict[str, Any], build: Callable[..., dict[str, Any]]) -
     return str(path)
 
 
-def _percentiles(ms: list[float]) -> dict[str, float]:
-    s = sorted(ms)
-
-    def pct(p: float) -> float:
-        return round(s[min(len(s) - 1, int(p / 100 * len(s)))], 4)
-
-    return {
-        "p50": round(statistics.median(s), 4),
-        "p95": pct(95),
-        "p99": pct(99),
-        "max": round(s[-1], 4),
-        "mean": round(statistics.fmean(s), 4),
-        "samples": len(s),
-    }
-
-
 def worker_query(args: dict[str, Any]) -> dict[str, Any]:
     # One core: pinned before numpy/polars are imported so their thread pools see a single CPU
     # (the *_NUM_THREADS variables were set by the parent in this process's environment).
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {0})
+    harness.pin_to_core(0)
     import polars as pl
 
     from segos_pipeline import Retriever, SnapshotStore
@@ -312,8 +255,8 @@ def worker_query(args: dict[str, Any]) -> dict[str, Any]:
         "repeat": args["repeat"],
         "load_s": round(load_s, 3),
         "retriever_init_s": round(init_s, 3),
-        "retrieve_ms": _percentiles(timings["retrieve"]),
-        "ranked_ids_ms": _percentiles(timings["ranked_ids"]),
+        "retrieve_ms": harness.percentiles(timings["retrieve"]),
+        "ranked_ids_ms": harness.percentiles(timings["ranked_ids"]),
         "hit_at_5": round(hits / judged, 4) if judged else None,
         "hit_at_5_full_ranking": round(hits_full / judged, 4) if judged else None,
         "top5_equal_to_full_ranking": same,
@@ -366,125 +309,34 @@ def spawn(mode: str, args: dict[str, Any], result: Path, env: dict[str, str] | N
     result.unlink(missing_ok=True)
     # Other processes on the machine compete for the same CPUs: optionally wait for a quiet moment, and
     # record how busy it was just before.
-    busy_before = busy_cpus()
+    busy_before = harness.busy_cpus()
     deadline = time.monotonic() + WAIT_IDLE_S
     if busy_before is not None and busy_before > IDLE_CPUS and WAIT_IDLE_S > 0:
         say(f"waiting up to {WAIT_IDLE_S:.0f}s for other processes to go idle ({busy_before} CPUs busy)")
         while busy_before is not None and busy_before > IDLE_CPUS and time.monotonic() < deadline:
-            busy_before = busy_cpus(2.0)
+            busy_before = harness.busy_cpus(2.0)
     if busy_before is not None and busy_before > 0.25:
         say(f"note: {busy_before} CPU(s) busy with other processes before this {mode} measurement")
     cmd = [sys.executable, str(Path(__file__).resolve()), "_worker", mode, json.dumps(args), str(result)]
-    cpu0, t0 = busy_cpu_seconds(), time.perf_counter()
-    proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, cwd=ROOT)
+    cpu0 = harness.busy_cpu_seconds()
     # The tree sampler costs some CPU, so it runs only for builds (queries must have CPU 0 to themselves).
-    with _TreeRss(proc.pid, enabled=mode == "build") as tree:
-        # wait4 gives this child's rusage alone; RUSAGE_CHILDREN would be the max over every child so far.
-        _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    cpu1 = busy_cpu_seconds()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{mode} worker failed with exit code {proc.returncode}: {' '.join(cmd[:4])} ...")
+    child = harness.run_child(cmd, env=env, cwd=ROOT, tree=mode == "build")
+    cpu1 = harness.busy_cpu_seconds()
     out = json.loads(result.read_text())
-    # Linux reports KiB. For a child with workers this is the largest single process of its tree (the
-    # kernel folds waited-for descendants in as a max, not a sum); tree_peak_rss_bytes is the sum.
-    out["peak_rss_bytes"] = usage.ru_maxrss * 1024
-    out["tree_peak_rss_bytes"] = tree.peak or None
-    out["cpu_user_s"] = round(usage.ru_utime, 2)
-    out["cpu_sys_s"] = round(usage.ru_stime, 2)
-    # What came from the disk rather than the page cache (summed over the tree; 512-byte blocks): a build
-    # that reads its library cold is bound by this machine's disk, not by its own code.
-    out["disk_read_bytes"] = usage.ru_inblock * 512
+    # For a child with workers this is the largest single process of its tree (the kernel folds
+    # waited-for descendants in as a max, not a sum); tree_peak_rss_bytes is the sum.
+    out["peak_rss_bytes"] = child.peak_rss_bytes
+    out["tree_peak_rss_bytes"] = child.tree_peak_rss_bytes
+    out["cpu_user_s"] = round(child.cpu_user_s, 2)
+    out["cpu_sys_s"] = round(child.cpu_sys_s, 2)
+    # What came from the disk rather than the page cache (summed over the tree): a build that reads its
+    # library cold is bound by this machine's disk, not by its own code.
+    out["disk_read_bytes"] = child.read_bytes
     out["busy_cpus_before"] = busy_before
     if cpu0 is not None and cpu1 is not None:
-        others = max(0.0, cpu1 - cpu0 - usage.ru_utime - usage.ru_stime)
-        out["other_busy_cpus_during"] = round(others / wall, 2)
+        others = max(0.0, cpu1 - cpu0 - child.cpu_s)
+        out["other_busy_cpus_during"] = round(others / child.wall_s, 2)
     return out
-
-
-class _TreeRss:
-    """Peak of the summed RSS of a process and its descendants, sampled every 100 ms (psutil lists the
-    descendants every 0.5 s; without psutil only the process itself is seen). Forked workers share pages
-    copy-on-write with their parent, so the sum is an upper bound of the memory really used."""
-
-    def __init__(self, pid: int, interval: float = 0.1, enabled: bool = True):
-        self.pid, self.interval, self.peak, self.enabled = pid, interval, 0, enabled
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-        try:
-            import psutil
-
-            self._root: Any = psutil.Process(pid)
-        except Exception:  # psutil missing or the child already gone
-            self._root = None
-
-    def _pids(self) -> list[int]:
-        if self._root is None:
-            return [self.pid]
-        try:
-            return [self.pid, *(c.pid for c in self._root.children(recursive=True))]
-        except Exception:  # the tree changes while we look at it
-            return [self.pid]
-
-    def _run(self) -> None:
-        pids, listed = [self.pid], 0.0
-        while not self._stop.is_set():
-            if time.monotonic() - listed > 0.5:  # listing descendants costs ~2 ms: not every sample
-                pids, listed = self._pids(), time.monotonic()
-            total = 0
-            for pid in pids:
-                with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{pid}/statm") as fh:
-                    total += int(fh.read().split()[1]) * self._page
-            self.peak = max(self.peak, total)
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> _TreeRss:
-        if self.enabled:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self.enabled:
-            self._thread.join()
-
-
-def _proc_stat_cpu() -> tuple[float, float] | None:
-    """(busy, total) CPU-seconds of the whole machine since boot, from /proc/stat; None off Linux."""
-    try:
-        with open("/proc/stat") as fh:
-            values = [int(v) for v in fh.readline().split()[1:9]]
-    except (OSError, ValueError):
-        return None
-    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    idle = values[3] + values[4]  # idle + iowait
-    return (sum(values) - idle) / tick, sum(values) / tick
-
-
-def busy_cpu_seconds() -> float | None:
-    stat = _proc_stat_cpu()
-    return stat[0] if stat else None
-
-
-def busy_cpus(window: float = 1.0) -> float | None:
-    """CPUs kept busy by other processes over `window` seconds (this process sleeps meanwhile). Unlike
-    the load average it does not remember this benchmark's own previous step."""
-    a = _proc_stat_cpu()
-    time.sleep(window)
-    b = _proc_stat_cpu()
-    if a is None or b is None or b[1] <= a[1]:
-        return None
-    return round((b[0] - a[0]) / (b[1] - a[1]) * (os.cpu_count() or 1), 2)
-
-
-ONE_CORE_ENV = {
-    "OMP_NUM_THREADS": "1",
-    "OPENBLAS_NUM_THREADS": "1",
-    "POLARS_MAX_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-}
 
 
 def latest_version(store: Path) -> str:
@@ -525,7 +377,7 @@ def case_real(work: Path, repeat_build: int, repeat_query: int, profile: bool) -
                 "repeat": repeat_query,
             },
             work / "result-real-query.json",
-            env=ONE_CORE_ENV,
+            env=harness.ONE_CORE_ENV,
         )
         say(
             f"real query: retrieve p50 {query['retrieve_ms']['p50']:.3f} ms, "
@@ -547,52 +399,9 @@ def case_real(work: Path, repeat_build: int, repeat_query: int, profile: bool) -
     }
 
 
-def ensure_synthetic(work: Path, n: int, seed: int, n_queries: int) -> Path:
-    """Generate (or reuse) the synthetic library and its queries; generation runs in a subprocess."""
-    lib = work / f"synthetic-{n}-s{seed}"
-    params_file, queries = lib / "synthetic.json", lib / "queries.jsonl"
-    expected = _generator_version()
-    if params_file.is_file() and queries.is_file():
-        params = json.loads(params_file.read_text())["params"]
-        n_lines = sum(1 for line in queries.read_text().splitlines() if line.strip())
-        if (
-            params.get("generator_version") == expected
-            and params.get("n_skills") == n
-            and params.get("seed") == seed
-            and n_lines == n_queries
-        ):
-            say(f"reusing synthetic library {lib} (same parameters, generator v{expected})")
-            return lib
-    shutil.rmtree(lib, ignore_errors=True)
-    say(f"generating {n} synthetic skills + {n_queries} queries into {lib}")
-    t0 = time.perf_counter()
-    cmd = [
-        sys.executable,
-        "-m",
-        "segos_pipeline.evaluation.synthetic",
-        str(lib),
-        "--skills",
-        str(n),
-        "--seed",
-        str(seed),
-    ]
-    subprocess.run([*cmd, "--queries", str(n_queries)], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-    say(f"generated in {time.perf_counter() - t0:.1f}s")
-    return lib
-
-
-def _generator_version() -> int:
-    # Read the constant from the source: importing segos_pipeline here would pull polars into the parent.
-    text = (ROOT / "segos_pipeline" / "evaluation" / "synthetic.py").read_text()
-    for line in text.splitlines():
-        if line.startswith("GENERATOR_VERSION"):
-            return int(line.split("=")[1].split("#")[0])
-    raise RuntimeError("GENERATOR_VERSION not found in segos_pipeline/evaluation/synthetic.py")
-
-
 def baseline_build(work: Path, n: int, lib: Path, baseline_src: Path) -> dict[str, Any]:
     """One build of `lib` with the `segos_pipeline` under `baseline_src` (PYTHONPATH comes first)."""
-    say(f"synthetic {n}: baseline build with the code in {_shown(str(baseline_src))}")
+    say(f"synthetic {n}: baseline build with the code in {harness.shown(str(baseline_src))}")
     b = spawn(
         "build",
         {"library": str(lib), "store_root": str(work / "stores" / f"baseline-{n}"), "repeat": 1},
@@ -617,7 +426,7 @@ def case_synthetic(
     profile: bool,
     baseline_src: Path | None = None,
 ) -> dict[str, Any]:
-    lib = ensure_synthetic(work, n, seed, n_queries)
+    lib = harness.synthetic_library(work, n, seed, n_queries)
     summary = json.loads((lib / "synthetic.json").read_text())
     baseline = baseline_build(work, n, lib, baseline_src) if baseline_src else None
     say(f"synthetic {n}: building {repeat_build}x in a fresh process (all cores), measuring peak RSS")
@@ -659,7 +468,7 @@ def case_synthetic(
             "repeat": repeat_query,
         },
         work / f"result-synthetic-{n}-query.json",
-        env=ONE_CORE_ENV,
+        env=harness.ONE_CORE_ENV,
     )
     say(
         f"synthetic {n} query: retrieve p50 {query['retrieve_ms']['p50']:.2f} ms, "
@@ -797,17 +606,6 @@ def _fmt(v: float | None) -> str:
     return f"{v:.3f}" if v < 10 else f"{v:.1f}"
 
 
-def machine_speed_s() -> float:
-    """Seconds for a fixed pure-Python loop (best of 3): the same code measures up to 2x apart on a shared
-    VM from one hour to the next, so every run records how fast the machine was when it ran."""
-    best = float("inf")
-    for _ in range(3):
-        t = time.perf_counter()
-        sum(i * i for i in range(10**7))
-        best = min(best, time.perf_counter() - t)
-    return round(best, 3)
-
-
 def markdown(cases: list[dict[str, Any]], rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [
         "# Speed benchmark",
@@ -929,7 +727,7 @@ def main(argv: list[str] | None = None) -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
     cases: list[dict[str, Any]] = []
-    speed_before = machine_speed_s()
+    speed_before = harness.machine_speed_s()
     load_before, mem_before = list(os.getloadavg()), _available_gib()
     t0 = time.perf_counter()
     for token in [s.strip() for s in args.sizes.split(",") if s.strip()]:
@@ -951,37 +749,25 @@ def main(argv: list[str] | None = None) -> int:
     rows = bar_rows(cases)
     meta = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": " ".join([".venv/bin/python", "benchmarks/bench_speed.py", *map(_shown, argv)]),
+        "command": " ".join([".venv/bin/python", "benchmarks/bench_speed.py", *map(harness.shown, argv)]),
         "cpus": os.cpu_count(),
-        "platform": f"{platform.system()} {platform.machine()}, Python {platform.python_version()}",
-        "processor": _cpu_model(),
-        "code": _code_state(),
+        "platform": harness.platform_line(),
+        "processor": harness.cpu_model(),
+        "code": harness.code_state(),
         "seconds": round(time.perf_counter() - t0, 1),
         "machine_speed_s": speed_before,
-        "machine_speed_after_s": machine_speed_s(),
+        "machine_speed_after_s": harness.machine_speed_s(),
         "load_average_before": load_before,
         "load_average_after": list(os.getloadavg()),
         "memory_available_gib_before": mem_before,
     }
-    (args.out / "speed.json").write_text(json.dumps({"meta": meta, "bars": rows, "cases": cases}, indent=2))
-    (args.out / "speed.md").write_text(markdown(cases, rows, meta))
+    harness.write_results(
+        args.out / "speed", {"meta": meta, "bars": rows, "cases": cases}, markdown(cases, rows, meta)
+    )
     say(f"wrote {args.out / 'speed.json'} and {args.out / 'speed.md'} ({meta['seconds']} s)")
     print()
     print((args.out / "speed.md").read_text())
     return 1 if any(r["status"] == "FAIL" for r in rows) else 0
-
-
-def _code_state() -> dict[str, Any]:
-    """Commit and uncommitted library files: the library changes often, numbers belong to a state."""
-
-    def git(*args: str) -> str:  # read-only git queries
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-
-    state: dict[str, Any] = {}
-    with contextlib.suppress(OSError, subprocess.CalledProcessError):
-        state["commit"] = git("rev-parse", "--short", "HEAD").strip()
-        state["dirty"] = [line[3:] for line in git("status", "--porcelain", "segos_pipeline").splitlines()]
-    return state
 
 
 def _loads(values: list[float] | None) -> str:
@@ -993,14 +779,6 @@ def _available_gib() -> float | None:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
                 return round(int(line.split()[1]) * 1024 / GIB, 1)
-    return None
-
-
-def _cpu_model() -> str | None:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
     return None
 
 

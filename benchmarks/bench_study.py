@@ -27,6 +27,8 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import harness
+
 from segos_pipeline import SnapshotStore, build_cold_start
 from segos_pipeline.evaluation.replay import load_queries
 from segos_pipeline.evaluation.report import write_report
@@ -202,16 +204,10 @@ def main() -> int:
     ]
     for s in studies:
         lines += _headline(s)
-    (args.out / "summary.md").write_text("\n".join(lines))
-    (args.out / "summary.json").write_text(
-        json.dumps(
-            [
-                {k: v for k, v in s.items() if k != "result"} | {"report": str(args.out / s["name"])}
-                for s in studies
-            ],
-            indent=2,
-        )
-    )
+    summary = [
+        {k: v for k, v in s.items() if k != "result"} | {"report": str(args.out / s["name"])} for s in studies
+    ]
+    harness.write_results(args.out / "summary", summary, "\n".join(lines))
     print("\n".join(lines))
     return 0
 

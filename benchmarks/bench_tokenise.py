@@ -18,14 +18,11 @@ shared: compare A/B within one run. Writes tokenise.json and tokenise.md.
 from __future__ import annotations
 
 import argparse
-import json
-import multiprocessing
 import pickle
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
+import harness
 import numpy as np
 import polars as pl
 
@@ -35,7 +32,6 @@ from segos_pipeline.text.chunk_tokens import FIELD_CODE
 from segos_pipeline.text.compact_tokens import ChunkTokens, CompactTokens
 
 ROOT = Path(__file__).resolve().parent.parent
-T = TypeVar("T")
 
 
 def _encode(chunk: pl.DataFrame, vocab: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -65,12 +61,6 @@ def string_path(nodes: pl.DataFrame) -> CompactTokens:
     return CompactTokens(pl.concat(parts, how="vertical_relaxed", rechunk=True), vocab["token"], nodes.height)
 
 
-def _timed(fn: Callable[[], T]) -> tuple[T, float, float]:
-    cpu, wall = time.process_time(), time.perf_counter()
-    out = fn()
-    return out, time.process_time() - cpu, time.perf_counter() - wall
-
-
 def _same(a: CompactTokens, b: CompactTokens) -> bool:
     sa, sb = a.signature(), b.signature()
     return (
@@ -87,14 +77,13 @@ def _cold_chunks(store: str, skills: int | None, chunk: int) -> tuple[float, flo
     nodes = snap.load(snap.latest()).nodes
     nodes = nodes.slice(0, skills) if skills else nodes
     slices = [nodes.slice(s, chunk) for s in range(0, nodes.height, chunk)]
-    _, cpu, wall = _timed(lambda: [ChunkTokens.of(s) for s in slices])
+    _, wall, cpu = harness.timed(lambda: [ChunkTokens.of(s) for s in slices])
     return cpu, wall
 
 
 def cold_per_chunk(store: Path, skills: int | None, chunk: int) -> tuple[float, float]:
     """As a parse worker sees it: a spawned process, no word stemmed yet, no cache warm."""
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_cold_chunks, (str(store), skills, chunk))
+    return harness.in_fresh_process(_cold_chunks, str(store), skills, chunk)
 
 
 def run(nodes: pl.DataFrame, repeat: int, chunk: int) -> dict[str, Any]:
@@ -102,12 +91,12 @@ def run(nodes: pl.DataFrame, repeat: int, chunk: int) -> dict[str, Any]:
     for r in range(repeat):
         # the integer path first on even runs: it meets the stemmer's per-process cache cold
         if r % 2 == 0:
-            new, new_cpu, new_wall = _timed(lambda: CompactTokens.of(nodes))
-        old, old_cpu, old_wall = _timed(lambda: string_path(nodes))
+            new, new_wall, new_cpu = harness.timed(lambda: CompactTokens.of(nodes))
+        old, old_wall, old_cpu = harness.timed(lambda: string_path(nodes))
         if r % 2 == 1:
-            new, new_cpu, new_wall = _timed(lambda: CompactTokens.of(nodes))
+            new, new_wall, new_cpu = harness.timed(lambda: CompactTokens.of(nodes))
         threads, lexicon.TOKEN_THREADS = lexicon.TOKEN_THREADS, 1
-        _, one_cpu, one_wall = _timed(lambda: CompactTokens.of(nodes))
+        _, one_wall, one_cpu = harness.timed(lambda: CompactTokens.of(nodes))
         lexicon.TOKEN_THREADS = threads
         out.setdefault("runs", []).append(
             {
@@ -125,8 +114,8 @@ def run(nodes: pl.DataFrame, repeat: int, chunk: int) -> dict[str, Any]:
             out["vocab"] = len(new.vocab)
             out["frame_bytes_per_row"] = new.frame.estimated_size() / max(1, new.height)
     slices = [nodes.slice(s, chunk) for s in range(0, nodes.height, chunk)]
-    chunks, chunk_cpu, chunk_wall = _timed(lambda: [ChunkTokens.of(s) for s in slices])
-    merged, merge_cpu, merge_wall = _timed(lambda: CompactTokens.from_chunks(chunks))
+    chunks, chunk_wall, chunk_cpu = harness.timed(lambda: [ChunkTokens.of(s) for s in slices])
+    merged, merge_wall, merge_cpu = harness.timed(lambda: CompactTokens.from_chunks(chunks))
     out["per_chunk"] = {
         "chunk_skills": chunk,
         "chunks": len(chunks),
@@ -195,9 +184,7 @@ def main() -> None:
     res = run(nodes, args.repeat, args.chunk)
     res["per_chunk"]["cold_process_cpu_us_per_skill"] = 1e6 * cold_cpu / nodes.height
     res["per_chunk"]["cold_process_wall_us_per_skill"] = 1e6 * cold_wall / nodes.height
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "tokenise.json").write_text(json.dumps(res, indent=2) + "\n")
-    (args.out / "tokenise.md").write_text(_markdown(res))
+    harness.write_results(args.out / "tokenise", res, _markdown(res))
     print(_markdown(res))
 
 

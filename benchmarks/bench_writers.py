@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import harness
+
 import segos_pipeline
 from segos_pipeline import build_cold_start
 from segos_pipeline.evolution.adapters import iter_records
@@ -121,8 +123,6 @@ def main() -> None:
     }
     print(json.dumps(result, indent=2))
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "writers.json").write_text(json.dumps(result, indent=2) + "\n")
         rows = [
             "| trial | started | update | evolve | a writer waited | newest two versions (kind, parent) "
             "| seq unique | edit in newest | verify --all | s |",
@@ -135,11 +135,13 @@ def main() -> None:
                 f"{t['a_writer_waited']} | {newest} | "
                 f"{t['seqs_unique']} | {t['newest_has_edit']} | {t['verify_all_clean']} | {t['seconds']} |"
             )
-        (args.out / "writers.md").write_text(
+        harness.write_results(
+            args.out / "writers",
+            result,
             "# `segos update` and `segos evolve` started together on one store\n\n"
             "Made by `python benchmarks/bench_writers.py --out benchmarks/results`.\n\n"
             + "\n".join(rows)
-            + "\n"
+            + "\n",
         )
 
 

@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import harness
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 CHUNK_TIMEOUT_S = 1_800
@@ -81,12 +83,12 @@ def main() -> None:
         )
         code += f"print(json.dumps(f.run_chunk(**json.loads({spec!r}))))"
         try:
-            done = subprocess.run(
+            done = harness.run_child(
                 [sys.executable, "-c", code],
-                capture_output=True,
-                text=True,
-                timeout=CHUNK_TIMEOUT_S,
                 cwd=ROOT,
+                capture_stderr=True,
+                check=False,
+                timeout=CHUNK_TIMEOUT_S,
             )
         except subprocess.TimeoutExpired:
             crashes.append({"chunk": i, "items": n, "error": f"timed out after {CHUNK_TIMEOUT_S} s"})
@@ -121,9 +123,7 @@ def main() -> None:
         "parse_us_per_package": round(parse_s / parsed_items * 1e6) if parsed_items else None,
         "seconds": round(time.perf_counter() - t0, 1),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(_markdown(result))
+    harness.write_results(args.out, result, _markdown(result))
     print(json.dumps({k: v for k, v in result.items() if k not in ("chunks", "kinds")}, indent=2))
 
 
