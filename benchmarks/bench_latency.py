@@ -11,7 +11,7 @@ every query warmed once, then `--repeat` passes):
   (segos_pipeline.evaluation.simulate over the library's generated tasks; the round runs from the
   in-memory trace table, as benchmarks/bench_evolution.py does), queried with the same queries;
 * `witnessed cold` / `witnessed evolved`: MetaTool's 199 tools (../shared/data/eval/metatool-dev), cold and
-  after one round over 40 SIMULATED requests per tool recombined from its dev requests, so every tool's
+  after one round over 80 SIMULATED requests per tool recombined from its dev requests, so every tool's
   experience is at its bound: what experience costs a query where the cold start is cheapest (the shape of
   a completeness benchmark's round over 16,893 training requests on 464 tools), queried with the dev
   requests.
@@ -46,10 +46,10 @@ ROOT = Path(__file__).resolve().parent.parent
 REAL_LIBRARY = ROOT.parent / "shared" / "data" / "skills"
 REAL_QUERIES = ROOT.parent / "shared" / "data" / "eval" / "skillsbench-dev.jsonl"
 METATOOL = ROOT.parent / "shared" / "data" / "eval" / "metatool-dev"
-# Requests per tool in the witnessed case: more than the per-skill experience bound (32), so every tool's
+# Requests per tool in the witnessed case: more than the per-skill experience bound (64), so every tool's
 # experience is full, as after a large training window (a completeness benchmark's 16,893 training
 # requests over 464 tools).
-WITNESSED_PER_TOOL = 40
+WITNESSED_PER_TOOL = 80
 REAL_P50_MS = 2.0
 SYN_P50_MS = 20.0
 EVOLVED_RATIO = 1.5
@@ -179,7 +179,7 @@ def prepare_real(work: Path) -> dict[str, Any] | None:
 
 def prepare_witnessed(work: Path) -> dict[str, Any] | None:
     """MetaTool's 199 tools, cold and after one round whose window gives every tool a full experience
-    (40 requests each, recombined from the tool's dev requests: real words in new orders and mixes), so
+    (80 requests each, recombined from the tool's dev requests: real words in new orders and mixes), so
     that the query cost of experience is measured at its bound on a small library, where the cold start
     is cheapest."""
     if not (METATOOL / "library").is_dir():

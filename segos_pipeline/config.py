@@ -224,9 +224,13 @@ class EvolutionConfig(_Overridable):
     blend_n0: float = 5.0
     # Experience (SPEC §8, segos' L3 node update): witnessing requests kept per skill (most tasks first),
     # characters kept of each, and the share of the window's traces (by trace-id hash) held out to check the
-    # round before it commits, at most `experience_gate_traces` of them replayed.
+    # round before it commits, at most `experience_gate_traces` of them replayed. 64 a skill (was 32): a
+    # large window holds more requests for a busy skill than that (MetaTool's 250 two-tool traces give 10 of
+    # their 15 tools 33-53), and on dev keeping fewer than a skill has costs transfer (2 of about 5 a tool:
+    # other requests .790 against .812); 64 cost the query 1.41× cold on MetaTool at the bound, against
+    # 1.39× at 32 and 1.55× at 128 (benchmarks/results/learning.md).
     experience: bool = True
-    experience_per_skill: int = 32
+    experience_per_skill: int = 64
     experience_chars: int = 1_000
     experience_holdout: float = 0.1
     experience_gate_traces: int = 500
