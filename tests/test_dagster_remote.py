@@ -60,7 +60,7 @@ def metadata(result: Any, asset: str) -> dict[str, Any]:
 
 def record(result: Any, asset: str) -> dict[str, Any]:
     return (
-        result.output_for_node(asset)
+        result.output_for_node("cold_start", asset)
         if asset == "cold_start_snapshot"
         else result.output_for_node("evolution_round", "graph_snapshot")
     )
