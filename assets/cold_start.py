@@ -1,39 +1,49 @@
 """Cold-start assets (SPEC §2 stages 1-3 and the version they make): unpartitioned.
 
-skill_nodes -> semantic_edges -> transition_matrix -> cold_start_snapshot. The last one commits a version
-with `SnapshotStore.write`, the same manifest `segos build` writes, so the CLI lists and loads it.
+    skill_nodes ─▶ semantic_edges ─▶ transition_matrix ─▶ cold_start_snapshot
+
+The four run as ONE step (a multi-asset with four outputs) calling `segos build`'s own stage functions
+(`graph/build.py`): the parse workers tokenise, and the commit writes the same files, so the same library
+gives the same version id whichever way it is built (`tests/test_dagster.py`). The tables go to the
+store once, in the version; the assets pass their counts and the version record, never a table (nothing
+is copied under STORE/dagster/). Each stage is still its own asset with its own metadata and check.
 """
 
 # No `from __future__ import annotations`: Dagster inspects these signatures at runtime.
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import polars as pl
-import scipy.sparse as sp
 from dagster import (
+    AssetCheckResult,
     AssetExecutionContext,
+    AssetKey,
+    AssetOut,
     DataVersion,
+    Failure,
     MetadataValue,
     Output,
-    asset,
+    multi_asset,
 )
 
 from segos_pipeline.graph.edges import EDGE_SCHEMA, counts_by_relation
-from segos_pipeline.graph.parsing import NODE_SCHEMA, REPORT_SCHEMA, parse_library
-from segos_pipeline.graph.transition import transition_matrix as build_transition
+from segos_pipeline.graph.parsing import NODE_SCHEMA, REPORT_SCHEMA
 from segos_pipeline.pipeline.stages import (
+    GraphTables,
     commit_cold_start,
     content_hash,
+    library_fingerprint,
+    parse_stage,
+    require_skills,
     semantic_stage,
-    stats_frame,
-    stats_from_frame,
     transition_health,
+    transition_matrix,
+    warm_caches,
 )
 from segos_pipeline.store.remote import RemoteStore
 from segos_pipeline.store.snapshot import SnapshotStore
-from segos_pipeline.text.lexicon import token_table
 
 from . import checks
 from .locations import store_name
@@ -81,69 +91,123 @@ def version_record(manifest: dict[str, Any], store_root: str) -> dict[str, Any]:
     }
 
 
-@asset(
+def _say(context: AssetExecutionContext) -> Callable[[Any], None]:
+    """The stages' progress lines (the ones `segos build` prints) in the run's log; ticks are dropped."""
+    return lambda message: context.log.info(message) if isinstance(message, str) else None
+
+
+def _blocking(name: str, result: AssetCheckResult) -> Iterator[AssetCheckResult]:
+    """Report a check; a failed one stops the cold start before it commits a version."""
+    yield result
+    if not result.passed:
+        raise Failure(f"{name} failed its check {result.check_name}; the cold start commits nothing")
+
+
+@multi_asset(
     group_name=GROUP,
-    code_version="1",
-    kinds=TABLE_KINDS,
-    owners=OWNERS,
-    tags=tags("1-parse", GROUP),
-    metadata=column_schema(NODE_SCHEMA, "The node table"),
-    check_specs=[checks.unique_ids_spec("skill_nodes")],
-    description="Parse every SKILL.md package under the library root (`SEGOS_LIBRARY`, default the demo "
-    "library) into one row per skill, its search tokens, and the build report: every problem found "
-    "(broken YAML, missing name, ...) and what was done about it. Output: {nodes, tokens, report} tables.",
+    outs={
+        "skill_nodes": AssetOut(
+            code_version="2",
+            kinds=TABLE_KINDS,
+            owners=OWNERS,
+            tags=tags("1-parse", GROUP),
+            metadata=column_schema(NODE_SCHEMA, "The node table"),
+            description="Parse every SKILL.md package under the library root (`SEGOS_LIBRARY`, default the "
+            "demo library) into one row per skill, its search tokens, and the build report: every problem "
+            "found (broken YAML, missing name, ...) and what was done about it. The tables are committed "
+            "with the version (STORE/versions/<id>/); output: their counts and the library's fingerprint.",
+        ),
+        "semantic_edges": AssetOut(
+            code_version="2",
+            kinds=TABLE_KINDS,
+            owners=OWNERS,
+            tags=tags("2-semantic-edges", GROUP),
+            metadata=column_schema(EDGE_SCHEMA, "The edge table"),
+            description="The cold-start skill graph: `semantic` edges from each skill to the k skills whose "
+            "package text (every field but the body) shares the most tokens with it (Jaccard overlap). The "
+            "edge table is committed with the version; output: its counts and the join's statistics.",
+        ),
+        "transition_matrix": AssetOut(
+            code_version="2",
+            kinds=MATRIX_KINDS,
+            owners=OWNERS,
+            tags=tags("3-transition", GROUP),
+            description="The random-walk operator retrieval spreads relevance with (Personalized PageRank): "
+            "a row-normalised sparse matrix over the traversable edges, each also walked backwards with a "
+            "per-relation coefficient. Committed with the version; output: its shape and row health.",
+        ),
+        "cold_start_snapshot": AssetOut(
+            code_version="2",
+            kinds={"parquet", "scipy", "json"},  # the version's tables and operator; the record passed on
+            owners=OWNERS,
+            tags=tags("commit", GROUP),
+            description="Commit the cold-start version (round 0) to the snapshot store, as `segos build` "
+            "does. Output: the version record (id, store); the tables live in STORE/versions/<id>/.",
+        ),
+    },
+    internal_asset_deps={
+        "skill_nodes": set(),
+        "semantic_edges": {AssetKey("skill_nodes")},
+        "transition_matrix": {AssetKey("skill_nodes"), AssetKey("semantic_edges")},
+        "cold_start_snapshot": {
+            AssetKey("skill_nodes"),
+            AssetKey("semantic_edges"),
+            AssetKey("transition_matrix"),
+        },
+    },
+    check_specs=[
+        checks.unique_ids_spec("skill_nodes"),
+        checks.edge_invariants_spec("semantic_edges"),
+        checks.transition_spec("transition_matrix"),
+        checks.manifest_spec("cold_start_snapshot"),
+    ],
 )
-def skill_nodes(
+def cold_start(
     context: AssetExecutionContext, segos: SegosPaths, build_settings: BuildSettings
 ) -> Iterator[Any]:
     config = build_settings.config()
+    library, store, say = segos.library(), segos.store(), _say(context)
+    timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    parsed = parse_library(segos.library(), config.parse)
-    tokens = token_table(parsed.nodes)
-    tables = {"nodes": parsed.nodes, "tokens": tokens, "report": parsed.report}
-    severity = (
-        {str(k): int(v) for k, v in parsed.report.group_by("severity").len().iter_rows()}
-        if parsed.report.height
-        else {}
-    )
+    parsed, tokens = parse_stage(library, config, say)
+    timings["parse"] = time.perf_counter() - t0
+    require_skills(parsed, library, build_settings.allow_empty)
+    nodes, report = parsed.nodes, parsed.report
+    fingerprint = library_fingerprint(nodes)
     yield Output(
-        tables,
-        data_version=DataVersion(content_hash(tables)),
+        {
+            "library_root": str(library),
+            "library_fingerprint": fingerprint,
+            "skills": nodes.height,
+            "token_rows": tokens.height,
+            "problems": report.height,
+        },
+        output_name="skill_nodes",
+        # the skills' ids and content hashes, and the report: the tokens follow from them
+        data_version=DataVersion(content_hash({"library": fingerprint, "report": content_hash(report)})),
         metadata={
-            "dagster/row_count": parsed.nodes.height,
-            "problems": parsed.report.height,
-            "problems_by_severity": MetadataValue.json(severity),
-            "problems_table": problems_table(parsed.report),
-            "library_root": MetadataValue.path(str(segos.library())),
+            "dagster/row_count": nodes.height,
+            "problems": report.height,
+            "problems_by_severity": MetadataValue.json(
+                {str(k): int(v) for k, v in report.group_by("severity").len().iter_rows()}
+                if report.height
+                else {}
+            ),
+            "problems_table": problems_table(report),
+            "library_root": MetadataValue.path(str(library)),
             "details": MetadataValue.json(
-                {"token_rows": tokens.height, "parse_seconds": rounded(time.perf_counter() - t0)}
+                {"token_rows": tokens.height, "parse_seconds": rounded(timings["parse"])}
             ),
         },
     )
-    yield checks.check_unique_ids("skill_nodes", parsed.nodes)
+    yield from _blocking("skill_nodes", checks.check_unique_ids("skill_nodes", nodes))
 
-
-@asset(
-    group_name=GROUP,
-    code_version="1",
-    kinds=TABLE_KINDS,
-    owners=OWNERS,
-    tags=tags("2-semantic-edges", GROUP),
-    metadata=column_schema(EDGE_SCHEMA, "The edge table"),
-    check_specs=[checks.edge_invariants_spec("semantic_edges")],
-    description="The cold-start skill graph: `semantic` edges from each skill to the k skills whose "
-    "package text (every field but the body) shares the most tokens with it (Jaccard overlap). "
-    "Output: {edges, stats} tables.",
-)
-def semantic_edges(
-    context: AssetExecutionContext, skill_nodes: dict[str, pl.DataFrame], build_settings: BuildSettings
-) -> Iterator[Any]:
-    nodes = skill_nodes["nodes"]
-    edges, stats = semantic_stage(nodes, skill_nodes["tokens"], build_settings.config())
-    tables = {"edges": edges, "stats": stats_frame(stats)}
+    t1 = time.perf_counter()
+    signature, edges, stats = semantic_stage(nodes, tokens, config, say)
     yield Output(
-        tables,
-        data_version=DataVersion(content_hash(tables)),
+        {"edges": edges.height, "edges_by_relation": counts_by_relation(edges), "semantic": stats.as_dict()},
+        output_name="semantic_edges",
+        data_version=DataVersion(content_hash(edges)),
         metadata={
             "dagster/row_count": edges.height,
             "edges_by_relation": MetadataValue.json(counts_by_relation(edges)),
@@ -159,95 +223,60 @@ def semantic_edges(
             ),
         },
     )
-    yield checks.check_edges("semantic_edges", edges, nodes["id"])
+    yield from _blocking("semantic_edges", checks.check_edges("semantic_edges", edges, nodes["id"]))
 
-
-@asset(
-    group_name=GROUP,
-    code_version="1",
-    kinds=MATRIX_KINDS,
-    owners=OWNERS,
-    tags=tags("3-transition", GROUP),
-    check_specs=[checks.transition_spec("transition_matrix")],
-    description="The random-walk operator retrieval spreads relevance with (Personalized PageRank): a "
-    "row-normalised sparse matrix over the traversable edges, each also walked backwards with a "
-    "per-relation coefficient.",
-)
-def transition_matrix(
-    context: AssetExecutionContext,
-    skill_nodes: dict[str, pl.DataFrame],
-    semantic_edges: dict[str, pl.DataFrame],
-    build_settings: BuildSettings,
-) -> Iterator[Any]:
-    matrix = build_transition(
-        semantic_edges["edges"], skill_nodes["nodes"]["id"], build_settings.config().transition
-    )
-    health = transition_health(matrix)
+    transition = transition_matrix(edges, nodes["id"], config.transition)
+    timings["graph"] = time.perf_counter() - t1
+    health = transition_health(transition)
     yield Output(
-        matrix,
-        data_version=DataVersion(content_hash(matrix)),
+        health,
+        output_name="transition_matrix",
+        data_version=DataVersion(content_hash(transition)),
         metadata={
             "dagster/row_count": health["rows"],
             "nnz": health["nnz"],
             "rows": MetadataValue.json({k: health[k] for k in ("rows", "rows_empty", "rows_stochastic")}),
         },
     )
-    yield checks.check_transition("transition_matrix", matrix)
+    yield from _blocking("transition_matrix", checks.check_transition("transition_matrix", transition))
 
-
-@asset(
-    group_name=GROUP,
-    code_version="1",
-    kinds={"parquet", "scipy", "json"},  # the version's tables and operator; the record passed on
-    owners=OWNERS,
-    tags=tags("commit", GROUP),
-    check_specs=[checks.manifest_spec("cold_start_snapshot")],
-    description="Commit the cold-start version (round 0) to the snapshot store, as `segos build` does. "
-    "Output: the version record (id, store); the tables live in STORE/versions/<id>/.",
-)
-def cold_start_snapshot(
-    context: AssetExecutionContext,
-    skill_nodes: dict[str, pl.DataFrame],
-    semantic_edges: dict[str, pl.DataFrame],
-    transition_matrix: sp.csr_matrix,
-    segos: SegosPaths,
-    build_settings: BuildSettings,
-) -> Iterator[Any]:
-    store = segos.store()
-    t0 = time.perf_counter()
+    t2 = time.perf_counter()
     manifest = commit_cold_start(
         store,
-        library_root=segos.library(),
-        nodes=skill_nodes["nodes"],
-        tokens=skill_nodes["tokens"],
-        report=skill_nodes["report"],
-        edges=semantic_edges["edges"],
-        stats=stats_from_frame(semantic_edges["stats"]),
-        transition=transition_matrix,
-        config=build_settings.config(),
+        parsed,
+        GraphTables(nodes, tokens, edges, transition, stats, signature),
+        config,
+        timings,
         # the run that made the version: from a manifest one can find its Dagster run and back
         extra={
             "orchestrator": {"name": "dagster", "run_id": context.run.run_id, "asset": "cold_start_snapshot"}
         },
     )
+    write_seconds = time.perf_counter() - t2
+    vid = manifest["version"]
+    context.log.info(f"committed {vid} to {store_name(store)}")
+    # the build's tables are in the version now: let them go before the caches load it, as `segos build`
+    # does (the peak memory is the build's, not the build's plus the loaded version)
+    del parsed, tokens, nodes, report, edges, transition, signature
+    warm_caches(store.load(vid))  # as `segos build` does: the first query pays nothing
     record = version_record(manifest, store_name(store))
     counts = manifest["counts"]
-    context.log.info(f"committed {manifest['version']} to {store_name(store)}")
     yield Output(
         record,
+        output_name="cold_start_snapshot",
         # the files' hashes, not the version id: rebuilding identical content is not a data change
         data_version=DataVersion(record["files_sha256"]),
         metadata={
-            "version": manifest["version"],
-            "path": MetadataValue.path(str(store.versions_dir / manifest["version"])),
-            **version_uri(store, manifest["version"]),
+            "version": vid,
+            "path": MetadataValue.path(str(store.versions_dir / vid)),
+            **version_uri(store, vid),
             **{f"edges.{rel}": n for rel, n in counts["edges_by_relation"].items()},
             "counts": MetadataValue.json(
                 {
                     **{k: counts.get(k) for k in ("skills", "edges", "transition_nnz", "problems")},
-                    "write_seconds": rounded(time.perf_counter() - t0),
+                    "write_seconds": rounded(write_seconds),
                 }
             ),
         },
     )
-    yield checks.check_manifest("cold_start_snapshot", store, manifest["version"])
+    yield checks.check_manifest("cold_start_snapshot", store, vid)

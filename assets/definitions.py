@@ -5,15 +5,12 @@ from __future__ import annotations
 from dagster import Definitions
 
 from .automation import cold_start_job, evolution_job, nightly_evolution, trace_landing_sensor
-from .cold_start import cold_start_snapshot, semantic_edges, skill_nodes, transition_matrix
+from .cold_start import cold_start
 from .evolution import edge_diff, evolution_round, replay_report, traces
 from .resources import build_resources
 
 ASSETS = [
-    skill_nodes,
-    semantic_edges,
-    transition_matrix,
-    cold_start_snapshot,
+    cold_start,
     traces,
     evolution_round,
     edge_diff,

@@ -11,6 +11,10 @@ L1 → L2 → L3 → commit run as ONE step (a multi-asset with four outputs). T
 steps: each needs the parent version, and in Dagster only an asset itself may depend on its previous
 partition; `topology_update[d]` depending on `graph_snapshot[d-1]` would be a cycle between keys.
 Each stage still is its own asset with its own output, metadata, checks and code version.
+
+The store owns every table: the window's traces stay in its files (STORE/traces/<window>/, read by the
+round partition by partition, as `segos evolve` reads them), each version's tables in the version. The
+assets pass records (counts, ids, file names), so nothing under STORE/dagster/ copies what the store holds.
 """
 
 # No `from __future__ import annotations`: Dagster inspects these signatures at runtime.
@@ -44,7 +48,7 @@ from segos_pipeline.evaluation.study.run import resolve_base
 from segos_pipeline.evolution.adapters import iter_records
 from segos_pipeline.evolution.descriptions import REVISION_SCHEMA
 from segos_pipeline.evolution.engines import make_engine
-from segos_pipeline.evolution.ingest import TraceStore, empty_traces
+from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.round import window_files
 from segos_pipeline.evolution.traces import TRACE_SCHEMA
 from segos_pipeline.graph.edges import EDGE_SCHEMA, counts_by_relation, violations
@@ -94,7 +98,7 @@ DIFF_COLUMNS = {  # a diff's largest changes (store.diff.largest_changes rows)
 @asset(
     group_name=GROUP,
     partitions_def=windows,
-    code_version="1",
+    code_version="2",
     kinds=TABLE_KINDS,
     owners=OWNERS,
     tags=tags("4-ingest", GROUP),
@@ -102,8 +106,8 @@ DIFF_COLUMNS = {  # a diff's largest changes (store.diff.largest_changes rows)
     ins={"cold_start_snapshot": AssetIn()},
     description="Ingest the window's landing file (<landing_dir>/<YYYY-MM-DD>.jsonl: agents' execution "
     "traces) into the store's trace table for the window: validated, bad lines quarantined with reasons, "
-    "idempotent on trace id. A day without a file materializes with 0 new traces. Output: the window's "
-    "trace table.",
+    "idempotent on trace id. A day without a file materializes with 0 new traces. The traces stay in "
+    "the store's files (STORE/traces/<window>/); output: the window's record (trace count, those files).",
 )
 def traces(
     context: AssetExecutionContext, cold_start_snapshot: dict[str, Any], segos: SegosPaths
@@ -138,16 +142,34 @@ def traces(
         )
         counts = {"read": 0, "accepted": 0, "duplicates": 0, "quarantined": 0}
         meta["note"] = MetadataValue.text("no landing file for this window: 0 new traces")
-    frame = trace_store.load(window) if window in trace_store.windows() else empty_traces()
+    record = window_record(trace_store, window)
     meta.update(
         {
-            "dagster/row_count": frame.height,  # traces per window: the one number plotted
+            "dagster/row_count": record["traces"],  # traces per window: the one number plotted
             "ingest": MetadataValue.json(
-                {**counts, "window_quarantine_total": len(trace_store.quarantine(window))}
+                {
+                    **counts,
+                    "window_quarantine_total": len(trace_store.quarantine(window)),
+                    "window_files": len(record["files"]),
+                }
             ),
         }
     )
-    yield Output(frame, data_version=DataVersion(content_hash(frame)), metadata=meta)
+    # the files (a part's name holds its hash): a re-ingest that adds nothing is not a data change
+    yield Output(record, data_version=DataVersion(content_hash(record["files"])), metadata=meta)
+
+
+def window_record(trace_store: TraceStore, window: str) -> dict[str, Any]:
+    """The window as the store holds it, each file checked against its hash: its trace count, read from
+    the files' footers, and its files with their sizes (relative to the store), not the traces."""
+    files = trace_store.checked_files(window)
+    rows = pl.scan_parquet(files).select(pl.len()).collect().item() if files else 0
+    root = trace_store.store.root
+    return {
+        "window": window,
+        "traces": int(rows),
+        "files": [{"path": f.relative_to(root).as_posix(), "bytes": f.stat().st_size} for f in files],
+    }
 
 
 # ----------------------------------------------------------------------------------- the round (L1-L3)
@@ -163,6 +185,12 @@ def _edge_meta(edges: pl.DataFrame) -> dict[str, Any]:
 REVISION_COLUMNS = ["skill", "rank_before", "rank_after", "after"]
 
 
+def revisions_record(revisions: pl.DataFrame) -> dict[str, int]:
+    """What the descriptions asset passes on: the revisions are stored with the version (`revisions`)."""
+    committed = int(revisions["committed"].sum()) if revisions.height else 0
+    return {"revisions": revisions.height, "committed": committed}
+
+
 def revisions_table(revisions: pl.DataFrame, limit: int = 20) -> MetadataValue:
     """The descriptions committed this round (skill, its rank for the query before and after, new text)."""
     done = revisions.filter(pl.col("committed")) if revisions.height else revisions
@@ -174,7 +202,7 @@ def revisions_table(revisions: pl.DataFrame, limit: int = 20) -> MetadataValue:
     partitions_def=windows,
     outs={
         "topology_update": AssetOut(
-            code_version="1",
+            code_version="2",
             kinds=TABLE_KINDS,
             owners=OWNERS,
             tags=tags("5-l1-topology", GROUP),
@@ -185,7 +213,7 @@ def revisions_table(revisions: pl.DataFrame, limit: int = 20) -> MetadataValue:
             "failed runs), and retracted avoid edges successes disproved. Per-rule counters as metadata.",
         ),
         "edge_weights": AssetOut(
-            code_version="1",
+            code_version="2",
             kinds=TABLE_KINDS,
             owners=OWNERS,
             tags=tags("6-l2-weights", GROUP),
@@ -195,7 +223,7 @@ def revisions_table(revisions: pl.DataFrame, limit: int = 20) -> MetadataValue:
             "lowered (never deleted).",
         ),
         "descriptions": AssetOut(
-            code_version="1",
+            code_version="2",
             kinds=TABLE_KINDS,
             owners=OWNERS,
             tags=tags("7-l3-descriptions", GROUP),
@@ -240,7 +268,7 @@ def revisions_table(revisions: pl.DataFrame, limit: int = 20) -> MetadataValue:
 )
 def evolution_round(
     context: AssetExecutionContext,
-    traces: pl.DataFrame,
+    traces: dict[str, Any],
     previous: dict[str, Any] | None,
     cold_start_snapshot: dict[str, Any],
     segos: SegosPaths,
@@ -256,10 +284,10 @@ def evolution_round(
     parent_id = previous["version"] if previous else cold_start_snapshot["version"]
     parent = store.load(parent_id)  # verifies the parent's hashes: a damaged parent stops the round
     retrieval = retrieval_settings.config(parent.manifest)
-    context.log.info(f"window {window}: parent {parent_id} (round {parent.round}), {traces.height} traces")
+    context.log.info(f"window {window}: parent {parent_id} (round {parent.round}), {traces['traces']} traces")
     ids = parent.nodes["id"]
 
-    if traces.is_empty():
+    if not traces["traces"]:
         # Nothing to learn from: carry the parent forward instead of committing an identical version,
         # so the chain of windows stays unbroken without empty versions.
         yield from _unchanged(parent_id, parent, store, window)
@@ -296,7 +324,7 @@ def evolution_round(
     l3 = state.counters.get("l3", {})
     experience = state.counters.get("experience", {})
     yield Output(
-        state.revisions,
+        revisions_record(state.revisions),
         output_name="descriptions",
         data_version=DataVersion(content_hash(state.revisions)),
         metadata={
@@ -335,7 +363,7 @@ def evolution_round(
             "round": MetadataValue.text(str(manifest["round"])),
             "path": MetadataValue.path(str(store.versions_dir / vid)),
             **version_uri(store, vid),
-            "traces": traces.height,  # traces per window, plotted next to the edges by relation
+            "traces": traces["traces"],  # traces per window, plotted next to the edges by relation
             **{f"edges.{rel}": n for rel, n in counts["edges_by_relation"].items()},
             "counts": MetadataValue.json({k: counts.get(k) for k in ("skills", "edges", "transition_nnz")}),
             "counters": MetadataValue.json(state.counters),
@@ -355,7 +383,7 @@ def _stage_output(name: str, edges: pl.DataFrame, ids: pl.Series, extra: dict[st
     """An edge-table stage: a blocking invariant check first, so a bad table stops the round uncommitted."""
     result = checks.check_edges(name, edges, ids)
     yield Output(
-        edges,
+        {"edges": edges.height, "edges_by_relation": counts_by_relation(edges)},
         output_name=name,
         data_version=DataVersion(content_hash(edges)),
         metadata={**_edge_meta(edges), "counters": MetadataValue.json(extra["counters"])},
@@ -372,7 +400,7 @@ def _unchanged(parent_id: str, parent: Any, store: Any, window: str) -> Iterator
     yield from _stage_output("edge_weights", parent.edges, ids, {"counters": {}})
     revisions = pl.DataFrame(schema=REVISION_SCHEMA)
     yield Output(
-        revisions,
+        revisions_record(revisions),
         output_name="descriptions",
         data_version=DataVersion(content_hash(revisions)),
         metadata={"dagster/row_count": 0, "committed": 0, "counters": MetadataValue.json({})},
@@ -406,12 +434,13 @@ def _unchanged(parent_id: str, parent: Any, store: Any, window: str) -> Iterator
 @asset(
     group_name=GROUP,
     partitions_def=windows,
-    code_version="2",
+    code_version="3",
     kinds=RECORD_KINDS,
     owners=OWNERS,
     tags=tags("9-diff", GROUP),
     description="What the window changed: edges added / removed / reweighted / retyped and descriptions "
-    "changed, from the parent version to the window's version (the JSON of `segos diff --json`).",
+    "changed, from the parent version to the window's version. Output: the counts (the whole diff, "
+    "every changed edge: `segos diff FROM TO --json`, from the two versions the store holds).",
 )
 def edge_diff(
     context: AssetExecutionContext, graph_snapshot: dict[str, Any], segos: SegosPaths
@@ -419,8 +448,9 @@ def edge_diff(
     store = segos.store()
     diff = diff_versions(store.load(graph_snapshot["parent"]), store.load(graph_snapshot["version"]))
     counts = diff["counts"]
+    by_relation = diff_counts_by_relation(diff)
     yield Output(
-        diff,
+        {"from": diff["from"], "to": diff["to"], "counts": counts, "by_relation": by_relation},
         data_version=DataVersion(content_hash(diff)),
         metadata={
             "from": diff["from"],
@@ -429,7 +459,7 @@ def edge_diff(
                 counts["added"] + counts["removed"] + counts["reweighted"] + counts["descriptions"]
             ),
             "counts": MetadataValue.json({k: int(v) for k, v in counts.items()}),
-            "by_relation": MetadataValue.json(diff_counts_by_relation(diff)),
+            "by_relation": MetadataValue.json(by_relation),
             "largest_changes": table(largest_changes(diff, 15), DIFF_COLUMNS),
         },
     )

@@ -104,6 +104,7 @@ class BuildSettings(ConfigurableResource):
     preset: str = "default"  # "paper": the published settings (kNN k = 1; see docs/algorithms.md)
     knn_k: int | None = None
     gamma: dict[str, float] | None = None  # reverse coefficient per relation
+    allow_empty: bool = False  # commit a version of a library without a skill package (`--allow-empty`)
 
     def config(self) -> BuildConfig:
         base = build_preset(self.preset)

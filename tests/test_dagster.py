@@ -22,6 +22,7 @@ from dagster import (
     DefaultScheduleStatus,
     DefaultSensorStatus,
     SkipReason,
+    build_output_context,
     build_schedule_context,
     build_sensor_context,
     materialize,
@@ -31,12 +32,14 @@ from assets.automation import due_windows, trace_landing_sensor
 from assets.checks import check_edges
 from assets.definitions import ASSETS, defs
 from assets.evolution import windows
+from assets.io_managers import SegosIOManager
 from assets.resources import SegosPaths, build_resources
+from segos_pipeline.evaluation.synthetic import generate_library
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.round import evolve
-from segos_pipeline.paths import DEMO_TRACES
+from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_TRACES
 from segos_pipeline.store.served import served
-from segos_pipeline.store.snapshot import SnapshotStore
+from segos_pipeline.store.snapshot import SnapshotStore, sha256_file
 
 from .conftest import demo_library_with_malformed, simple_library
 
@@ -230,13 +233,71 @@ def test_windows_chain_versions(pipeline: dict[str, Any]) -> None:
     snap_meta = metadata(pipeline["w2"], "graph_snapshot")
     assert snap_meta["version"] == v2["version"] and snap_meta["parent"] == v1["version"]
     assert metadata(pipeline["cold"], "cold_start_snapshot")["version"] == cold["version"]
-    # every intermediate lands inside the store, next to the versions
+    # the records the assets pass land inside the store, next to the versions
     base = pipeline["store"] / "dagster"
-    assert (base / "transition_matrix" / "__all__.npz").is_file()
-    assert (base / "skill_nodes" / "__all__" / "nodes.parquet").is_file()
-    assert (base / "edge_weights" / f"{W2}.parquet").is_file()
     assert json.loads((base / "graph_snapshot" / f"{W2}.json").read_text())["version"] == v2["version"]
+    window = json.loads((base / "traces" / f"{W2}.json").read_text())
+    assert window["traces"] == metadata(pipeline["w2"], "traces")["dagster/row_count"] > 0
+    assert all((pipeline["store"] / f["path"]).is_file() for f in window["files"])  # the store's own files
     assert pipeline["seconds"] < 60
+
+
+def test_nothing_under_store_dagster_copies_the_store(pipeline: dict[str, Any]) -> None:
+    """After a cold start and two windows, STORE/dagster/ holds only small JSON records: no table, matrix
+    or trace file, and no file equal to one the store holds (a version's or a window's)."""
+    root = pipeline["store"]
+    records = [p for p in (root / "dagster").rglob("*") if p.is_file()]
+    assert {p.parent.name for p in records} >= {"cold_start_snapshot", "traces", "edge_weights"}
+    assert all(p.suffix == ".json" for p in records), sorted(map(str, records))
+    assert max(p.stat().st_size for p in records) < 16_384
+    assert not any(p.read_bytes().startswith(b"PAR1") for p in records)
+    held = {
+        sha256_file(p) for folder in ("versions", "traces") for p in (root / folder).rglob("*") if p.is_file()
+    }
+    assert not [p for p in records if sha256_file(p) in held]
+
+
+def test_io_manager_refuses_a_table(tmp_path: Path) -> None:
+    """A table handed to the IO manager is an asset's bug: refused by name, nothing written."""
+    manager = SegosIOManager(store_root=str(tmp_path / "store"))
+    context = build_output_context(asset_key=AssetKey("semantic_edges"))
+    with pytest.raises(
+        TypeError, match=r"semantic_edges passed a DataFrame: .* belong in the snapshot store"
+    ):
+        manager.handle_output(context, {"counts": 3, "edges": pl.DataFrame({"src": ["a"]})})
+    assert not (tmp_path / "store" / "dagster").exists()
+    manager.handle_output(context, {"edges": 3})
+    assert json.loads((tmp_path / "store" / "dagster" / "semantic_edges" / "__all__.json").read_text()) == {
+        "edges": 3
+    }
+
+
+def segos_build(library: Path, store: Path) -> str:
+    """`segos build LIBRARY --store STORE` in a subprocess of this checkout: the version id it printed."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "segos_pipeline.cli", "build", str(library), "--store", str(store), "--quiet"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def test_cold_start_job_commits_the_version_segos_build_commits(pipeline, tmp_path: Path) -> None:
+    """`cold_start_job` and `segos build` run the same stages (the parse workers' tokens, the same
+    commit): the same library gives the same version id, on the demo and on a generated library."""
+    [cold] = [m for m in SnapshotStore(pipeline["store"]).list_versions() if m["kind"] == "cold_start"]
+    assert segos_build(DEFAULT_LIBRARY, tmp_path / "cli-demo") == cold["version"]
+
+    library = tmp_path / "generated"
+    generate_library(library, 400, seed=11, workers=1)
+    resources = build_resources(tmp_path / "dagster-generated", library_root=library)
+    result = run(COLD, resources, DagsterInstance.ephemeral())
+    version = metadata(result, "cold_start_snapshot")["version"]
+    assert segos_build(library, tmp_path / "cli-generated") == version
+    assert metadata(result, "skill_nodes")["dagster/row_count"] == 400
 
 
 def test_metadata_and_diff(pipeline: dict[str, Any]) -> None:
@@ -285,11 +346,28 @@ def test_metadata_and_diff(pipeline: dict[str, Any]) -> None:
         assert methods == ["version", "ppr", "lexical", "bm25"]
 
 
+def test_cold_start_of_a_library_without_skills_commits_nothing(tmp_path: Path) -> None:
+    """As `segos build` without --allow-empty: the step stops with the CLI's message, no version."""
+    (tmp_path / "empty").mkdir()
+    resources = build_resources(tmp_path / "store", library_root=tmp_path / "empty")
+    result = materialize(
+        ASSETS,
+        selection=COLD,
+        instance=DagsterInstance.ephemeral(),
+        resources=resources,
+        raise_on_error=False,
+    )
+    assert not result.success
+    failures = [str(e.event_specific_data) for e in result.all_events if e.is_step_failure]
+    assert any("no skill packages (folders with a SKILL.md)" in f for f in failures), failures
+    assert SnapshotStore(tmp_path / "store").list_versions() == []
+
+
 def test_build_problems_are_a_table(tmp_path: Path) -> None:
     """The malformed fixture's problems show as a table with its schema (not Markdown) on skill_nodes."""
     library = demo_library_with_malformed(tmp_path / "lib")
     resources = build_resources(tmp_path / "store", library_root=library)
-    result = run(AssetSelection.assets("skill_nodes"), resources, DagsterInstance.ephemeral())
+    result = run(COLD, resources, DagsterInstance.ephemeral())
     nodes = metadata(result, "skill_nodes")
     assert nodes["dagster/row_count"] == 69 and nodes["problems"] == 14
     problems = nodes["problems_table"]

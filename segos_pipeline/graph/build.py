@@ -63,18 +63,48 @@ def library_fingerprint(nodes: pl.DataFrame) -> str:
     return hashlib.sha256(lines.to_series().str.join("").item().encode()).hexdigest()
 
 
-def graph_tables(
-    nodes: pl.DataFrame,
-    config: BuildConfig,
-    progress: Progress | None = None,
-    tokens: CompactTokens | None = None,
-) -> GraphTables:
-    """Tokens (unless given: the parse workers' own), semantic edges and operator of a node table (the pure
-    core of a cold-start build)."""
+def parse_stage(
+    library: str | Path, config: BuildConfig, progress: Progress | None = None
+) -> tuple[ParsedLibrary, CompactTokens]:
+    """Parse `library` and tokenise its skills: the first stage of every cold start (`segos build` and the
+    Dagster cold start alike). The parse workers tokenise the chunks they parse, on every core, and their
+    tables are merged here as they come back; out of id order, the sorted node table is tokenised instead
+    (the same table: `tests/test_build_scale.py`)."""
     say = progress or (lambda _msg: None)
-    if tokens is None:
-        tokens = CompactTokens.of(nodes, lambda n: say(Tick("tokenise skills", n, nodes.height)))
-    say(f"tokenised {nodes.height} skills into {tokens.height} (skill, field, token) rows")
+    merged = TokenMerger()
+    parsed = parse_library(
+        library,
+        config.parse,
+        progress=lambda n, total: say(Tick("parse packages", n, total)),
+        per_chunk=ChunkTokens.of,
+        on_chunk=merged.add,  # while the workers parse on
+    )
+    say(f"parsed {parsed.nodes.height} skills; {parsed.n_problems} problem(s) in the build report")
+    tokens = parsed_tokens(parsed, merged) or tokenise(parsed.nodes, say)
+    say(f"tokenised {parsed.nodes.height} skills into {tokens.height} (skill, field, token) rows")
+    return parsed, tokens
+
+
+def require_skills(parsed: ParsedLibrary, library: str | Path, allow_empty: bool) -> None:
+    """A library without a single skill package is an error (nothing is committed) unless `allow_empty`:
+    an empty version would become the latest, and a following service would serve nothing from it."""
+    if parsed.nodes.height == 0 and not allow_empty:
+        raise ValueError(
+            f"no skill packages (folders with a SKILL.md) under {library}; nothing committed "
+            "(--allow-empty commits an empty version)"
+        )
+
+
+def tokenise(nodes: pl.DataFrame, progress: Progress | None = None) -> CompactTokens:
+    say = progress or (lambda _msg: None)
+    return CompactTokens.of(nodes, lambda n: say(Tick("tokenise skills", n, nodes.height)))
+
+
+def semantic_stage(
+    nodes: pl.DataFrame, tokens: CompactTokens, config: BuildConfig, progress: Progress | None = None
+) -> tuple[Signature, pl.DataFrame, SemanticStats]:
+    """The skills' token signature and their semantic kNN edges (the second stage of a cold start)."""
+    say = progress or (lambda _msg: None)
     signature = tokens.signature()
     edges, stats = semantic_edges(
         nodes["id"],
@@ -86,6 +116,19 @@ def graph_tables(
         f"semantic graph: {stats.directed_edges} edges, {stats.unordered_pairs} pairs, "
         f"{len(signature.vocab)} tokens"
     )
+    return signature, edges, stats
+
+
+def graph_tables(
+    nodes: pl.DataFrame,
+    config: BuildConfig,
+    progress: Progress | None = None,
+    tokens: CompactTokens | None = None,
+) -> GraphTables:
+    """Tokens (unless given: the parse workers' own), semantic edges and operator of a node table (the pure
+    core of a cold-start build)."""
+    tokens = tokenise(nodes, progress) if tokens is None else tokens
+    signature, edges, stats = semantic_stage(nodes, tokens, config, progress)
     transition = transition_matrix(edges, nodes["id"], config.transition)
     return GraphTables(nodes, tokens, edges, transition, stats, signature)
 
@@ -176,23 +219,11 @@ def build_cold_start(
     say = progress or (lambda _msg: None)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    merged = TokenMerger()
-    parsed = parse_library(
-        library,
-        config.parse,
-        progress=lambda n, total: say(Tick("parse packages", n, total)),
-        per_chunk=ChunkTokens.of,  # tokenised where parsed, on every core
-        on_chunk=merged.add,  # and merged here while the workers parse on
-    )
+    parsed, tokens = parse_stage(library, config, say)
     timings["parse"] = time.perf_counter() - t0
-    say(f"parsed {parsed.nodes.height} skills; {parsed.n_problems} problem(s) in the build report")
-    if parsed.nodes.height == 0 and not allow_empty:
-        raise ValueError(
-            f"no skill packages (folders with a SKILL.md) under {library}; nothing committed "
-            "(--allow-empty commits an empty version)"
-        )
+    require_skills(parsed, library, allow_empty)
     t1 = time.perf_counter()
-    tables = graph_tables(parsed.nodes, config, say, tokens=parsed_tokens(parsed, merged))
+    tables = graph_tables(parsed.nodes, config, say, tokens=tokens)
     timings["graph"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     manifest = commit_cold_start(store, parsed, tables, config, timings)

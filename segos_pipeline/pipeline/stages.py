@@ -1,10 +1,10 @@
 """Pipeline stages as separate functions, for orchestrators that run one SPEC §2 stage per step.
 
 `build_cold_start` and `evolve` run a whole cold start / round in one call; an orchestrator (the Dagster
-code location in `assets/`) wants each stage's output on its own so it can be stored, checked and shown.
-The round's stage functions are `evolve`'s own (re-exported below); the cold-start ones compose the same
-pieces as `build_cold_start`, so a version committed stage by stage is the version `segos build` /
-`segos evolve` would have written (`tests/test_dagster.py` asserts this for a round). Never imports Dagster.
+code location in `assets/`) wants each stage's output on its own so it can be checked and shown. The
+stage functions are `build_cold_start`'s and `evolve`'s own (re-exported below), so a version committed
+stage by stage is the version `segos build` / `segos evolve` would have written (`tests/test_dagster.py`
+asserts this, same version id for a cold start). Never imports Dagster.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from ..config import BuildConfig, RetrievalConfig
+from ..config import RetrievalConfig
 from ..evaluation.replay import load_queries, replay
 
-# The round's stages live with the round itself; re-exported here for orchestrators.
+# The stages live with the cold start and the round themselves; re-exported here for orchestrators.
 from ..evolution.round import (
     RoundState,
     commit_round,
@@ -31,55 +31,17 @@ from ..evolution.round import (
     l3_stage,
     prepare_round,
 )
-from ..graph import build
-from ..graph.build import GraphTables
-from ..graph.parsing import ParsedLibrary
-from ..graph.semantic_edges import SemanticStats, semantic_edges
-from ..graph.transition import row_sums
+from ..graph.build import (
+    GraphTables,
+    commit_cold_start,
+    library_fingerprint,
+    parse_stage,
+    require_skills,
+    semantic_stage,
+)
+from ..graph.transition import row_sums, transition_matrix
 from ..retrieval.ranker import Retriever, warm_caches
-from ..store.snapshot import Snapshot, SnapshotStore
-from ..text.lexicon import Signature
-
-# ------------------------------------------------------------------------------------------- cold start
-
-
-def semantic_stage(
-    nodes: pl.DataFrame, tokens: pl.DataFrame, config: BuildConfig
-) -> tuple[pl.DataFrame, SemanticStats]:
-    """Semantic kNN edges of a tokenised node table (the middle of `build.graph_tables`)."""
-    return semantic_edges(nodes["id"], Signature.of(tokens, nodes.height).matrix, config.graph)
-
-
-def stats_frame(stats: SemanticStats) -> pl.DataFrame:
-    """SemanticStats as a one-row table, so it can travel next to the edge table as Parquet."""
-    return pl.DataFrame([stats.as_dict()])
-
-
-def stats_from_frame(frame: pl.DataFrame) -> SemanticStats:
-    return SemanticStats(**{k: int(v) for k, v in frame.row(0, named=True).items()})
-
-
-def commit_cold_start(
-    store: SnapshotStore,
-    *,
-    library_root: Path,
-    nodes: pl.DataFrame,
-    tokens: pl.DataFrame,
-    report: pl.DataFrame,
-    edges: pl.DataFrame,
-    stats: SemanticStats,
-    transition: sp.csr_matrix,
-    config: BuildConfig,
-    timings: dict[str, float] | None = None,
-    extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Commit a cold-start version from stage outputs, exactly as `build_cold_start` writes one."""
-    parsed = ParsedLibrary(nodes=nodes, report=report, root=Path(library_root))
-    tables = GraphTables(nodes, tokens, edges, transition, stats)
-    manifest = build.commit_cold_start(store, parsed, tables, config, timings or {}, extra)
-    warm_caches(store.load(manifest["version"]))  # as `segos build` does: the first query pays nothing
-    return manifest
-
+from ..store.snapshot import Snapshot
 
 # ----------------------------------------------------------------------------------------- inspection
 
@@ -134,6 +96,7 @@ def content_hash(obj: Any) -> str:
 
 
 __all__ = [
+    "GraphTables",
     "RoundState",
     "commit_cold_start",
     "commit_round",
@@ -143,10 +106,13 @@ __all__ = [
     "l1_stage",
     "l2_stage",
     "l3_stage",
+    "library_fingerprint",
+    "parse_stage",
     "prepare_round",
     "replay_metrics",
+    "require_skills",
     "semantic_stage",
-    "stats_frame",
-    "stats_from_frame",
     "transition_health",
+    "transition_matrix",
+    "warm_caches",
 ]
