@@ -16,7 +16,7 @@ _EXPORTS = {
     "ParseConfig": "config",
     "RetrievalConfig": "config",
     "TransitionConfig": "config",
-    "Bundle": "retrieval.ranker",
+    "Bundle": "retrieval.bundle",
     "Retriever": "retrieval.ranker",
     "Snapshot": "store.snapshot",
     "SnapshotError": "store.snapshot",
@@ -28,7 +28,8 @@ _EXPORTS = {
 if TYPE_CHECKING:
     from .config import BuildConfig, GraphConfig, ParseConfig, RetrievalConfig, TransitionConfig
     from .graph.build import build_cold_start
-    from .retrieval.ranker import Bundle, Retriever
+    from .retrieval.bundle import Bundle
+    from .retrieval.ranker import Retriever
     from .store.remote import RemoteStore, open_store
     from .store.snapshot import Snapshot, SnapshotError, SnapshotStore
 

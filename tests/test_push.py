@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from segos_pipeline import Retriever, SnapshotStore, build_cold_start
 from segos_pipeline.config import retrieval_for
 from segos_pipeline.graph.transition import row_normalize
+from segos_pipeline.retrieval.ppr import power_iteration
 from segos_pipeline.retrieval.push import PushOperator
-from segos_pipeline.retrieval.ranker import power_iteration, top_k
+from segos_pipeline.retrieval.sets import top_k
 
 from .conftest import simple_library
 

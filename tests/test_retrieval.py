@@ -174,7 +174,7 @@ def test_retrieval_is_deterministic_and_bounded(shared_store, words):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from([0.0, 0.1, 0.5, 0.5, 1.0, 2.0]), min_size=0, max_size=40), st.integers(0, 12))
 def test_top_k_equals_a_full_sort_with_ties_to_the_smaller_index(values, k):
-    from segos_pipeline.retrieval.ranker import top_k
+    from segos_pipeline.retrieval.sets import top_k
 
     v = np.array(values, dtype=float)
     cand = np.flatnonzero(v > 0)
@@ -209,7 +209,7 @@ def test_lexical_index_cache_is_used_equal_and_self_healing(store):
 
 @pytest.mark.parametrize("kernel", [True, False], ids=["sparsetools-kernel", "public-operator"])
 def test_power_iteration_is_the_textbook_loop_bit_for_bit(kernel, monkeypatch):
-    import segos_pipeline.retrieval.ranker as retrieval_mod
+    import segos_pipeline.retrieval.ppr as retrieval_mod
 
     if not kernel:
         monkeypatch.setattr(retrieval_mod, "_csr_matvec", None)
@@ -239,7 +239,7 @@ def test_power_iteration_is_the_textbook_loop_bit_for_bit(kernel, monkeypatch):
 
 
 def test_closed_submatrix_equals_the_fancy_index():
-    from segos_pipeline.retrieval.ranker import closed_submatrix
+    from segos_pipeline.retrieval.ppr import closed_submatrix
 
     rng = np.random.default_rng(3)
     # three components (blocks) of a random sparse matrix; any union of whole blocks is closed
@@ -311,7 +311,7 @@ def test_per_field_bm25_matrix_equals_the_formula_row_by_row():
 def test_bundle_texts_equal_hydrating_the_rows_under_any_budget(shared_store, total):
     """Bundles hydrate from cached per-skill texts (clipped to the per-skill budget); the result is what
     rendering each row and clipping it under the running budgets gives."""
-    from segos_pipeline.retrieval.ranker import hydrate_rows
+    from segos_pipeline.retrieval.bundle import hydrate_rows
 
     r = Retriever(shared_store.load(), RetrievalConfig(total_chars=total, top_n=8))
     for q in ("load csv files into a dataframe", "plot charts", "transcribe speech audio", "csv"):

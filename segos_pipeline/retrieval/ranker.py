@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -25,88 +25,20 @@ import polars as pl
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-try:  # the kernel behind `csr @ vector`: PPR calls it up to 50 times a query, and on a few hundred skills
-    # scipy's per-call dispatch around it costs more than the product itself
-    from scipy.sparse._sparsetools import csr_matvec as _csr_matvec
-except ImportError:  # pragma: no cover - a scipy that moved it: the public operator gives the same numbers
-    _csr_matvec = None
-
 from ..config import AVOID, RetrievalConfig, TransitionConfig, retrieval_for
 from ..graph.transition import edge_indices, transition_matrix
 from ..store.snapshot import Snapshot
 from ..text.names import SkillNames
+from .bundle import Bundle, BundleSkill, clip, hydrate_texts, render_skill
 from .experience import CoUse, ExperienceEvidence, ExperienceIndex, experience_index
 from .incidence import Incidence
 from .lexical import Evidence, LexicalIndex, index_for
 from .packages import Folders
+from .ppr import closed_submatrix, power_iteration
 from .push import PushOperator
 from .semantic import SemanticIndex, semantic_index
 from .sets import scattered, top_k, union_positions, value_at
 from .why import headline, learned, reasons
-
-
-@dataclass
-class BundleSkill:
-    id: str
-    name: str
-    rank: int
-    score: float  # ρ, the rerank score
-    chars: int  # characters of the hydrated text (0 when not hydrated)
-    seed: bool
-    lexical: float  # m_i(q), field evidence
-    graph: float  # s*_i, PPR mass
-    source_path: str
-    capability: str
-    text: str = ""
-    semantic: float = 0.0  # embedding evidence in [0, 1] (0 when semantic evidence is off)
-    # Absolute, unlike the evidence above (normalised per query): see `Relevance`.
-    relevance: float = 0.0
-    words: float = 0.0
-    cosine: float | None = None
-    experience: float = 0.0  # what the skill's past successful requests added to ρ (0 without experience)
-    co_use: float = 0.0  # its score when co-use completion raised it to that (0 otherwise)
-    why: str = ""  # the strongest reason it is there, in words (why.py)
-    reasons: list[dict[str, Any]] = field(default_factory=list)  # every reason, strongest first
-    # The package folder on this machine (absolute), or None with why not (packages.py): an agent runs the
-    # skill's scripts from there.
-    folder: str | None = None
-    folder_error: str | None = None
-
-
-@dataclass
-class Bundle:
-    version: str
-    query: str
-    skills: list[BundleSkill]
-    chars: int
-    pruned: list[dict[str, str]] = field(default_factory=list)  # {"id", "avoided_with"} (avoid pruning)
-    over_budget: list[str] = field(default_factory=list)  # ids cut by the global character budget
-    seeds: list[str] = field(default_factory=list)  # ids of the query's seeds (members or not)
-    # No skill reached the relevance floor `min_score`: the bundle is empty rather than padded with the
-    # query's best of nothing.
-    no_match: bool = False
-    min_score: float = 0.0
-
-    @property
-    def ids(self) -> list[str]:
-        return [s.id for s in self.skills]
-
-    def to_dict(self, with_text: bool = True) -> dict[str, Any]:
-        skills = [asdict(s) for s in self.skills]
-        if not with_text:
-            for s in skills:
-                s.pop("text")
-        return {
-            "version": self.version,
-            "query": self.query,
-            "skills": skills,
-            "chars": self.chars,
-            "pruned": self.pruned,
-            "over_budget": self.over_budget,
-            "seeds": self.seeds,
-            "no_match": self.no_match,
-            "min_score": self.min_score,
-        }
 
 
 @dataclass(frozen=True)
@@ -236,46 +168,6 @@ class Ranking:
         if self.semantic_nodes is None or self.semantic_z is None:
             return None
         return scattered(self.n, self.semantic_nodes, self.semantic_z)
-
-
-def closed_submatrix(m: sp.csr_matrix, sub: np.ndarray) -> sp.csr_matrix:
-    """`m[sub][:, sub]` for a sorted `sub` that no row of it leaves (a union of weakly connected
-    components): the selected rows already hold only columns in `sub`, which are renumbered by binary
-    search. Entries keep their order within each row, so products over it round exactly like the fancy
-    index (test); it skips two general fancy-index passes per query."""
-    starts, ends = m.indptr[sub].astype(np.int64), m.indptr[sub + 1].astype(np.int64)
-    lengths = ends - starts
-    indptr = np.zeros(len(sub) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=indptr[1:])
-    take = np.repeat(starts - indptr[:-1], lengths) + np.arange(indptr[-1], dtype=np.int64)
-    indices = np.searchsorted(sub, m.indices[take]).astype(m.indices.dtype)
-    return sp.csr_matrix((m.data[take], indices, indptr.astype(m.indices.dtype)), shape=(len(sub), len(sub)))
-
-
-def power_iteration(
-    tt: sp.csr_matrix, p: np.ndarray, dangling: np.ndarray, alpha: float, tol: float, max_iter: int
-) -> np.ndarray:
-    """s ← α·p + (1−α)·(Tᵀs + (mass on dangling rows)·p) from s = p, until the L1 change < tol or
-    max_iter steps (SPEC §5). In-place steps over two buffers: the same floating-point operations as the
-    textbook expression, without its temporaries."""
-    s, nxt, diff = p.copy(), np.empty_like(p), np.empty_like(p)
-    ap = alpha * p
-    for _ in range(max_iter):
-        if _csr_matvec is not None:
-            nxt.fill(0.0)
-            _csr_matvec(tt.shape[0], tt.shape[1], tt.indptr, tt.indices, tt.data, s, nxt)
-        else:
-            nxt[:] = tt @ s
-        if len(dangling):  # most query subgraphs have none; adding 0·p would change no bit
-            nxt += s[dangling].sum() * p
-        nxt *= 1 - alpha
-        nxt += ap
-        np.subtract(nxt, s, out=diff)
-        delta = np.abs(diff, out=diff).sum()
-        s, nxt = nxt, s
-        if delta < tol:
-            break
-    return s
 
 
 _CARDS = 4_096  # hydrated skills kept per Retriever (each at most per_skill_chars characters)
@@ -687,47 +579,3 @@ def warm_caches(
     if progress:
         embedded = f", {semantic.vectors.embedded} skill(s) embedded" if semantic is not None else ""
         progress(f"retrieval caches ready in {time.perf_counter() - t0:.2f}s{embedded}")
-
-
-def render_skill(row: dict[str, Any]) -> str:
-    """The hydrated form an agent reads: identity, provenance, contract, then the body."""
-    lines = [f"### {row['name']} (`{row['id']}`)", f"Source: {row['source_path']}"]
-    if row.get("capability"):
-        lines.append(f"Capability: {row['capability']}")
-    for label, key in (("Inputs", "inputs"), ("Outputs", "outputs"), ("Entrypoints", "entrypoints")):
-        if row.get(key):
-            lines.append(f"{label}: {'; '.join(row[key])}")
-    return "\n".join(lines) + "\n\n" + (row.get("body") or row.get("description") or "")
-
-
-def hydrate_rows(
-    rows: list[dict[str, Any]], per_skill_chars: int, total_chars: int
-) -> tuple[list[tuple[int, str]], list[str]]:
-    """Hydrated texts under the budgets, in the given order: ([(position in rows, text)], ids that no
-    longer fit the global budget). Earlier rows get the budget first."""
-    return hydrate_texts([(row["id"], render_skill(row)) for row in rows], per_skill_chars, total_chars)
-
-
-def hydrate_texts(
-    texts: list[tuple[str, str]], per_skill_chars: int, total_chars: int
-) -> tuple[list[tuple[int, str]], list[str]]:
-    """`hydrate_rows` over already rendered (id, text) pairs; a text clipped to the per-skill budget
-    before gives the same result (clipping to a smaller budget after it is the same cut)."""
-    kept: list[tuple[int, str]] = []
-    over: list[str] = []
-    used = 0
-    for pos, (skill_id, rendered) in enumerate(texts):
-        budget = min(per_skill_chars, total_chars - used)
-        if budget <= 0:
-            over.append(skill_id)
-            continue
-        text = clip(rendered, budget)
-        used += len(text)
-        kept.append((pos, text))
-    return kept, over
-
-
-def clip(text: str, budget: int) -> str:
-    if len(text) <= budget:
-        return text
-    return text[: max(budget - 1, 0)] + "…"

@@ -48,6 +48,7 @@ from ..evolution.traces import (
     validate_line,
 )
 from ..paths import default_landing
+from ..retrieval.bundle import hydrate_rows
 from ..retrieval.ordering import ExecutionOrder, Precedence, execution_order
 from ..retrieval.packages import (
     MAX_FILE_BYTES,
@@ -57,7 +58,6 @@ from ..retrieval.packages import (
     package_folder,
     read_package_file,
 )
-from ..retrieval.ranker import hydrate_rows
 from ..store.served import served
 from ..store.snapshot import SnapshotError, SnapshotStore
 from ..text.names import UnknownName

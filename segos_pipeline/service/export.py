@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..retrieval.bundle import Bundle
 from ..retrieval.packages import SKILL_FILE, copy_package, package_folder
-from ..retrieval.ranker import Bundle
 
 MAX_NAME = 64  # Claude Code's limit on a skill name
 

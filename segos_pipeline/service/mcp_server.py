@@ -270,7 +270,7 @@ class SegosMCPServer(MCPServer):
 def skill_card(detail: dict[str, Any]) -> str:
     """A skill's card (`render_skill`) with, after its `Source:` line, where its package is on this machine
     and how to read its files (the bundle texts stay as they are: their budgets count those characters)."""
-    from ..retrieval.ranker import render_skill  # loaded with the service
+    from ..retrieval.bundle import render_skill  # loaded with the service
 
     head, sep, rest = render_skill(detail["skill"]).partition("\n\n")
     if detail["folder"] is not None:

@@ -11,7 +11,8 @@ import numpy as np
 import polars as pl
 
 from ...config import RetrievalConfig
-from ...retrieval.ranker import Retriever, render_skill
+from ...retrieval.bundle import render_skill
+from ...retrieval.ranker import Retriever
 from ...store.snapshot import Snapshot
 from ..metrics import (
     LEAKAGE_BUCKETS,
