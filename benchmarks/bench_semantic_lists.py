@@ -33,10 +33,10 @@ import numpy as np  # noqa: E402
 from segos_pipeline import SnapshotStore  # noqa: E402
 from segos_pipeline.config import retrieval_for  # noqa: E402
 from segos_pipeline.retrieval.ann import build_lists  # noqa: E402
+from segos_pipeline.retrieval.embeddings import backend_for  # noqa: E402
 from segos_pipeline.retrieval.semantic import (  # noqa: E402
     IVF_SCAN_ROWS,
     SemanticIndex,
-    backend_for,
     head_of,
     vectors_for,
 )

@@ -96,7 +96,7 @@ def worker_build(args: dict[str, Any]) -> dict[str, Any]:
 
     import segos_pipeline
     from segos_pipeline import SnapshotStore, build_cold_start
-    from segos_pipeline.retrieval import semantic
+    from segos_pipeline.retrieval import embeddings, semantic
     from segos_pipeline.retrieval.ranker import warm_caches
 
     import_s = time.perf_counter() - t_import
@@ -137,7 +137,7 @@ def worker_build(args: dict[str, Any]) -> dict[str, Any]:
                 # full. Synthetic builds skip it (their peak RSS is barred for the build alone): there the
                 # query phase's Retriever() makes the caches, and its time is reported.
                 semantic._RECENT.clear()
-                semantic.backend_for.cache_clear()
+                embeddings.backend_for.cache_clear()
                 t1 = time.perf_counter()
                 warm_caches(SnapshotStore(store).load(manifest["version"]), progress=progress)
                 caches = time.perf_counter() - t1

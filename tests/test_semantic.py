@@ -13,14 +13,9 @@ import pytest
 from segos_pipeline import RetrievalConfig, Retriever, SnapshotStore, build_cold_start
 from segos_pipeline.graph.incremental import apply_change
 from segos_pipeline.retrieval import semantic as semantic_mod
+from segos_pipeline.retrieval.embeddings import SemanticUnavailable, WordLlamaBackend, backend_for
 from segos_pipeline.retrieval.lexical import _idf
-from segos_pipeline.retrieval.semantic import (
-    SemanticUnavailable,
-    WordLlamaBackend,
-    backend_for,
-    head_scores,
-    vectors_for,
-)
+from segos_pipeline.retrieval.semantic import head_scores, vectors_for
 
 from .conftest import simple_library, write_skill
 

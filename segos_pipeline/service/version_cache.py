@@ -21,9 +21,9 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from ..retrieval.semantic import Model2VecBackend, SentenceTransformersBackend, WordLlamaBackend
+from ..retrieval.embeddings import Model2VecBackend, SentenceTransformersBackend, WordLlamaBackend
 
-# Loaded once per process (`semantic.backend_for`) and shared by every version: evicting a version frees
+# Loaded once per process (`embeddings.backend_for`) and shared by every version: evicting a version frees
 # none of it (the demo's word table alone is 32 MB, where a 60-skill version holds about 0.6 MB).
 PROCESS_WIDE = (WordLlamaBackend, Model2VecBackend, SentenceTransformersBackend)
 
