@@ -198,6 +198,33 @@ async def _off_loop(call: Callable[[], _T]) -> _T:
     return await anyio.to_thread.run_sync(call)
 
 
+def _contract(
+    description: str | None = None,
+    min_length: int | None = None,
+    max_length: int | None = None,
+    *,
+    max_items: int | None = None,
+    minimum: float | None = None,
+    maximum: float | None = None,
+) -> Any:
+    """A `record_trace` argument: its JSON type checked strictly (no coercion: `"0.5"` is not a reward, as
+    in a file), its bounds advertised in the input schema but checked only by the trace contract, which
+    strips text before measuring it and words the reasons as ingestion does. One validator for the values,
+    so a trace is accepted or rejected alike through MCP and in a file."""
+    bounds = {
+        "minLength": min_length,
+        "maxLength": max_length,
+        "maxItems": max_items,
+        "minimum": minimum,
+        "maximum": maximum,
+    }
+    return Field(
+        description=description,
+        strict=True,
+        json_schema_extra={k: v for k, v in bounds.items() if v is not None},
+    )
+
+
 def argument_errors(tool: str, error: ValidationError) -> str:
     """Arguments that do not fit a tool's input schema, one short line per field (no pydantic URL, no
     error type codes): what the caller needs to correct the call."""
@@ -412,43 +439,34 @@ def build_server(
     @tool_errors
     async def record_trace(
         task_id: Annotated[
-            str,
-            Field(
-                description=f"Stable id of the task attempted (<= {MAX_ID_CHARS} chars).",
-                min_length=1,
-                max_length=MAX_ID_CHARS,
-            ),
+            str, _contract(f"Stable id of the task attempted (<= {MAX_ID_CHARS} chars).", 1, MAX_ID_CHARS)
         ],
         queries: Annotated[
-            list[Annotated[str, Field(max_length=MAX_TEXT_CHARS)] | dict[str, Any]],
-            Field(
-                description=f"Queries issued (<= {MAX_QUERIES}): text, or {{text, retrieved?, seeds?}}; "
+            list[Annotated[str, _contract(max_length=MAX_TEXT_CHARS)] | dict[str, Any]],
+            _contract(
+                f"Queries issued (<= {MAX_QUERIES}): text, or {{text, retrieved?, seeds?}}; "
                 f"text <= {MAX_TEXT_CHARS:,} chars.",
-                max_length=MAX_QUERIES,
+                max_items=MAX_QUERIES,
             ),
         ],
         used: Annotated[
-            list[Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]],
-            Field(
-                description=f"Skills actually used, in first-use order (<= {MAX_SKILLS} names).",
-                max_length=MAX_SKILLS,
+            list[Annotated[str, _contract(None, 1, MAX_NAME_CHARS)]],
+            _contract(
+                f"Skills actually used, in first-use order (<= {MAX_SKILLS} names).", max_items=MAX_SKILLS
             ),
         ],
         reward: Annotated[
-            float | None, Field(description="Outcome in [0, 1] (or give ctrf).", ge=0, le=1)
+            float | None, _contract("Outcome in [0, 1] (or give ctrf).", minimum=0, maximum=1)
         ] = None,
-        ctrf: Annotated[dict[str, Any] | None, Field(description="A CTRF test report to derive it.")] = None,
+        ctrf: Annotated[dict[str, Any] | None, _contract("A CTRF test report to derive it.")] = None,
         agent: Annotated[
-            str | None,
-            Field(description="Model/harness that ran the attempt.", min_length=1, max_length=MAX_NAME_CHARS),
+            str | None, _contract("Model/harness that ran the attempt.", 1, MAX_NAME_CHARS)
         ] = None,
         attempt: Annotated[
             int | None,
-            Field(description=f"Attempt number, 1-{MAX_ATTEMPT:,} (default 1).", ge=1, le=MAX_ATTEMPT),
+            _contract(f"Attempt number, 1-{MAX_ATTEMPT:,} (default 1).", minimum=1, maximum=MAX_ATTEMPT),
         ] = None,
-        trace_id: Annotated[
-            str | None, Field(description="Default: a fresh id.", min_length=1, max_length=MAX_ID_CHARS)
-        ] = None,
+        trace_id: Annotated[str | None, _contract("Default: a fresh id.", 1, MAX_ID_CHARS)] = None,
         ctx: Context | None = None,
     ) -> dict[str, Any]:
         """Report how an attempt went. Validated exactly as `segos ingest` validates a line (the trace
