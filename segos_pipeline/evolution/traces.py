@@ -71,6 +71,7 @@ from ..text.names import SkillNames
 # ------------------------------------------------------------------------------------ contract bounds
 TIMESTAMP_MIN = datetime(1970, 1, 1, tzinfo=UTC)
 TIMESTAMP_MAX = datetime(2100, 1, 1, tzinfo=UTC)  # exclusive
+TIMESTAMP_MAX_CHARS = 64  # longer is no ISO-8601 date-time; refused before it is parsed
 SCHEMA_FILE = "trace.schema.json"
 
 NATIVE_KEYS = {
@@ -162,7 +163,7 @@ QueryText = _bounded_str(MAX_TEXT_CHARS, "The query text.")
 SkillList = Annotated[list[SkillRef], Field(max_length=MAX_SKILLS)]
 Timestamp = Annotated[
     str,
-    StringConstraints(max_length=64),
+    StringConstraints(max_length=TIMESTAMP_MAX_CHARS),
     AfterValidator(_utc_timestamp),
     Field(
         description=f"ISO-8601 date-time in [{TIMESTAMP_MIN:%Y-%m-%d}, {TIMESTAMP_MAX:%Y-%m-%d}); "
@@ -321,7 +322,7 @@ def ctrf_reward(report: Any) -> float:
 
 def parse_timestamp(value: Any) -> str:
     """A timestamp of any source normalised as the contract does (TraceError with the reason)."""
-    if not isinstance(value, str) or len(value) > 64:
+    if not isinstance(value, str) or len(value) > TIMESTAMP_MAX_CHARS:
         raise TraceError("`timestamp` must be an ISO-8601 string")
     try:
         return _utc_timestamp(value)
