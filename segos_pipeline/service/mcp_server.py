@@ -68,7 +68,6 @@ from ..config import (
 from .compact import bundle_text, search_text
 from .mcp_quota import TraceQuota, session_key
 from .mcp_slot import ServiceSlot
-from .mcp_stdio import run_stdio
 
 if TYPE_CHECKING:
     from .api import SegosService
@@ -557,8 +556,7 @@ def serve(
 
     A slot or a factory is loaded on a thread once the server runs, so the handshake does not wait for it.
     HTTP is the SDK's transport behind the limits of `http.serve_http` (from `$SEGOS_MCP_*`, docs/mcp.md);
-    stdio goes through `run_stdio` (pipe transports on the event loop, the SDK's own when stdin/stdout are
-    not pipes)."""
+    stdio is the SDK's transport."""
     app = build_server(service)
     limits = None
     if http:
@@ -579,7 +577,7 @@ async def _serve(
 
             await serve_http(app, host, port, limits, token)
         else:
-            await run_stdio(app)
+            await app.run_stdio_async()
     finally:
         # A client that disconnects during the load still learns, through the exit status, of a store that
         # cannot be served; a load that succeeds meanwhile costs the wait once, at exit.
