@@ -291,3 +291,14 @@ def test_the_timestamp_rule_is_stated_once() -> None:
             "simulated": False,
         }
     )
+
+
+def test_extra_cannot_set_a_trace_field(demo_store: Path, tmp_path: Path) -> None:
+    """`extra` carries keys beyond the contract; a contract key there would bypass its argument."""
+    service = SegosService(demo_store, landing=tmp_path / "landing", reload="sync")
+    with pytest.raises(TraceRejected, match=r"`extra` may not set trace fields \(attempt, reward\)"):
+        service.record_trace("t", ["q"], ["csv-loader"], extra={"attempt": 3, "reward": 0.5, "note": 1})
+    assert not service.landing.exists()
+    reply = service.record_trace("t", ["q"], ["csv-loader"], 1.0, extra={"note": "kept"})
+    row = _ingested(service.landing)[0][reply["trace_id"]]
+    assert json.loads(row["extra"])["note"] == "kept" and row["attempt"] == 1

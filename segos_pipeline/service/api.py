@@ -40,6 +40,7 @@ from typing import Any
 from ..config import AVOID, RELATIONS, RetrievalConfig
 from ..evolution.landing import LandingWriteError, append_line
 from ..evolution.traces import (
+    NATIVE_KEYS,
     TraceError,
     native_line,
     native_row,
@@ -462,6 +463,10 @@ class SegosService(ServedVersions):
         """
         # Only what the caller gave (a fresh id and the time now aside): the contract alone decides what is
         # valid and what an absent key means, exactly as for a line of a file.
+        if clash := sorted(NATIVE_KEYS & set(extra or {})):
+            raise TraceRejected(
+                f"`extra` may not set trace fields ({', '.join(clash)}); pass them as arguments"
+            )
         obj: dict[str, Any] = dict(extra or {})
         obj.update(
             {
