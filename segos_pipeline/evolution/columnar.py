@@ -45,6 +45,7 @@ from ..config import (
     MAX_SKILLS,
     MAX_TEXT_CHARS,
 )
+from .traces import CANONICAL_TS, CANONICAL_YEARS
 
 # The reader's block: a line must fit in one (MAX_LINE_BYTES), and a batch of several blocks keeps both
 # cores busy.
@@ -78,7 +79,6 @@ _NULLED_DEFAULT = r'"(?:agent|attempt|simulated)"\s*:\s*null'
 _ESCAPED_ASCII = r"\\u00[2-7][0-9a-fA-F]"  # could spell a key the null check must see
 _HIGH = r"\\u[dD][89abAB][0-9a-fA-F]{2}"
 _LOW = r"\\u[dD][c-fC-F][0-9a-fA-F]{2}"
-_CANONICAL_TS = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]Z$"
 _READ = pa_json.ReadOptions(use_threads=True, block_size=PARSE_BLOCK)
 _PARSE = pa_json.ParseOptions(explicit_schema=NATIVE_ARROW, unexpected_field_behavior="error")
 
@@ -265,10 +265,12 @@ def _list_ok(expr: pl.Expr, max_items: int) -> pl.Expr:
 
 
 def _timestamp_ok(ts: pl.Expr) -> pl.Expr:
-    """Canonical UTC timestamps in [1970, 2100) with a real date: the only form the model keeps as given."""
+    """Canonical UTC timestamps within the contract's years with a real date: the only form the model keeps
+    as given (the pattern and years are the model's own, `traces.CANONICAL_TS` and `CANONICAL_YEARS`)."""
+    first, last = CANONICAL_YEARS
     return (
-        ts.str.contains(_CANONICAL_TS)
-        & ts.str.slice(0, 4).is_between(pl.lit("1970"), pl.lit("2099"))
+        ts.str.contains(f"^{CANONICAL_TS}$")
+        & ts.str.slice(0, 4).is_between(pl.lit(first), pl.lit(last))
         & ts.str.slice(0, 10).str.to_date("%Y-%m-%d", strict=False).is_not_null()
     )
 

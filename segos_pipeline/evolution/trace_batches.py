@@ -17,7 +17,7 @@ import polars as pl
 from . import columnar
 from .adapters.common import RAW_LIMIT, Rejected, Skipped, files_under, read_lines, rejected
 from .traces import (
-    DEFAULT_AGENT,
+    NATIVE_DEFAULTS,
     NATIVE_KEYS,
     TRACE_ADAPTER,
     TRACE_SCHEMA,
@@ -136,9 +136,7 @@ def _vouched_frame(frame: pl.DataFrame) -> pl.DataFrame:
     keys, the reward as given, no extras."""
     return (
         frame.with_columns(
-            pl.col("agent").fill_null(DEFAULT_AGENT),
-            pl.col("attempt").fill_null(1),
-            pl.col("simulated").fill_null(False),
+            *(pl.col(key).fill_null(value) for key, value in NATIVE_DEFAULTS.items()),
             reward_source=pl.lit("reward"),
             extra=pl.lit(""),
         )

@@ -29,7 +29,7 @@ Choices the contract makes (docs/data-contracts.md lists every bound):
 Skills are named by id or name and resolved against a version; unknown names are reported on the record
 (and dropped from its skill lists), never a reason to lose the trace. Instead of `reward` a trace may carry
 `ctrf` (a CTRF report): reward = passed / tests, where failed, skipped, pending and other all stay in the
-denominator.
+denominator; a trace that carries both is rejected (which one should count is not segos' to guess).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Annotated, Any
 
@@ -71,6 +71,7 @@ from ..text.names import SkillNames
 # ------------------------------------------------------------------------------------ contract bounds
 TIMESTAMP_MIN = datetime(1970, 1, 1, tzinfo=UTC)
 TIMESTAMP_MAX = datetime(2100, 1, 1, tzinfo=UTC)  # exclusive
+TIMESTAMP_MAX_CHARS = 64  # longer is no ISO-8601 date-time; refused before it is parsed
 SCHEMA_FILE = "trace.schema.json"
 
 NATIVE_KEYS = {
@@ -115,12 +116,18 @@ class TraceError(ValueError):
 # ------------------------------------------------------------------------------------------ the model
 
 
-_CANONICAL_TS = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
+# The form segos writes (`YYYY-MM-DDTHH:MM:SSZ`, ASCII digits, each part in its clock range) and the years
+# of [TIMESTAMP_MIN, TIMESTAMP_MAX): a timestamp of this form with a real calendar date is kept as given,
+# any other is normalised. The one statement of that rule: the model checks it here, the columnar fast
+# path (`columnar._timestamp_ok`) compiles the same pattern and years into polars expressions.
+CANONICAL_TS = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]Z"
+CANONICAL_YEARS = (f"{TIMESTAMP_MIN.year:04d}", f"{(TIMESTAMP_MAX - timedelta(microseconds=1)).year:04d}")
+_CANONICAL_TS = re.compile(CANONICAL_TS)
 
 
 def _utc_timestamp(value: str) -> str:
     """ISO-8601 → `YYYY-MM-DDTHH:MM:SS[.ffffff]Z` in UTC; naive times are taken as UTC."""
-    if _CANONICAL_TS.fullmatch(value) and "1970" <= value[:4] < "2100":
+    if _CANONICAL_TS.fullmatch(value) and CANONICAL_YEARS[0] <= value[:4] <= CANONICAL_YEARS[1]:
         try:  # already normalised (what segos writes): only the calendar check is left
             datetime.fromisoformat(value[:19])
             return value
@@ -156,7 +163,7 @@ QueryText = _bounded_str(MAX_TEXT_CHARS, "The query text.")
 SkillList = Annotated[list[SkillRef], Field(max_length=MAX_SKILLS)]
 Timestamp = Annotated[
     str,
-    StringConstraints(max_length=64),
+    StringConstraints(max_length=TIMESTAMP_MAX_CHARS),
     AfterValidator(_utc_timestamp),
     Field(
         description=f"ISO-8601 date-time in [{TIMESTAMP_MIN:%Y-%m-%d}, {TIMESTAMP_MAX:%Y-%m-%d}); "
@@ -185,7 +192,7 @@ QueryItem = Annotated[Query, BeforeValidator(_text_query, json_schema_input_type
 
 class NativeTrace(BaseModel):
     """One attempt of an agent at a task (SPEC §7), one JSON object a line. Keys beyond these are kept in
-    `extra`. Either `reward` or `ctrf` is required."""
+    `extra`. Exactly one of `reward` and `ctrf` is required."""
 
     model_config = ConfigDict(strict=True, extra="allow", title="segos trace", allow_inf_nan=False)
     trace_id: TraceId | None = Field(default=None, description="Default: derived from the content.")
@@ -207,6 +214,8 @@ class NativeTrace(BaseModel):
 
     @model_validator(mode="after")
     def _reward_given(self) -> NativeTrace:
+        if self.reward is not None and self.ctrf is not None:  # which one would count is not for us to guess
+            raise ValueError("give `reward` or `ctrf`, not both (the reward is derived from a CTRF report)")
         if self.reward is None:
             if self.ctrf is None:
                 raise ValueError("missing `reward` (or a `ctrf` report to derive it from)")
@@ -215,6 +224,8 @@ class NativeTrace(BaseModel):
 
 
 TRACE_ADAPTER: TypeAdapter[NativeTrace] = TypeAdapter(NativeTrace)
+# What the model gives a key a line leaves out, for the columnar fast path to fill in the same way.
+NATIVE_DEFAULTS = {k: NativeTrace.model_fields[k].default for k in ("agent", "attempt", "simulated")}
 
 
 def trace_json_schema() -> dict[str, Any]:
@@ -311,7 +322,7 @@ def ctrf_reward(report: Any) -> float:
 
 def parse_timestamp(value: Any) -> str:
     """A timestamp of any source normalised as the contract does (TraceError with the reason)."""
-    if not isinstance(value, str) or len(value) > 64:
+    if not isinstance(value, str) or len(value) > TIMESTAMP_MAX_CHARS:
         raise TraceError("`timestamp` must be an ISO-8601 string")
     try:
         return _utc_timestamp(value)

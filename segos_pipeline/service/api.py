@@ -40,6 +40,7 @@ from typing import Any
 from ..config import AVOID, RELATIONS, RetrievalConfig
 from ..evolution.landing import LandingWriteError, append_line
 from ..evolution.traces import (
+    NATIVE_KEYS,
     TraceError,
     native_line,
     native_row,
@@ -460,28 +461,26 @@ class SegosService(ServedVersions):
         fsynced); when it cannot be (disk full, I/O error) the call raises TraceNotWritten and the landing
         file is left as it was.
         """
-        if reward is not None and ctrf is not None:
+        # Only what the caller gave (a fresh id and the time now aside): the contract alone decides what is
+        # valid and what an absent key means, exactly as for a line of a file.
+        if clash := sorted(NATIVE_KEYS & set(extra or {})):
             raise TraceRejected(
-                "give `reward` or `ctrf`, not both (the reward is derived from a CTRF report)"
+                f"`extra` may not set trace fields ({', '.join(clash)}); pass them as arguments"
             )
         obj: dict[str, Any] = dict(extra or {})
         obj.update(
             {
-                "trace_id": trace_id or f"mcp-{uuid.uuid4().hex[:16]}",
+                "trace_id": f"mcp-{uuid.uuid4().hex[:16]}" if trace_id is None else trace_id,
                 "task_id": task_id,
-                "attempt": 1 if attempt is None else attempt,
-                "timestamp": timestamp
-                or datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+                "timestamp": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+                if timestamp is None
+                else timestamp,
                 "queries": queries,
                 "used": used,
             }
         )
-        if agent is not None:
-            obj["agent"] = agent
-        if reward is not None:
-            obj["reward"] = reward
-        if ctrf is not None:
-            obj["ctrf"] = ctrf
+        given = {"agent": agent, "attempt": attempt, "reward": reward, "ctrf": ctrf}
+        obj.update({k: v for k, v in given.items() if v is not None})
         lo = self._request()
         obj.setdefault("served_version", lo.version)
         try:

@@ -68,7 +68,6 @@ from ..config import (
 from .compact import bundle_text, search_text
 from .mcp_quota import TraceQuota, session_key
 from .mcp_slot import ServiceSlot
-from .mcp_stdio import run_stdio
 
 if TYPE_CHECKING:
     from .api import SegosService
@@ -196,6 +195,33 @@ async def _off_loop(call: Callable[[], _T]) -> _T:
     session meanwhile. A search or bundle of the served version stays on the loop (it is the latency
     that matters, and a thread hop costs about 0.1 ms)."""
     return await anyio.to_thread.run_sync(call)
+
+
+def _contract(
+    description: str | None = None,
+    min_length: int | None = None,
+    max_length: int | None = None,
+    *,
+    max_items: int | None = None,
+    minimum: float | None = None,
+    maximum: float | None = None,
+) -> Any:
+    """A `record_trace` argument: its JSON type checked strictly (no coercion: `"0.5"` is not a reward, as
+    in a file), its bounds advertised in the input schema but checked only by the trace contract, which
+    strips text before measuring it and words the reasons as ingestion does. One validator for the values,
+    so a trace is accepted or rejected alike through MCP and in a file."""
+    bounds = {
+        "minLength": min_length,
+        "maxLength": max_length,
+        "maxItems": max_items,
+        "minimum": minimum,
+        "maximum": maximum,
+    }
+    return Field(
+        description=description,
+        strict=True,
+        json_schema_extra={k: v for k, v in bounds.items() if v is not None},
+    )
 
 
 def argument_errors(tool: str, error: ValidationError) -> str:
@@ -412,43 +438,34 @@ def build_server(
     @tool_errors
     async def record_trace(
         task_id: Annotated[
-            str,
-            Field(
-                description=f"Stable id of the task attempted (<= {MAX_ID_CHARS} chars).",
-                min_length=1,
-                max_length=MAX_ID_CHARS,
-            ),
+            str, _contract(f"Stable id of the task attempted (<= {MAX_ID_CHARS} chars).", 1, MAX_ID_CHARS)
         ],
         queries: Annotated[
-            list[Annotated[str, Field(max_length=MAX_TEXT_CHARS)] | dict[str, Any]],
-            Field(
-                description=f"Queries issued (<= {MAX_QUERIES}): text, or {{text, retrieved?, seeds?}}; "
+            list[Annotated[str, _contract(max_length=MAX_TEXT_CHARS)] | dict[str, Any]],
+            _contract(
+                f"Queries issued (<= {MAX_QUERIES}): text, or {{text, retrieved?, seeds?}}; "
                 f"text <= {MAX_TEXT_CHARS:,} chars.",
-                max_length=MAX_QUERIES,
+                max_items=MAX_QUERIES,
             ),
         ],
         used: Annotated[
-            list[Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]],
-            Field(
-                description=f"Skills actually used, in first-use order (<= {MAX_SKILLS} names).",
-                max_length=MAX_SKILLS,
+            list[Annotated[str, _contract(None, 1, MAX_NAME_CHARS)]],
+            _contract(
+                f"Skills actually used, in first-use order (<= {MAX_SKILLS} names).", max_items=MAX_SKILLS
             ),
         ],
         reward: Annotated[
-            float | None, Field(description="Outcome in [0, 1] (or give ctrf).", ge=0, le=1)
+            float | None, _contract("Outcome in [0, 1] (or give ctrf).", minimum=0, maximum=1)
         ] = None,
-        ctrf: Annotated[dict[str, Any] | None, Field(description="A CTRF test report to derive it.")] = None,
+        ctrf: Annotated[dict[str, Any] | None, _contract("A CTRF test report to derive it.")] = None,
         agent: Annotated[
-            str | None,
-            Field(description="Model/harness that ran the attempt.", min_length=1, max_length=MAX_NAME_CHARS),
+            str | None, _contract("Model/harness that ran the attempt.", 1, MAX_NAME_CHARS)
         ] = None,
         attempt: Annotated[
             int | None,
-            Field(description=f"Attempt number, 1-{MAX_ATTEMPT:,} (default 1).", ge=1, le=MAX_ATTEMPT),
+            _contract(f"Attempt number, 1-{MAX_ATTEMPT:,} (default 1).", minimum=1, maximum=MAX_ATTEMPT),
         ] = None,
-        trace_id: Annotated[
-            str | None, Field(description="Default: a fresh id.", min_length=1, max_length=MAX_ID_CHARS)
-        ] = None,
+        trace_id: Annotated[str | None, _contract("Default: a fresh id.", 1, MAX_ID_CHARS)] = None,
         ctx: Context | None = None,
     ) -> dict[str, Any]:
         """Report how an attempt went. Validated exactly as `segos ingest` validates a line (the trace
@@ -539,8 +556,7 @@ def serve(
 
     A slot or a factory is loaded on a thread once the server runs, so the handshake does not wait for it.
     HTTP is the SDK's transport behind the limits of `http.serve_http` (from `$SEGOS_MCP_*`, docs/mcp.md);
-    stdio goes through `run_stdio` (pipe transports on the event loop, the SDK's own when stdin/stdout are
-    not pipes)."""
+    stdio is the SDK's transport."""
     app = build_server(service)
     limits = None
     if http:
@@ -561,7 +577,7 @@ async def _serve(
 
             await serve_http(app, host, port, limits, token)
         else:
-            await run_stdio(app)
+            await app.run_stdio_async()
     finally:
         # A client that disconnects during the load still learns, through the exit status, of a store that
         # cannot be served; a load that succeeds meanwhile costs the wait once, at exit.
