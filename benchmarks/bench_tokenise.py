@@ -28,8 +28,8 @@ import polars as pl
 
 from segos_pipeline import SnapshotStore
 from segos_pipeline.text import lexicon
-from segos_pipeline.text.chunk_tokens import FIELD_CODE
 from segos_pipeline.text.compact_tokens import ChunkTokens, CompactTokens
+from segos_pipeline.text.lexicon import FIELD_CODE
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -118,6 +118,15 @@ def test_chunk_is_integer_rows_with_its_own_sorted_vocabulary_and_pickles_small(
     assert len(pickle.dumps(chunk)) < len(pickle.dumps(strings)) / 2
 
 
+def test_chunk_field_codes_are_the_token_rows_field_codes(generated_nodes):
+    """One field coding: the codes the parse workers send are the ones the lexical index's rows use."""
+    from segos_pipeline.retrieval.token_rows import field_codes
+
+    compact = CompactTokens.of(generated_nodes)
+    assert compact.frame["field"].equals(compact.rows().select(field_codes())["field"], check_names=False)
+    assert compact.frame["field"].n_unique() == len(lexicon.FIELD_CODE)  # every field is met
+
+
 def test_word_codes_are_exact_even_when_keys_collide():
     words = pl.Series(["load", "data", "load", "csv", "parse", "data", "zz"])
     for key in (words.hash(), words.str.len_bytes().cast(pl.UInt64), pl.Series([7] * 7, dtype=pl.UInt64)):

@@ -21,14 +21,14 @@ import numpy as np
 import polars as pl
 
 from ..config import FIELDS
-from .lexicon import field_texts
+from .lexicon import CODED_FIELDS, field_texts
 from .tokens import text_words, word_tokens
 
-FIELD_CODE = {f: i for i, f in enumerate(FIELDS)}  # the stored field column: the index in config.FIELDS
-# The token table sorts by field *name*: the sort key carries the name's rank, decoded back to the code.
-_FIELD_RANK = pl.Enum(sorted(FIELDS))  # its physical code is the rank
-_CODE_OF_RANK = np.array([FIELD_CODE[f] for f in sorted(FIELDS)], dtype=np.uint8)
+# The token table sorts by field name, and a field's code (`lexicon.FIELD_CODE`) is its name's rank: the
+# physical code of this Enum, so the sort key carries the code itself.
+_FIELD_CODES = pl.Enum(CODED_FIELDS[:-1])
 _FIELD_BITS = max(1, (len(FIELDS) - 1).bit_length())
+_FIELD_MASK = np.uint64((1 << _FIELD_BITS) - 1)
 _U16_MAX = np.iinfo(np.uint16).max
 _DROPPED = np.iinfo(np.uint32).max  # the token rank of a word that carries no signal (a stopword, a number)
 
@@ -42,10 +42,10 @@ FRAME_SCHEMA: dict[str, pl.DataType] = {
 
 def _word_rows(nodes: pl.DataFrame) -> tuple[np.ndarray, pl.Series]:
     """(the slot of each word occurrence, the raw word): a slot is node (local) << _FIELD_BITS | field
-    rank, so slots order as `lexicon.token_table` does (node, field name). The occurrences of
+    code, so slots order as `lexicon.token_table` does (node, field name). The occurrences of
     `lexicon._chunk_tokens` before stemming, not in its order (the counting sort makes order moot)."""
     texts = field_texts(nodes)
-    field = texts["field"].cast(_FIELD_RANK).to_physical().to_numpy()
+    field = texts["field"].cast(_FIELD_CODES).to_physical().to_numpy()
     slot = (texts["node"].to_numpy().astype(np.uint64) << np.uint64(_FIELD_BITS)) | field
     words, rows = text_words(texts["text"])
     return slot[rows], words
@@ -130,7 +130,7 @@ class ChunkTokens:
         frame = pl.DataFrame(
             {
                 "node": (keys >> np.uint64(_FIELD_BITS + token_bits)).astype(np.uint32),
-                "field": _CODE_OF_RANK[(keys >> np.uint64(token_bits)) & np.uint64((1 << _FIELD_BITS) - 1)],
+                "field": ((keys >> np.uint64(token_bits)) & _FIELD_MASK).astype(np.uint8),
                 "token": (keys & np.uint64((1 << token_bits) - 1)).astype(np.uint32),
                 "tf": tf,
             },

@@ -2,8 +2,8 @@
 
 The string token table (node, field, token, tf; `lexicon.TOKEN_SCHEMA`) costs about 120 bytes a row as
 polars columns, and a 1M-skill library has over a hundred million rows: held whole (and sorted globally)
-it set the build's peak memory. Here each row is 11 bytes — node u32, field u8 (its index in
-`config.FIELDS`), token u32 (its index in a vocabulary that grows chunk by chunk, in first-seen order),
+it set the build's peak memory. Here each row is 11 bytes — node u32, field u8 (`lexicon.FIELD_CODE`),
+token u32 (its index in a vocabulary that grows chunk by chunk, in first-seen order),
 tf u16 (u32 only when a count does not fit) — and only one chunk of skills is ever held as strings.
 
 What is stored is unchanged: `rows(start, end)` decodes a node range back to exactly the rows, in exactly
@@ -22,10 +22,9 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from ..config import FIELDS
 from . import lexicon
-from .chunk_tokens import FIELD_CODE, FRAME_SCHEMA, ChunkTokens
-from .lexicon import SIGNATURE_FIELDS, TOKEN_SCHEMA, Signature
+from .chunk_tokens import FRAME_SCHEMA, ChunkTokens
+from .lexicon import CODED_FIELDS, FIELD_CODE, SIGNATURE_FIELDS, TOKEN_SCHEMA, Signature
 from .string_index import StringIndex
 
 
@@ -125,7 +124,7 @@ class CompactTokens:
         end = self.n_nodes if end is None else end
         a, b = self._span(start, end)
         part = self.frame[a:b]
-        fields = pl.Series("field", FIELDS, dtype=pl.String)
+        fields = pl.Series("field", CODED_FIELDS, dtype=pl.String)
         return pl.DataFrame(
             {
                 "node": (part["node"] - start if local else part["node"]).cast(pl.UInt32),

@@ -25,6 +25,14 @@ TOKEN_SCHEMA: dict[str, pl.DataType] = {
     "tf": pl.UInt32,
 }
 
+# The one field coding of the integer token tables (`chunk_tokens`, `compact_tokens`, `retrieval.token_rows`):
+# the code of a field is its rank in alphabetical order, the table's own sort order, so rows sorted by code
+# are sorted by name. CODED_FIELDS is the inverse. A field outside config.FIELDS gets the last code, "":
+# never scored (no weight can name it), but its tokens count in df as every field's do.
+CODED_FIELDS = (*sorted(FIELDS), "")
+FIELD_CODE = {f: i for i, f in enumerate(CODED_FIELDS[:-1])}
+OTHER_FIELD = len(CODED_FIELDS) - 1
+
 # Fields whose tokens form a skill's signature for the semantic graph: the structured record, not the
 # free-text body (SPEC §3/§4, as GoS). The body is only used for lexical seeding.
 SIGNATURE_FIELDS = tuple(f for f in FIELDS if f != "body")
