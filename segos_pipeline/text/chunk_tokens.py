@@ -2,8 +2,8 @@
 
 `ChunkTokens.of` tokenises a node frame with no global state, so parse workers can run it on their own
 chunk and send back a few integer columns and one small string column (polars pickles as Arrow IPC). The
-heavy work is on integers and bytes: the words are cut out of ASCII texts with numpy
-(`tokens.text_words`), every occurrence is hashed (u64) and resolved to the chunk's distinct words by one
+heavy work is on integers and bytes: the words are cut by the polars regex (`tokens.tokenize_column`),
+every occurrence is hashed (u64) and resolved to the chunk's distinct words by one
 sort, each distinct word is stemmed once (vectorised, `tokens.word_tokens`), and the rows are counted and
 ordered by one sort of packed u64 keys (node, field, token). The token part of the key is the token's
 rank among the chunk's distinct token strings, so integer order is exactly `lexicon.token_table`'s order
@@ -22,7 +22,7 @@ import polars as pl
 
 from ..config import FIELDS
 from .lexicon import CODED_FIELDS, field_texts
-from .tokens import text_words, word_tokens
+from .tokens import tokenize_column, word_tokens
 
 # The token table sorts by field name, and a field's code (`lexicon.FIELD_CODE`) is its name's rank: the
 # physical code of this Enum, so the sort key carries the code itself.
@@ -47,8 +47,12 @@ def _word_rows(nodes: pl.DataFrame) -> tuple[np.ndarray, pl.Series]:
     texts = field_texts(nodes)
     field = texts["field"].cast(_FIELD_CODES).to_physical().to_numpy()
     slot = (texts["node"].to_numpy().astype(np.uint64) << np.uint64(_FIELD_BITS)) | field
-    words, rows = text_words(texts["text"])
-    return slot[rows], words
+    words = (
+        texts.select(slot=pl.Series(slot), word=tokenize_column(pl.col("text")))
+        .explode("word")
+        .drop_nulls("word")
+    )
+    return words["slot"].to_numpy(), words["word"]
 
 
 def word_codes(words: pl.Series, key: pl.Series) -> tuple[pl.Series, np.ndarray]:
