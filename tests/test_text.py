@@ -7,10 +7,11 @@ from segos_pipeline.text.tokens import (
     normalize_name,
     normalize_names,
     stem,
-    stem_frame,
     tokenize,
     tokenize_column,
 )
+
+from .string_tokens import stem_frame
 
 
 def test_stemmer_folds_plurals_without_mangling():

@@ -6,7 +6,7 @@ heavy work is on integers and bytes: the words are cut by the polars regex (`tok
 every occurrence is hashed (u64) and resolved to the chunk's distinct words by one
 sort, each distinct word is stemmed once (vectorised, `tokens.word_tokens`), and the rows are counted and
 ordered by one sort of packed u64 keys (node, field, token). The token part of the key is the token's
-rank among the chunk's distinct token strings, so integer order is exactly `lexicon.token_table`'s order
+rank among the chunk's distinct token strings, so integer order is exactly the token table's order
 (node, field name, token string) and no string is ever sorted row by row.
 
 Word hashes are only a shortcut: each occurrence is compared with the word its hash was resolved to, and a
@@ -42,8 +42,8 @@ FRAME_SCHEMA: dict[str, pl.DataType] = {
 
 def _word_rows(nodes: pl.DataFrame) -> tuple[np.ndarray, pl.Series]:
     """(the slot of each word occurrence, the raw word): a slot is node (local) << _FIELD_BITS | field
-    code, so slots order as `lexicon.token_table` does (node, field name). The occurrences of
-    `lexicon._chunk_tokens` before stemming, not in its order (the counting sort makes order moot)."""
+    code, so slots order as the token table does (node, field name); not in text order (the counting sort
+    makes order moot)."""
     texts = field_texts(nodes)
     field = texts["field"].cast(_FIELD_CODES).to_physical().to_numpy()
     slot = (texts["node"].to_numpy().astype(np.uint64) << np.uint64(_FIELD_BITS)) | field

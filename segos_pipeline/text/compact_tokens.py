@@ -6,8 +6,8 @@ it set the build's peak memory. Here each row is 11 bytes — node u32, field u8
 token u32 (its index in a vocabulary that grows chunk by chunk, in first-seen order),
 tf u16 (u32 only when a count does not fit) — and only one chunk of skills is ever held as strings.
 
-What is stored is unchanged: `rows(start, end)` decodes a node range back to exactly the rows, in exactly
-the order, that `lexicon.token_table` gives for it, and `signature` is exactly `Signature.of` the whole
+What is stored is the string table: `rows(start, end)` decodes a node range back to its rows, sorted by
+node, field name and token string (`token_table`), and `signature` is exactly `Signature.of` the whole
 string table. The store writes a version's token parts from these decoded ranges.
 """
 
@@ -89,6 +89,12 @@ def _counted(chunks: Iterable[ChunkTokens], done: Callable[[int], None] | None) 
         if done is not None:
             done(so_far)
         yield chunk
+
+
+def token_table(nodes: pl.DataFrame) -> pl.DataFrame:
+    """(node, field, token, tf) of every field of every node, sorted by node, field name, token string:
+    the string table, as a build stores it."""
+    return CompactTokens.of(nodes).rows()
 
 
 @dataclass(frozen=True)

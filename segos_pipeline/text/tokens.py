@@ -121,7 +121,7 @@ def normalize_names(names: pl.Series) -> pl.Series:
 
 def tokenize_column(texts: pl.Expr) -> pl.Expr:
     """Raw word lists of a text column, the vectorised half of `tokenize` (stemming is applied after
-    `explode` on the unique words only, see `stem_frame`)."""
+    `explode` on the distinct words only, see `word_tokens`)."""
     return texts.str.to_lowercase().str.extract_all(POLARS_TOKEN_PATTERN)
 
 
@@ -233,10 +233,3 @@ def _prefixes(
         pa.py_buffer(np.packbits(valid, bitorder="little")),
     )
     return pl.Series("token", array, dtype=pl.String)
-
-
-def stem_frame(words: pl.Series) -> pl.DataFrame:
-    """Map each distinct raw word to its token, dropping words that carry no signal (stemmed once per
-    distinct word, not once per occurrence)."""
-    unique = words.unique().drop_nulls().alias("word")
-    return pl.DataFrame([unique, word_tokens(unique)]).drop_nulls("token")
