@@ -4,8 +4,9 @@
                                                   [--out benchmarks/results]
 
 Reads the nodes of a built store (read-only). Times, on the same nodes and in the same process:
-1. STRING: `CompactTokens.of` as it was before the integer path (lexicon.token_chunks: group and sort
-   on token strings, then a join of every row's token string against the growing vocabulary);
+1. STRING: `CompactTokens.of` as it was before the integer path (the string table of each 20k-skill
+   chunk, now kept as the integer path's test oracle in tests/string_tokens.py: group and sort on token
+   strings, then a join of every row's token string against the growing vocabulary);
 2. INTEGER: `CompactTokens.of` now (ChunkTokens.of per 20k-skill chunk, two chunks at a time on
    threads, merged), and again on one thread;
 3. PER CHUNK: `ChunkTokens.of` on 2,000-skill chunks (the parse workers' chunk), once in a fresh spawned
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import pickle
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +30,12 @@ import polars as pl
 
 from segos_pipeline import SnapshotStore
 from segos_pipeline.text import lexicon
-from segos_pipeline.text.chunk_tokens import FIELD_CODE
 from segos_pipeline.text.compact_tokens import ChunkTokens, CompactTokens
+from segos_pipeline.text.lexicon import FIELD_CODE
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tests.string_tokens import string_token_table  # noqa: E402
 
 
 def _encode(chunk: pl.DataFrame, vocab: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -55,7 +59,9 @@ def _encode(chunk: pl.DataFrame, vocab: pl.DataFrame) -> tuple[pl.DataFrame, pl.
 def string_path(nodes: pl.DataFrame) -> CompactTokens:
     vocab = pl.DataFrame(schema={"token": pl.String, "id": pl.UInt32})
     parts = []
-    for chunk in lexicon.token_chunks(nodes):
+    for start in range(0, nodes.height, lexicon.TOKEN_CHUNK):
+        chunk = string_token_table(nodes.slice(start, lexicon.TOKEN_CHUNK))
+        chunk = chunk.with_columns(node=pl.col("node") + start)
         encoded, vocab = _encode(chunk, vocab)
         parts.append(encoded)
     return CompactTokens(pl.concat(parts, how="vertical_relaxed", rechunk=True), vocab["token"], nodes.height)

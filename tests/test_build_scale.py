@@ -16,7 +16,9 @@ from segos_pipeline.graph.build import graph_tables
 from segos_pipeline.graph.parsing import parse_library
 from segos_pipeline.text import lexicon
 from segos_pipeline.text.compact_tokens import CompactTokens
-from segos_pipeline.text.lexicon import Signature, token_table
+from segos_pipeline.text.lexicon import Signature
+
+from .string_tokens import string_token_table
 
 
 @pytest.fixture(scope="module")
@@ -29,14 +31,14 @@ def synthetic_nodes(tmp_path_factory: pytest.TempPathFactory) -> pl.DataFrame:
 def _spec_edges(nodes: pl.DataFrame) -> pl.DataFrame:
     """The edges as the build made them before issue 14: string table, Signature.of, SPEC §4's growing
     cap max(1,000, 1% N), one process."""
-    sig = Signature.of(token_table(nodes), nodes.height)
+    sig = Signature.of(string_token_table(nodes), nodes.height)
     spec_cap = GraphConfig(df_cap_min=1_000, df_cap_fraction=0.01)
     return join.semantic_edges(nodes["id"], sig.matrix, spec_cap, workers=1)[0]
 
 
 def test_compact_tokens_decode_to_the_string_table(synthetic_nodes, monkeypatch):
     monkeypatch.setattr(lexicon, "TOKEN_CHUNK", 97)  # many chunks: the vocabulary grows across them
-    strings = token_table(synthetic_nodes)
+    strings = string_token_table(synthetic_nodes)
     compact = CompactTokens.of(synthetic_nodes)
     assert compact.height == strings.height
     assert compact.frame.schema["token"] == pl.UInt32 and compact.frame.schema["field"] == pl.UInt8
@@ -64,7 +66,7 @@ def test_term_counts_past_u16_are_kept(tmp_path):
     nodes = parse_library(lib).nodes
     compact = CompactTokens.of(nodes)
     assert compact.frame.schema["tf"] == pl.UInt32
-    assert compact.rows().equals(token_table(nodes))
+    assert compact.rows().equals(string_token_table(nodes))
     assert compact.rows().filter(pl.col("token") == "xy")["tf"].max() == 66_000
 
 
@@ -75,7 +77,7 @@ def test_cold_start_stores_the_string_token_table(synthetic_nodes, tmp_path, mon
     manifest = build_cold_start(lib, tmp_path / "store")
     snap = SnapshotStore(tmp_path / "store").load(manifest["version"])
     assert len(manifest["parts"]) > 1
-    assert snap.tokens.equals(token_table(snap.nodes))
+    assert snap.tokens.equals(string_token_table(snap.nodes))
     stored = snap.files.read_signature()
     expected = Signature.of(snap.tokens, snap.nodes.height)
     assert stored.vocab.equals(expected.vocab) and (stored.matrix != expected.matrix).nnz == 0
@@ -152,7 +154,7 @@ def test_tokens_from_the_parse_workers_build_the_same_version(tmp_path, monkeypa
     parsed = parse_library(lib, workers=2, per_chunk=build.ChunkTokens.of)
     assert parsed.in_order and parsed.per_chunk is not None and len(parsed.per_chunk) > 3
     from_workers = build.parsed_tokens(parsed)
-    assert from_workers is not None and from_workers.rows().equals(token_table(parsed.nodes))
+    assert from_workers is not None and from_workers.rows().equals(string_token_table(parsed.nodes))
     # merged as each chunk came back, while the workers went on: the same table
     merger = build.TokenMerger()
     as_they_came = parse_library(lib, workers=2, per_chunk=build.ChunkTokens.of, on_chunk=merger.add)

@@ -13,10 +13,11 @@ from segos_pipeline.paths import DEFAULT_LIBRARY
 from segos_pipeline.text import lexicon
 from segos_pipeline.text.chunk_tokens import ChunkTokens, word_codes
 from segos_pipeline.text.compact_tokens import CompactTokens, _merged
-from segos_pipeline.text.lexicon import Signature, token_table
+from segos_pipeline.text.lexicon import Signature
 from segos_pipeline.text.string_index import StringIndex
 
 from .conftest import SHARED_DATA, write_skill
+from .string_tokens import string_token_table
 
 
 def _slices(nodes: pl.DataFrame, sizes: list[int]) -> list[pl.DataFrame]:
@@ -43,7 +44,7 @@ def _assert_same(got: CompactTokens, strings: pl.DataFrame, nodes: pl.DataFrame)
 
 
 def _assert_contract(nodes: pl.DataFrame, slicings: list[list[int]]) -> None:
-    strings = token_table(nodes)
+    strings = string_token_table(nodes)
     _assert_same(CompactTokens.of(nodes), strings, nodes)
     for sizes in slicings:
         chunks = [ChunkTokens.of(s) for s in _slices(nodes, sizes)]
@@ -65,7 +66,7 @@ def test_demo_library_any_slicing():
 def test_generated_library_any_slicing(generated_nodes, monkeypatch):
     _assert_contract(generated_nodes, [[2_000], [97], [1, 0, 250, 13]])
     monkeypatch.setattr(lexicon, "TOKEN_CHUNK", 61)  # CompactTokens.of over many chunks too
-    _assert_same(CompactTokens.of(generated_nodes), token_table(generated_nodes), generated_nodes)
+    _assert_same(CompactTokens.of(generated_nodes), string_token_table(generated_nodes), generated_nodes)
 
 
 def test_real_libraries_any_slicing():
@@ -101,7 +102,7 @@ def test_empty_input():
     assert empty.height == 0 and empty.n_nodes == 0 and len(empty.vocab) == 0
     for got in (CompactTokens.of(nodes), CompactTokens.from_chunks([]), CompactTokens.from_chunks([empty])):
         assert got.n_nodes == 0 and got.height == 0
-        assert got.rows().equals(token_table(nodes))
+        assert got.rows().equals(string_token_table(nodes))
 
 
 def test_chunk_is_integer_rows_with_its_own_sorted_vocabulary_and_pickles_small(generated_nodes):
@@ -114,8 +115,17 @@ def test_chunk_is_integer_rows_with_its_own_sorted_vocabulary_and_pickles_small(
     back = pickle.loads(pickle.dumps(chunk))
     assert back.frame.equals(frame) and back.vocab.equals(chunk.vocab) and back.n_nodes == 200
     # a few integer columns and the distinct tokens once: far smaller than the string rows pickled
-    strings = token_table(generated_nodes.slice(100, 200))
+    strings = string_token_table(generated_nodes.slice(100, 200))
     assert len(pickle.dumps(chunk)) < len(pickle.dumps(strings)) / 2
+
+
+def test_chunk_field_codes_are_the_token_rows_field_codes(generated_nodes):
+    """One field coding: the codes the parse workers send are the ones the lexical index's rows use."""
+    from segos_pipeline.retrieval.token_rows import field_codes
+
+    compact = CompactTokens.of(generated_nodes)
+    assert compact.frame["field"].equals(compact.rows().select(field_codes())["field"], check_names=False)
+    assert compact.frame["field"].n_unique() == len(lexicon.FIELD_CODE)  # every field is met
 
 
 def test_word_codes_are_exact_even_when_keys_collide():
@@ -155,7 +165,7 @@ def test_vocabulary_merge_is_exact_when_token_keys_collide(key):
     vocab = StringIndex(key)
     merged = _merged(chunks, vocab)
     assert vocab.index is not None  # the exact fallback took over
-    _assert_same(merged, token_table(nodes), nodes)
+    _assert_same(merged, string_token_table(nodes), nodes)
     assert merged.vocab.n_unique() == len(merged.vocab)
 
 
@@ -174,7 +184,7 @@ def test_threads_keep_the_order_and_report_progress(monkeypatch, threads):
     heard: list[int] = []
     got = CompactTokens.of(nodes, heard.append)
     assert heard == [*range(7, nodes.height, 7), nodes.height]
-    _assert_same(got, token_table(nodes), nodes)
+    _assert_same(got, string_token_table(nodes), nodes)
 
 
 @pytest.mark.parametrize("recent_min", [1, 4, 1_000_000])

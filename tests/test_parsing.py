@@ -229,11 +229,12 @@ def test_parallel_parse_equals_serial(tmp_path, monkeypatch):
 def test_chunked_tokenisation_equals_one_pass(monkeypatch):
     import segos_pipeline.text.lexicon as lexicon
     from segos_pipeline.paths import DEFAULT_LIBRARY
+    from segos_pipeline.text.compact_tokens import token_table
 
     nodes = parse_library(DEFAULT_LIBRARY).nodes
-    whole = lexicon.token_table(nodes)
+    whole = token_table(nodes)
     monkeypatch.setattr(lexicon, "TOKEN_CHUNK", 7)
-    assert lexicon.token_table(nodes).equals(whole)
+    assert token_table(nodes).equals(whole)
     assert whole["node"].max() == nodes.height - 1
 
 

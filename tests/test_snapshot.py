@@ -12,7 +12,8 @@ from segos_pipeline.graph.build import commit_derived
 from segos_pipeline.graph.edges import EDGE_SCHEMA
 from segos_pipeline.store import snapshot as snapshot_mod
 from segos_pipeline.store.snapshot import MANIFEST, DamagedSnapshot, SnapshotStore, UnknownVersion
-from segos_pipeline.text.lexicon import TOKEN_SCHEMA, signature_matrix, token_table
+from segos_pipeline.text.compact_tokens import token_table
+from segos_pipeline.text.lexicon import TOKEN_SCHEMA, signature_matrix
 
 from .conftest import damage, simple_library, write_format1
 

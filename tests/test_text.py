@@ -7,10 +7,11 @@ from segos_pipeline.text.tokens import (
     normalize_name,
     normalize_names,
     stem,
-    stem_frame,
     tokenize,
     tokenize_column,
 )
+
+from .string_tokens import stem_frame
 
 
 def test_stemmer_folds_plurals_without_mangling():
@@ -56,6 +57,17 @@ _ASSIGNED = st.characters(exclude_categories=("Cn", "Cs"))
 @given(st.lists(st.text(alphabet=_ASSIGNED, min_size=0, max_size=60), min_size=1, max_size=8))
 def test_polars_tokenisation_equals_python(texts):
     """Indexing (vectorised) and querying (Python) must see identical tokens for identical text."""
+    _assert_tokens_equal_python(texts)
+
+
+def test_polars_tokenisation_equals_python_on_unicode_edges():
+    """A final sigma (lowercased by its context: ς at a word's end, σ before a cased letter past an
+    apostrophe), Kelvin sign to ASCII k, a combining mark, a dotted İ, superscripts, emoji, underscores."""
+    _assert_tokens_equal_python(["h_i-J2", "  x  ", "ΑΒΓ déf", "K\u212a", "x\u0301y", "ΟΔΟΣ x'Σ'Α ΣΑΣ."])
+    _assert_tokens_equal_python(["İstanbul straße", "a\u00b2b ٣4 ①x", "🙂emoji_ok", ""])
+
+
+def _assert_tokens_equal_python(texts: list[str]) -> None:
     frame = pl.DataFrame({"row": range(len(texts)), "text": texts})
     words = frame.select("row", word=tokenize_column(pl.col("text"))).explode("word").drop_nulls("word")
     stems = stem_frame(words["word"])

@@ -8,7 +8,7 @@ from segos_pipeline import RetrievalConfig, SnapshotStore
 from segos_pipeline.evolution.descriptions import patch_tokens
 from segos_pipeline.retrieval.lexical import LexicalIndex
 from segos_pipeline.retrieval.token_rows import EncodedTokens
-from segos_pipeline.text.lexicon import token_table
+from segos_pipeline.text.compact_tokens import token_table
 
 from .conftest import SHARED_DATA
 from .test_retrieval import _same_index

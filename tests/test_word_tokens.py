@@ -1,6 +1,5 @@
-"""The byte-level halves of indexing against their references: `text_words` against `tokenize_column`
-(the regex), `word_tokens` against `_token_of` (the query path's stemmer). Each must give exactly what its
-reference gives on any input."""
+"""The byte-level stemmer of indexing against its reference: `word_tokens` must give exactly what
+`_token_of` (the query path's stemmer) gives on any input."""
 
 import itertools
 import string
@@ -13,7 +12,7 @@ from hypothesis import strategies as st
 from segos_pipeline.graph.parsing import parse_library
 from segos_pipeline.paths import DEFAULT_LIBRARY
 from segos_pipeline.text.lexicon import field_texts
-from segos_pipeline.text.tokens import STOPWORDS, _token_of, text_words, tokenize_column, word_tokens
+from segos_pipeline.text.tokens import STOPWORDS, _token_of, tokenize_column, word_tokens
 
 from .conftest import SHARED_DATA
 
@@ -93,39 +92,3 @@ def test_real_library_words():
     words = _library_words(parse_library(SHARED_DATA / "skills").nodes)
     assert any(not w.isascii() for w in words)  # both paths are exercised
     _same(words)
-
-
-def _same_words(texts: list[str | None]) -> None:
-    series = pl.Series("text", texts, dtype=pl.String)
-    words, rows = text_words(series)
-    expected = series.to_frame().select(word=tokenize_column(pl.col("text")))["word"].to_list()
-    got: list[list[str]] = [[] for _ in texts]
-    for row, word in zip(rows.tolist(), words.to_list(), strict=True):
-        got[row].append(word)
-    assert [sorted(w) for w in got] == [sorted(w or []) for w in expected]
-    assert words.dtype == pl.String and len(rows) == len(words)
-
-
-_ascii_text = st.text(alphabet=st.characters(max_codepoint=127), max_size=40)
-# Any assigned character: letters and digits of every script, combining marks, emoji, underscores.
-_any_text = st.text(alphabet=st.characters(exclude_categories=("Cn", "Cs")), max_size=40)
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.one_of(_ascii_text, st.none()), min_size=0, max_size=12))
-def test_ascii_texts_split_as_the_regex(texts):
-    """Words touching across adjacent texts, empty texts and nulls included: all bytes are ASCII."""
-    _same_words(texts)
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.one_of(_ascii_text, _any_text, st.none()), min_size=0, max_size=12))
-def test_any_texts_split_as_the_regex(texts):
-    _same_words(texts)
-
-
-def test_text_edges():
-    """Words across seams of texts, a final sigma (lowercased by its context: ς at a word's end, σ
-    before a cased letter past an apostrophe), Kelvin sign to ASCII k, a combining mark, a dotted İ."""
-    _same_words(["abc", "def", "", "g", None, "h_i-J2", "  x  ", "ΑΒΓ déf", "K\u212a", "x\u0301y", "end"])
-    _same_words(["ΟΔΟΣ x'Σ'Α ΣΑΣ.", "İstanbul straße", "a\u00b2b ٣4 ①x", "🙂emoji_ok"])

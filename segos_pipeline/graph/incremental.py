@@ -59,7 +59,8 @@ from ..store.snapshot import (
     local_tokens,
     split_rows,
 )
-from ..text.lexicon import SIGNATURE_FIELDS, TOKEN_SCHEMA, Signature, token_table
+from ..text.compact_tokens import token_table
+from ..text.lexicon import SIGNATURE_FIELDS, TOKEN_SCHEMA, Signature
 from .build import library_fingerprint
 from .edges import EDGE_SCHEMA, counts_by_relation
 from .parsing import (

@@ -22,17 +22,11 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from ..config import FIELDS
-from ..text.lexicon import Vocabulary
+from ..text.lexicon import CODED_FIELDS, FIELD_CODE, OTHER_FIELD, Vocabulary
 
 if TYPE_CHECKING:
     from ..store.snapshot import VersionFiles
 
-# Field codes in alphabetical order (the stored rows' order). A field outside config.FIELDS gets the last
-# code, "": never scored (no weight can name it), but its tokens count in df as every field's do.
-CODED_FIELDS = (*sorted(FIELDS), "")
-FIELD_CODE = {f: i for i, f in enumerate(CODED_FIELDS[:-1])}
-OTHER = len(CODED_FIELDS) - 1
 NAME = FIELD_CODE["name"]
 CHUNK_NODES = 4096  # skills per chunk of an in-memory table: a revision re-sorts only its chunk
 
@@ -108,7 +102,7 @@ def _coded(tokens: pl.DataFrame, lookup: pl.DataFrame, offset: int = 0) -> pl.Da
 
 def field_codes() -> pl.Expr:
     """The `field` column as codes into CODED_FIELDS."""
-    return pl.col("field").replace_strict(FIELD_CODE, default=OTHER, return_dtype=pl.UInt8)
+    return pl.col("field").replace_strict(FIELD_CODE, default=OTHER_FIELD, return_dtype=pl.UInt8)
 
 
 def _split(frame: pl.DataFrame, n_nodes: int, step: int) -> list[TokenRows]:

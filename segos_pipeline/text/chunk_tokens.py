@@ -2,11 +2,11 @@
 
 `ChunkTokens.of` tokenises a node frame with no global state, so parse workers can run it on their own
 chunk and send back a few integer columns and one small string column (polars pickles as Arrow IPC). The
-heavy work is on integers and bytes: the words are cut out of ASCII texts with numpy
-(`tokens.text_words`), every occurrence is hashed (u64) and resolved to the chunk's distinct words by one
+heavy work is on integers and bytes: the words are cut by the polars regex (`tokens.tokenize_column`),
+every occurrence is hashed (u64) and resolved to the chunk's distinct words by one
 sort, each distinct word is stemmed once (vectorised, `tokens.word_tokens`), and the rows are counted and
 ordered by one sort of packed u64 keys (node, field, token). The token part of the key is the token's
-rank among the chunk's distinct token strings, so integer order is exactly `lexicon.token_table`'s order
+rank among the chunk's distinct token strings, so integer order is exactly the token table's order
 (node, field name, token string) and no string is ever sorted row by row.
 
 Word hashes are only a shortcut: each occurrence is compared with the word its hash was resolved to, and a
@@ -21,14 +21,14 @@ import numpy as np
 import polars as pl
 
 from ..config import FIELDS
-from .lexicon import field_texts
-from .tokens import text_words, word_tokens
+from .lexicon import CODED_FIELDS, field_texts
+from .tokens import tokenize_column, word_tokens
 
-FIELD_CODE = {f: i for i, f in enumerate(FIELDS)}  # the stored field column: the index in config.FIELDS
-# The token table sorts by field *name*: the sort key carries the name's rank, decoded back to the code.
-_FIELD_RANK = pl.Enum(sorted(FIELDS))  # its physical code is the rank
-_CODE_OF_RANK = np.array([FIELD_CODE[f] for f in sorted(FIELDS)], dtype=np.uint8)
+# The token table sorts by field name, and a field's code (`lexicon.FIELD_CODE`) is its name's rank: the
+# physical code of this Enum, so the sort key carries the code itself.
+_FIELD_CODES = pl.Enum(CODED_FIELDS[:-1])
 _FIELD_BITS = max(1, (len(FIELDS) - 1).bit_length())
+_FIELD_MASK = np.uint64((1 << _FIELD_BITS) - 1)
 _U16_MAX = np.iinfo(np.uint16).max
 _DROPPED = np.iinfo(np.uint32).max  # the token rank of a word that carries no signal (a stopword, a number)
 
@@ -42,13 +42,17 @@ FRAME_SCHEMA: dict[str, pl.DataType] = {
 
 def _word_rows(nodes: pl.DataFrame) -> tuple[np.ndarray, pl.Series]:
     """(the slot of each word occurrence, the raw word): a slot is node (local) << _FIELD_BITS | field
-    rank, so slots order as `lexicon.token_table` does (node, field name). The occurrences of
-    `lexicon._chunk_tokens` before stemming, not in its order (the counting sort makes order moot)."""
+    code, so slots order as the token table does (node, field name); not in text order (the counting sort
+    makes order moot)."""
     texts = field_texts(nodes)
-    field = texts["field"].cast(_FIELD_RANK).to_physical().to_numpy()
+    field = texts["field"].cast(_FIELD_CODES).to_physical().to_numpy()
     slot = (texts["node"].to_numpy().astype(np.uint64) << np.uint64(_FIELD_BITS)) | field
-    words, rows = text_words(texts["text"])
-    return slot[rows], words
+    words = (
+        texts.select(slot=pl.Series(slot), word=tokenize_column(pl.col("text")))
+        .explode("word")
+        .drop_nulls("word")
+    )
+    return words["slot"].to_numpy(), words["word"]
 
 
 def word_codes(words: pl.Series, key: pl.Series) -> tuple[pl.Series, np.ndarray]:
@@ -130,7 +134,7 @@ class ChunkTokens:
         frame = pl.DataFrame(
             {
                 "node": (keys >> np.uint64(_FIELD_BITS + token_bits)).astype(np.uint32),
-                "field": _CODE_OF_RANK[(keys >> np.uint64(token_bits)) & np.uint64((1 << _FIELD_BITS) - 1)],
+                "field": ((keys >> np.uint64(token_bits)) & _FIELD_MASK).astype(np.uint8),
                 "token": (keys & np.uint64((1 << token_bits) - 1)).astype(np.uint32),
                 "tf": tf,
             },

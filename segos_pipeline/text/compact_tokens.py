@@ -2,12 +2,12 @@
 
 The string token table (node, field, token, tf; `lexicon.TOKEN_SCHEMA`) costs about 120 bytes a row as
 polars columns, and a 1M-skill library has over a hundred million rows: held whole (and sorted globally)
-it set the build's peak memory. Here each row is 11 bytes — node u32, field u8 (its index in
-`config.FIELDS`), token u32 (its index in a vocabulary that grows chunk by chunk, in first-seen order),
+it set the build's peak memory. Here each row is 11 bytes — node u32, field u8 (`lexicon.FIELD_CODE`),
+token u32 (its index in a vocabulary that grows chunk by chunk, in first-seen order),
 tf u16 (u32 only when a count does not fit) — and only one chunk of skills is ever held as strings.
 
-What is stored is unchanged: `rows(start, end)` decodes a node range back to exactly the rows, in exactly
-the order, that `lexicon.token_table` gives for it, and `signature` is exactly `Signature.of` the whole
+What is stored is the string table: `rows(start, end)` decodes a node range back to its rows, sorted by
+node, field name and token string (`token_table`), and `signature` is exactly `Signature.of` the whole
 string table. The store writes a version's token parts from these decoded ranges.
 """
 
@@ -22,10 +22,9 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from ..config import FIELDS
 from . import lexicon
-from .chunk_tokens import FIELD_CODE, FRAME_SCHEMA, ChunkTokens
-from .lexicon import SIGNATURE_FIELDS, TOKEN_SCHEMA, Signature
+from .chunk_tokens import FRAME_SCHEMA, ChunkTokens
+from .lexicon import CODED_FIELDS, FIELD_CODE, SIGNATURE_FIELDS, TOKEN_SCHEMA, Signature
 from .string_index import StringIndex
 
 
@@ -92,6 +91,12 @@ def _counted(chunks: Iterable[ChunkTokens], done: Callable[[int], None] | None) 
         yield chunk
 
 
+def token_table(nodes: pl.DataFrame) -> pl.DataFrame:
+    """(node, field, token, tf) of every field of every node, sorted by node, field name, token string:
+    the string table, as a build stores it."""
+    return CompactTokens.of(nodes).rows()
+
+
 @dataclass(frozen=True)
 class CompactTokens:
     """The sorted token table of `n_nodes` skills with integer field and token columns."""
@@ -125,7 +130,7 @@ class CompactTokens:
         end = self.n_nodes if end is None else end
         a, b = self._span(start, end)
         part = self.frame[a:b]
-        fields = pl.Series("field", FIELDS, dtype=pl.String)
+        fields = pl.Series("field", CODED_FIELDS, dtype=pl.String)
         return pl.DataFrame(
             {
                 "node": (part["node"] - start if local else part["node"]).cast(pl.UInt32),

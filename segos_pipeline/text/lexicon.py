@@ -1,13 +1,12 @@
 """Per-field token table of a node table, and the sparse matrices built from it.
 
-The token table (node, field, token, tf) is computed once per version with polars and stored in the
-snapshot; the lexical index and the signature sets of the Jaccard graph are both derived from it, so the
-library is tokenised exactly once and never per query.
+The token table (node, field, token, tf) is computed once per version (`compact_tokens.token_table`: the
+build's integer path, decoded) and stored in the snapshot; the lexical index and the signature sets of the
+Jaccard graph are both derived from it, so the library is tokenised exactly once and never per query.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +15,6 @@ import polars as pl
 import scipy.sparse as sp
 
 from ..config import FIELDS
-from .tokens import stem_frame, tokenize_column
 
 TOKEN_SCHEMA: dict[str, pl.DataType] = {
     "node": pl.UInt32,  # row index in the node table (sorted by id)
@@ -24,6 +22,14 @@ TOKEN_SCHEMA: dict[str, pl.DataType] = {
     "token": pl.String,
     "tf": pl.UInt32,
 }
+
+# The one field coding of the integer token tables (`chunk_tokens`, `compact_tokens`, `retrieval.token_rows`):
+# the code of a field is its rank in alphabetical order, the table's own sort order, so rows sorted by code
+# are sorted by name. CODED_FIELDS is the inverse. A field outside config.FIELDS gets the last code, "":
+# never scored (no weight can name it), but its tokens count in df as every field's do.
+CODED_FIELDS = (*sorted(FIELDS), "")
+FIELD_CODE = {f: i for i, f in enumerate(CODED_FIELDS[:-1])}
+OTHER_FIELD = len(CODED_FIELDS) - 1
 
 # Fields whose tokens form a skill's signature for the semantic graph: the structured record, not the
 # free-text body (SPEC §3/§4, as GoS). The body is only used for lexical seeding.
@@ -66,38 +72,6 @@ TOKEN_CHUNK = 20_000
 # extraction is single-threaded in polars); the peak memory grows with it, a chunk's words each (~100 MB
 # at 20k skills). The gain in wall time needs idle cores: on the shared, loaded machine it was not seen.
 TOKEN_THREADS = 2
-
-
-def _chunk_tokens(nodes: pl.DataFrame, offset: int) -> pl.DataFrame:
-    """The token rows of a slice of nodes (`node` offset to the whole table), sorted like `token_table`."""
-    words = (
-        field_texts(nodes)
-        .select(pl.col("node") + offset, "field", word=tokenize_column(pl.col("text")))
-        .explode("word")
-        .drop_nulls("word")
-    )
-    stems = stem_frame(words["word"])
-    return (
-        words.join(stems, on="word", how="inner")
-        .group_by("node", "field", "token")
-        .agg(tf=pl.len().cast(pl.UInt32))
-        .select(pl.col("node").cast(pl.UInt32), "field", "token", "tf")
-        .sort("node", "field", "token")
-    )
-
-
-def token_chunks(nodes: pl.DataFrame, chunk: int | None = None) -> Iterator[pl.DataFrame]:
-    """`token_table` in consecutive node ranges of `chunk` skills: each chunk sorted, and the chunks in
-    node order, so their concatenation is the sorted table (no global sort of all rows)."""
-    chunk = chunk or TOKEN_CHUNK  # read at call time: tests shrink it to exercise many chunks
-    for start in range(0, nodes.height, chunk):
-        yield _chunk_tokens(nodes.slice(start, chunk), start)
-
-
-def token_table(nodes: pl.DataFrame) -> pl.DataFrame:
-    """(node, field, token, tf), sorted, for every field of every node."""
-    parts = list(token_chunks(nodes))
-    return pl.concat(parts).select(list(TOKEN_SCHEMA)) if parts else pl.DataFrame(schema=TOKEN_SCHEMA)
 
 
 # Values turned into Python objects per step when a dict is built from a column. Versions load on a

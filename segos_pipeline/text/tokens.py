@@ -5,9 +5,10 @@ split on anything that is not a letter or digit, drop stopwords and pure numbers
 that folds plurals and -ing/-ed forms without mangling words ("class" stays "class", unlike GoS' strip of
 every trailing "s"). Short technical tokens (`3d`, `ai`, `js`, `csv`) are kept.
 
-Indexing restates the ASCII case of these rules on UTF-8 bytes with numpy (`text_words` cuts the words,
-`word_tokens` stems them) and leaves anything else to the polars regex and the Python stemmer; property
-tests (tests/test_word_tokens.py) hold the byte rules equal to the regex and to `_token_of`.
+Indexing cuts words with the polars regex `POLARS_TOKEN_PATTERN` (`tokenize_column`), the same rule as
+`_TOKEN_RE`, and stems each distinct word once with `word_tokens`: the stemmer's rules restated on the
+UTF-8 bytes of ASCII words with numpy, the Python stemmer for any other word. Property tests hold the regex
+equal to `_TOKEN_RE` (tests/test_text.py) and `word_tokens` equal to `_token_of` (tests/test_word_tokens.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from functools import lru_cache
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 
 # Letters and digits of any script; underscores split words (snake_case names become two tokens).
 # Python's `[^\W_]` is exactly "str.isalnum()", i.e. Unicode categories L* and N*, which the Rust regex
@@ -121,66 +121,8 @@ def normalize_names(names: pl.Series) -> pl.Series:
 
 def tokenize_column(texts: pl.Expr) -> pl.Expr:
     """Raw word lists of a text column, the vectorised half of `tokenize` (stemming is applied after
-    `explode` on the unique words only, see `stem_frame`)."""
+    `explode` on the distinct words only, see `word_tokens`)."""
     return texts.str.to_lowercase().str.extract_all(POLARS_TOKEN_PATTERN)
-
-
-def text_words(texts: pl.Series) -> tuple[pl.Series, np.ndarray]:
-    """(the words of every text in one column, the index of the text each word is from): the words of
-    `tokenize_column` exploded, each text's (not in their order).
-
-    Cut on the UTF-8 bytes with numpy: an ASCII byte other than a letter or digit is never part of a word,
-    so those bytes split the text into runs holding whole words. A run of ASCII letters and digits is one
-    word (lowercased on its bytes); only a run holding a non-ASCII character goes through the regex, its
-    text lowercased by polars first (Unicode lowercasing looks at the context: a final sigma). A few passes
-    over the bytes cost less than the regex's work per match; a property test holds the two equal on any
-    text."""
-    offsets, data = _utf8_buffers(texts)
-    high = None
-    if len(data) and int(data.max()) >= 0x80:
-        other = np.flatnonzero(
-            ~pc.string_is_ascii(texts.fill_null("").to_arrow()).to_numpy(zero_copy_only=False)
-        )
-        lowered = texts.clone()  # a scatter into the clone leaves `texts` as it was
-        offsets, data = _utf8_buffers(lowered.scatter(other, texts.gather(other).str.to_lowercase()))
-        high = data >= 0x80
-    # uint8 arithmetic wraps, so each range test is one subtraction and one compare; | 32 maps A-Z to a-z
-    word = (((data | np.uint8(32)) - np.uint8(ord("a"))) < 26) | ((data - np.uint8(ord("0"))) < 10)
-    runs, starts = _runs(offsets, data, word if high is None else word | high)
-    per_text = np.diff(np.searchsorted(starts, offsets))
-    rows = np.repeat(np.arange(len(offsets) - 1), per_text)
-    if high is None:
-        return runs, rows
-    mixed = np.zeros(len(starts), dtype=bool)  # the runs holding a non-ASCII byte (each such byte is in one)
-    mixed[np.searchsorted(starts, np.flatnonzero(high), side="right") - 1] = True
-    split = (
-        runs.filter(mixed)
-        .to_frame()
-        .select(row=pl.Series(rows[mixed]), word=pl.col("word").str.extract_all(POLARS_TOKEN_PATTERN))
-        .explode("word")
-        .drop_nulls("word")
-    )
-    return (
-        pl.concat([runs.filter(~mixed), split["word"]], rechunk=True),
-        np.concatenate([rows[~mixed], split["row"].to_numpy()]),
-    )
-
-
-def _runs(offsets: np.ndarray, data: np.ndarray, inside: np.ndarray) -> tuple[pl.Series, np.ndarray]:
-    """(the maximal runs of `inside` bytes, none across two texts, as strings with ASCII letters in lower
-    case; where each starts in `data`)."""
-    seams = offsets[(offsets > 0) & (offsets < len(data))]  # where one text ends and the next starts
-    after = np.concatenate(([False], inside[:-1]))
-    after[seams] = False
-    before = np.concatenate((inside[1:], [False]))
-    before[seams - 1] = False
-    starts = np.flatnonzero(inside & ~after)
-    lengths = np.flatnonzero(inside & ~before) + 1 - starts
-    run_offsets = np.concatenate(([0], np.cumsum(lengths)))
-    chars = np.compress(inside, data)
-    chars |= ((chars - np.uint8(ord("A"))) < 26).view(np.uint8) << 5  # lower case: A-Z + 32 = a-z
-    array = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(run_offsets), pa.py_buffer(chars))
-    return pl.Series("word", array, dtype=pl.String), starts
 
 
 def word_tokens(words: pl.Series) -> pl.Series:
@@ -291,10 +233,3 @@ def _prefixes(
         pa.py_buffer(np.packbits(valid, bitorder="little")),
     )
     return pl.Series("token", array, dtype=pl.String)
-
-
-def stem_frame(words: pl.Series) -> pl.DataFrame:
-    """Map each distinct raw word to its token, dropping words that carry no signal (stemmed once per
-    distinct word, not once per occurrence)."""
-    unique = words.unique().drop_nulls().alias("word")
-    return pl.DataFrame([unique, word_tokens(unique)]).drop_nulls("token")
