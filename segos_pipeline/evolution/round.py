@@ -29,13 +29,13 @@ from ..graph.transition import transition_matrix
 from ..progress import Progress
 from ..retrieval.lexical import LexicalIndex
 from ..retrieval.ranker import Retriever
+from ..retrieval.round_traces import ROUND_TRACES
 from ..retrieval.token_rows import EncodedTokens
 from ..store.remote import RemoteStore
 from ..store.served import advance
 from ..store.snapshot import (
     EXPERIENCE,
     REVISIONS,
-    ROUND_TRACES,
     WINDOW_FILES,
     Snapshot,
     SnapshotStore,

@@ -18,6 +18,7 @@ from ..config import RELATIONS, REMOTE_POLL_S, RetrievalConfig
 from ..retrieval.incidence import Edge, Incidence
 from ..retrieval.ordering import Precedence, lineage_precedence
 from ..retrieval.ranker import Retriever
+from ..retrieval.round_traces import has_round_traces
 from ..store.remote import RemoteStore, open_store
 from ..store.served import SERVED, pointer, served
 from ..store.snapshot import Snapshot, SnapshotError, SnapshotStore, VersionFiles
@@ -314,7 +315,7 @@ def _cache_lineage(store: RemoteStore, snapshot: Snapshot) -> None:
         except (SnapshotError, OSError, ValueError):
             return  # the walk of lineage_traces ends there too
         try:
-            if VersionFiles(store.versions_dir / parent, manifest).has_round_traces():
+            if has_round_traces(VersionFiles(store.versions_dir / parent, manifest)):
                 store.files(parent)
         except (SnapshotError, OSError) as exc:
             log.warning(

@@ -30,14 +30,10 @@ alone rewrites no part, and a damaged shared file still fails verification in ev
 an incremental update never re-derives it from the token table. Format-1 versions (one `nodes.parquet` and
 one `tokens.parquet`, no signature) still load; the signature is then derived from the tokens.
 
-Round traces. An evolved version read from a window of stored traces does not copy them: it stores what
-the round adds per selected trace (trace id, success, retrieval reconstructed, and the queries where their
-retrieval was reconstructed) in bucket files `round-NNNNN.parquet` by a hash of trace id (written by the
-engines, `evolution/engines/round_parts.py`; one `round.parquet` in versions written before the buckets)
-and lists the window's Parquet files under `window_files` in its manifest (path relative to the store when
-inside it, size, sha256), checked on every read (`VersionFiles.round_traces`, which scans the buckets). A
-version evolved from a table in memory, and every version written before this layout, stores the selected
-traces whole (`traces.parquet`), still read.
+Referenced files. An evolved version read from a window of stored traces does not copy them: it lists the
+window's Parquet files under `window_files` in its manifest (path relative to the store when inside it,
+size, sha256), checked on every read (`VersionFiles.window_files`). What the round stores of them, and how
+it is read, is `retrieval/round_traces.py`.
 """
 
 from __future__ import annotations
@@ -80,8 +76,7 @@ MANIFEST = "manifest.json"
 NODES, TOKENS = "nodes.parquet", "tokens.parquet"  # format 1: the whole table in one file
 EDGES, TRANSITION, REPORT = "edges.parquet", "transition.npz", "report.parquet"
 SIGNATURE, VOCAB = "signature.npz", "vocab.parquet"
-# an evolved version's round: the traces it consumed (execution order mines their lineage), L3's revisions
-ROUND_TRACES, REVISIONS = "traces.parquet", "revisions.parquet"
+REVISIONS = "revisions.parquet"  # an evolved version's L3 revisions
 # What each skill learned from the successful traces that used it (SPEC §8, "Experience"): one row per
 # (skill, witnessing query text), its own table beside the node table so that the package text is never
 # changed. `tasks` counts distinct successful (task, agent) pairs over every round so far; `first_round` and
@@ -94,13 +89,6 @@ EXPERIENCE_SCHEMA: dict[str, pl.DataType] = {
     "first_round": pl.Int64(),
     "last_round": pl.Int64(),
 }
-ROUND_ADDED = "round.parquet"  # per selected trace what the round adds, one file (versions before buckets)
-# ... in buckets by a hash of trace id (`evolution/engines/round_parts.py`), what versions store now
-ROUND_PART_RE = re.compile(r"^round-(\d{5,})\.parquet$")
-# Window traces per round bucket: a bucket holds at most this many rows (~54 MB of Parquet), whatever the
-# window's size, so that whoever writes or reads one holds one bucket. Part of the version's bytes (the
-# bucket count follows from it): both engines read it here.
-ROUND_BUCKET_TRACES = 1_000_000
 WINDOW_FILES = "window_files"  # manifest key: the window's files an evolved version references by hash
 # Skills per part: small enough that rewriting one part is cheap next to everything else an incremental
 # update does (~20 ms at 100k skills), large enough that a 100k library stays at a few dozen files.
@@ -145,15 +133,6 @@ def manifest_shape(m: Any, name: str) -> str | None:
     return None
 
 
-def round_part_name(bucket: int) -> str:
-    return f"round-{bucket:05d}.parquet"
-
-
-def round_part_names(files: Mapping[str, Any]) -> list[str]:
-    """A manifest's round bucket files, in bucket order."""
-    return sorted((n for n in files if ROUND_PART_RE.match(n)), key=lambda n: int(ROUND_PART_RE.match(n)[1]))
-
-
 def window_refs(root: Path, files: Sequence[Path]) -> list[dict[str, Any]]:
     """Manifest references to a window's files: path (relative to the store `root` when inside it), bytes,
     sha256."""
@@ -166,43 +145,6 @@ def window_refs(root: Path, files: Sequence[Path]) -> list[dict[str, Any]]:
             rel = str(f)
         refs.append({"path": rel, "bytes": f.stat().st_size, "sha256": sha256_file(f)})
     return refs
-
-
-def joined_round_traces(
-    window: Sequence[Path], added: pl.DataFrame | pl.LazyFrame, columns: Sequence[str] | None = None
-) -> pl.DataFrame:
-    """A round's selected traces from its window's files and what the round added to them (a table, or a
-    scan over its bucket files): the window's row of each selected trace, its outcome, and its queries
-    with retrieval filled where it was reconstructed (queries without text are dropped, as reconstruction
-    does), in trace-id order."""
-    wanted = list(columns) if columns else None
-    scan = pl.scan_parquet(list(window)) if window else None
-    if scan is None:
-        raise ValueError("the version lists no window files")
-    have = scan.collect_schema().names()
-    take = [c for c in have if c not in ("success", "retrieval_reconstructed")]
-    if wanted is not None:
-        take = [c for c in take if c in wanted or c == "trace_id"]
-    added_cols = ["trace_id", "success", "retrieval_reconstructed"]
-    if "queries" in take:
-        added_cols.append(pl.col("queries").alias("_added_queries"))
-    added = added.lazy()
-    joined = scan.select(take).join(added.select(added_cols), on="trace_id", how="inner")
-    if "queries" in take:
-        queries_type = added.collect_schema()["queries"]
-        text_kept = pl.element().filter(pl.element().struct.field("text").is_not_null())
-        joined = joined.with_columns(
-            queries=pl.coalesce(
-                "_added_queries",
-                pl.col("queries").fill_null(pl.lit([], dtype=queries_type)).list.eval(text_kept),
-            )
-        ).drop("_added_queries")
-    order = [c for c in take if c != "queries"] + ["success"]
-    order += ["queries"] if "queries" in take else []
-    order += ["retrieval_reconstructed"]
-    if wanted is not None:
-        order = [c for c in order if c in wanted]
-    return joined.select(order).sort("trace_id").collect()
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -441,7 +383,7 @@ class VersionFiles:
         return SIGNATURE in self.manifest.get("files", {})
 
     def read_signature(self) -> Signature:
-        with self._reading(SIGNATURE), np.load(self.path / SIGNATURE) as z:
+        with self.reading(SIGNATURE), np.load(self.path / SIGNATURE) as z:
             indptr, indices, shape = z["indptr"], z["indices"], tuple(int(x) for x in z["shape"])
         data = np.ones(len(indices), dtype=np.float32)
         matrix = sp.csr_matrix((data, indices, indptr), shape=shape)
@@ -455,40 +397,6 @@ class VersionFiles:
 
     def read_edges(self) -> pl.DataFrame:
         return self._parquet(EDGES)
-
-    def has_round_traces(self) -> bool:
-        files = self.manifest.get("files", {})
-        return ROUND_TRACES in files or ROUND_ADDED in files or bool(round_part_names(files))
-
-    def round_added(self) -> pl.LazyFrame:
-        """What the round added to each selected trace (ADDED_SCHEMA): a scan over its bucket files (or its
-        one `round.parquet`, older versions), each checked against the manifest first."""
-        files = self.manifest.get("files", {})
-        names = round_part_names(files) or ([ROUND_ADDED] if ROUND_ADDED in files else [])
-        if not names:
-            raise SnapshotError(f"version {self.version} stores no round traces")
-        self.check(names)
-        return pl.scan_parquet([self.path / n for n in names])
-
-    def round_traces(self, columns: Sequence[str] | None = None) -> pl.DataFrame:
-        """The round's selected traces (of `columns`, default all), stored whole or as what the round
-        added to its window's traces. Every file read is checked against its manifest hash first:
-        `DamagedSnapshot` names the ones that fail (a window file gone or rewritten included)."""
-        files = self.manifest.get("files", {})
-        if ROUND_TRACES in files:
-            self.check([ROUND_TRACES])
-            with self._reading(ROUND_TRACES):
-                path = self.path / ROUND_TRACES
-                have = pl.read_parquet_schema(path)
-                return pl.read_parquet(path, columns=[c for c in columns if c in have] if columns else None)
-        added = self.round_added()  # raises for a version that stores no round traces
-        window = self.window_files()
-        try:
-            return joined_round_traces(window, added, columns)
-        except (OSError, pl.exceptions.PolarsError) as exc:
-            raise DamagedSnapshot(
-                f"version {self.version}: cannot read its window's traces: {explain(exc)}"
-            ) from exc
 
     def window_files(self) -> list[Path]:
         """The window files this version references, each checked against its recorded size and sha256."""
@@ -509,15 +417,15 @@ class VersionFiles:
         return paths
 
     def read_transition(self) -> sp.csr_matrix:
-        with self._reading(TRANSITION):
+        with self.reading(TRANSITION):
             return sp.load_npz(self.path / TRANSITION).tocsr()
 
     def _parquet(self, name: str, columns: list[str] | None = None) -> pl.DataFrame:
-        with self._reading(name):
+        with self.reading(name):
             return pl.read_parquet(self.path / name, columns=columns)
 
     @contextlib.contextmanager
-    def _reading(self, name: str) -> Iterator[None]:
+    def reading(self, name: str) -> Iterator[None]:
         """A file of this version that cannot be read (truncated, garbled, gone) is named in the error; the
         readers' own messages name no file. Polars' reader panics (a `BaseException`) are caught too."""
         try:
