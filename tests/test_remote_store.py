@@ -24,9 +24,9 @@ from segos_pipeline.evolution.round import evolve
 from segos_pipeline.graph.build import build_cold_start
 from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_TRACES
 from segos_pipeline.store.filesystem import RemoteStoreError
+from segos_pipeline.store.layout import MANIFEST
 from segos_pipeline.store.remote import RemoteStore, VersionExists, cache_folder, open_store
 from segos_pipeline.store.snapshot import (
-    MANIFEST,
     DamagedSnapshot,
     SnapshotError,
     SnapshotStore,

@@ -30,7 +30,9 @@ from segos_pipeline.retrieval.round_traces import (
     round_part_names,
     round_traces,
 )
-from segos_pipeline.store.snapshot import DamagedSnapshot, VersionFiles, sha256_file
+from segos_pipeline.store.layout import sha256_file
+from segos_pipeline.store.snapshot import DamagedSnapshot
+from segos_pipeline.store.version_files import VersionFiles
 
 WINDOW = "2026-11-27"
 

@@ -50,8 +50,9 @@ import polars as pl
 
 from ..progress import Progress, Tick, emit, stage
 from ..store.durable import fsync_dir
+from ..store.layout import sha256_file
 from ..store.remote import RemoteStore, open_store
-from ..store.snapshot import SnapshotError, SnapshotStore, sha256_file
+from ..store.snapshot import SnapshotError, SnapshotStore
 from ..text.names import SkillNames
 from . import trace_parts
 from .adapters.common import Rejected, Skipped, rejected

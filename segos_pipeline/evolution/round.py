@@ -31,16 +31,10 @@ from ..retrieval.lexical import LexicalIndex
 from ..retrieval.ranker import Retriever
 from ..retrieval.round_traces import ROUND_TRACES
 from ..retrieval.token_rows import EncodedTokens
+from ..store.layout import EXPERIENCE, REVISIONS, WINDOW_FILES, window_refs
 from ..store.remote import RemoteStore
 from ..store.served import advance
-from ..store.snapshot import (
-    EXPERIENCE,
-    REVISIONS,
-    WINDOW_FILES,
-    Snapshot,
-    SnapshotStore,
-    window_refs,
-)
+from ..store.snapshot import Snapshot, SnapshotStore
 from .descriptions import REVISION_SCHEMA, Editor, description_update
 from .engines import Engine, TraceInput, make_engine
 from .engines.round_parts import RoundParts, bucket_count, buckets_of_table, round_scratch

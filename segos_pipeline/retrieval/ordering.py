@@ -30,7 +30,8 @@ from typing import Any
 import polars as pl
 
 from ..config import DEPENDENCY, WORKFLOW
-from ..store.snapshot import Snapshot, SnapshotError, SnapshotStore, VersionFiles
+from ..store.snapshot import Snapshot, SnapshotError, SnapshotStore
+from ..store.version_files import VersionFiles
 from .round_traces import has_round_traces, round_traces
 
 ORDER_COLUMNS = ("trace_id", "used", "used_ordered", "reward", "success")  # what mining reads of a trace

@@ -23,7 +23,7 @@ import polars as pl
 
 from ..store.errors import DamagedSnapshot, SnapshotError
 from ..store.oserrors import explain
-from ..store.snapshot import VersionFiles
+from ..store.version_files import VersionFiles
 
 ROUND_TRACES = "traces.parquet"  # the selected traces whole (a round over a table in memory)
 ROUND_ADDED = "round.parquet"  # per selected trace what the round adds, one file (versions before buckets)

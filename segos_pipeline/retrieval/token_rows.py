@@ -26,7 +26,7 @@ from ..config import FIELDS
 from ..text.lexicon import Vocabulary
 
 if TYPE_CHECKING:
-    from ..store.snapshot import VersionFiles
+    from ..store.version_files import VersionFiles
 
 # Field codes in alphabetical order (the stored rows' order). A field outside config.FIELDS gets the last
 # code, "": never scored (no weight can name it), but its tokens count in df as every field's do.

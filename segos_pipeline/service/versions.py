@@ -21,7 +21,8 @@ from ..retrieval.ranker import Retriever
 from ..retrieval.round_traces import has_round_traces
 from ..store.remote import RemoteStore, open_store
 from ..store.served import SERVED, pointer, served
-from ..store.snapshot import Snapshot, SnapshotError, SnapshotStore, VersionFiles
+from ..store.snapshot import Snapshot, SnapshotError, SnapshotStore
+from ..store.version_files import VersionFiles
 from ..text.names import SkillNames
 from .errors import ServiceError
 from .version_cache import VersionCache, cache_budget, memory_bytes

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import WRITER_WAIT_S
+from .durable import write_atomically
 from .filesystem import (
     Location,
     RemoteStoreError,
@@ -55,26 +56,13 @@ from .filesystem import (
     put_whole,
     remote_io,
 )
+from .layout import MANIFEST, VERSION_RE, WINDOW_FILES, manifest_shape, sha256_file, version_seq
 from .lock import stage_lock, sweep_stale_stages
-from .snapshot import (
-    _VERSION_RE,
-    MANIFEST,
-    DamagedSnapshot,
-    Snapshot,
-    SnapshotError,
-    SnapshotStore,
-    StaleParent,
-    UnknownVersion,
-    VersionFiles,
-    _seq,
-    manifest_shape,
-    sha256_file,
-    write_atomically,
-)
+from .snapshot import DamagedSnapshot, Snapshot, SnapshotError, SnapshotStore, StaleParent, UnknownVersion
 from .uri import is_uri
+from .version_files import VersionFiles
 
 MANIFESTS = ".remote-manifests"  # in the cache: the raw bytes of every manifest read from the URI
-WINDOW_FILES = "window_files"  # manifest key of an evolved version's referenced trace files (round.py)
 
 
 class VersionExists(SnapshotError):
@@ -144,7 +132,7 @@ class RemoteStore(SnapshotStore):
             names = sorted(
                 n
                 for n in (basename(e["name"]) for e in children(self.location, "versions"))
-                if _VERSION_RE.match(n)
+                if VERSION_RE.match(n)
             )
             raw = {n: self._cached_manifest(n) for n in names}
             missing = [n for n, data in raw.items() if data is None]
@@ -224,7 +212,7 @@ class RemoteStore(SnapshotStore):
         data = self._cached_manifest(vid)
         if data is not None:
             return data
-        if not _VERSION_RE.match(vid):
+        if not VERSION_RE.match(vid):
             raise UnknownVersion(f"{vid!r} is not a full version id (store {self.uri})")
         path = self.location.join("versions", vid, MANIFEST)
         try:
@@ -415,9 +403,9 @@ class RemoteStore(SnapshotStore):
             )
 
     def _refuse_overtaken(self, manifest: dict[str, Any]) -> None:
-        vid, seq = manifest["version"], int(manifest.get("seq", _seq(manifest["version"])))
+        vid, seq = manifest["version"], int(manifest.get("seq", version_seq(manifest["version"])))
         versions = self._scan()[0]
-        newer = [m for m in versions if m["version"] != vid and _seq(m["version"]) >= seq]
+        newer = [m for m in versions if m["version"] != vid and version_seq(m["version"]) >= seq]
         if newer:
             other = newer[-1]
             raise StaleParent(
