@@ -212,9 +212,9 @@ def repair(
     """Repair the damaged files of `versions` (ids) that a cold-start build of their library makes again;
     see the module docstring. `library` replaces the library root the cold start records (a moved
     library). Holds the store's writer lock while it replaces files."""
-    if getattr(store, "uri", None):
+    if store.local_root is None:
         raise SnapshotError(
-            f"segos repair works on a store folder; {store.uri} is a URI: repair the store it names "
+            f"segos repair works on a store folder; {store.address} is a URI: repair the store it names "
             "where it is a folder, or restore its damaged versions from a backup"
         )
     say = progress or (lambda _msg: None)

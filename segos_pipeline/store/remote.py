@@ -38,7 +38,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -122,6 +122,48 @@ class RemoteStore(SnapshotStore):
 
     def __repr__(self) -> str:
         return f"RemoteStore({self.uri!r}, cache={str(self.root)!r})"
+
+    # ----------------------------------------------------- where it is (see `SnapshotStore.address`)
+
+    @property
+    def address(self) -> str:
+        return self.uri
+
+    @property
+    def local_root(self) -> Path | None:
+        return None
+
+    @property
+    def local_cache(self) -> Path | None:
+        return self.root
+
+    @property
+    def commits_show_locally(self) -> bool:
+        return False  # another machine's commit changes nothing in the cache: the URI is polled
+
+    def fetch_ancestors(
+        self, snapshot: Snapshot, wanted: Callable[[VersionFiles], bool]
+    ) -> list[tuple[str, Exception]]:
+        """Download into the cache the ancestors of `snapshot` whose files `wanted` reads (execution order
+        reads their round traces from the cache folder). Files shared with cached versions are linked,
+        not downloaded; an ancestor that cannot be fetched is left out and returned with why (its reader
+        then finds it missing, as it finds a damaged local one)."""
+        failed: list[tuple[str, Exception]] = []
+        parent = snapshot.manifest.get("parent")
+        seen = {snapshot.version}
+        while parent and parent not in seen:
+            seen.add(parent)
+            try:
+                manifest = self.manifest(parent)
+            except (SnapshotError, OSError, ValueError):
+                return failed  # a reader walking the lineage ends there too
+            try:
+                if wanted(VersionFiles(self.versions_dir / parent, manifest)):
+                    self.files(parent)
+            except (SnapshotError, OSError) as exc:
+                failed.append((parent, exc))
+            parent = manifest.get("parent")
+        return failed
 
     # ------------------------------------------------------------------------------------------ listing
 
@@ -424,12 +466,12 @@ class RemoteStore(SnapshotStore):
 
     # --------------------------------------------------------------------- other files (trace windows)
 
-    def remote_names(self, rel: str) -> list[str]:
+    def names_in(self, rel: str) -> list[str]:
         """Names directly under `rel` at the URI (none when it does not exist)."""
         with remote_io("list", self.location.url(rel)):
             return sorted(basename(e["name"]) for e in children(self.location, rel))
 
-    def remote_files(self, rel: str, suffix: str) -> dict[str, int]:
+    def files_in(self, rel: str, suffix: str) -> dict[str, int]:
         """Files under `rel` (any depth) whose name ends with `suffix`: path relative to the store → bytes.
         Temporary uploads (`*.tmp`) and hidden files are left out."""
         with remote_io("list", self.location.url(rel)):
@@ -451,7 +493,7 @@ class RemoteStore(SnapshotStore):
         """Download the files under `rel` ending with `suffix` that the cache lacks (or holds at another
         size). Meant for files written once under a unique name, which a cached copy can never go stale
         for; returns the local paths downloaded."""
-        return self.download(dict(sorted(self.remote_files(rel, suffix).items())))[1]
+        return self.download(dict(sorted(self.files_in(rel, suffix).items())))[1]
 
     def download(self, sizes: Mapping[str, int]) -> tuple[list[Path], list[Path]]:
         """Files of the store (path relative to it → bytes, each written once under a unique name) in the

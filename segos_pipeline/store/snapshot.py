@@ -168,6 +168,74 @@ class SnapshotStore:
         self.__dict__.update(state)
         self._reads = threading.local()
 
+    # ------------------------------------------- where it is: a folder here, or a URI (`remote.RemoteStore`)
+    # Callers ask these instead of testing for a `RemoteStore`: a store at a URI overrides each one.
+
+    @property
+    def address(self) -> str:
+        """What `--store` reaches this store by: its folder (a store at a URI: the URI)."""
+        return str(self.root)
+
+    @property
+    def local_root(self) -> Path | None:
+        """The store's own folder on this machine; None for a store at a URI (`root` is then its cache)."""
+        return self.root
+
+    @property
+    def local_cache(self) -> Path | None:
+        """The cache folder a store at a URI is read and written through; None for a folder."""
+        return None
+
+    @property
+    def commits_show_locally(self) -> bool:
+        """Whether every writer's commit changes `versions_dir` and the served pointer on this machine (a
+        folder: yes, so their mtimes tell a reader to look again; a store at a URI is polled instead)."""
+        return True
+
+    listing_max_age: float | None = None  # seconds a listing may be reused; None: a folder is listed anew
+
+    def polling(self, every: float) -> SnapshotStore:
+        """A reader that lists the store at most every `every` seconds; a folder is cheap to list, so
+        itself."""
+        return self
+
+    def url(self, rel: str) -> str | None:
+        """The URI of `rel` (a path relative to the store) at a store on a URI; None for a folder."""
+        return None
+
+    def names_in(self, rel: str) -> list[str]:
+        """Names directly under folder `rel` of the store, sorted (none when it does not exist)."""
+        folder = self.root / rel
+        return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+    def files_in(self, rel: str, suffix: str) -> dict[str, int]:
+        """Files under `rel` (any depth) whose name ends with `suffix`: path relative to the store → bytes.
+        Hidden files are left out."""
+        folder = self.root / rel
+        if not folder.is_dir():
+            return {}
+        found = sorted(p for p in folder.rglob(f"*{suffix}") if p.is_file() and not p.name.startswith("."))
+        return {p.relative_to(self.root).as_posix(): p.stat().st_size for p in found}
+
+    def pull(self, rel: str, suffix: str) -> list[Path]:
+        """Bring the files under `rel` ending with `suffix` to this machine; the ones fetched now (a folder
+        holds them already: none)."""
+        return []
+
+    def pull_file(self, rel: str) -> bool:
+        """Bring the store's copy of file `rel` (rewritten whole) here; False when there is none."""
+        return (self.root / rel).is_file()
+
+    def push(self, local: Path) -> None:
+        """Publish a file written under `root` (a folder: it already is)."""
+
+    def fetch_ancestors(
+        self, snapshot: Snapshot, wanted: Callable[[VersionFiles], bool]
+    ) -> list[tuple[str, Exception]]:
+        """Bring to this machine the ancestors of `snapshot` whose files `wanted` reads (a folder holds
+        them): (ancestor, why) of those that could not be fetched."""
+        return []
+
     # ------------------------------------------------------------------------------------------ writers
 
     @contextlib.contextmanager
@@ -243,7 +311,7 @@ class SnapshotStore:
         if newer:
             newest = max(newer, key=version_seq)
             raise DamagedSnapshot(
-                f"the newest version {newest} of store {getattr(self, 'uri', self.root)} cannot be used: "
+                f"the newest version {newest} of store {self.address} cannot be used: "
                 f"{newer[newest]}. The newest readable one is {vid}; name it to use it (`--from {vid}` for "
                 f"evolve, `--version {vid}` elsewhere), or restore {newest} from a backup (or delete its "
                 "folder). `segos verify --all` lists every damaged version"
@@ -289,7 +357,7 @@ class SnapshotStore:
         hint = f"ambiguous prefix (matches {len(matches)})" if matches else "no such version"
         raise UnknownVersion(
             f"{hint}: {version!r} in store {self.root}; known versions (newest last): {known}. "
-            f"Run `segos versions --store {getattr(self, 'uri', self.root)}` to list them."
+            f"Run `segos versions --store {self.address}` to list them."
         )
 
     def _refuse_unreadable(self, version: str) -> None:
@@ -299,7 +367,7 @@ class SnapshotStore:
         for vid, why in sorted(self.unreadable_versions().items()):
             if vid.startswith(version) or (seq is not None and version_seq(vid) == seq):
                 raise DamagedSnapshot(
-                    f"version {vid} of store {getattr(self, 'uri', self.root)} cannot be used: {why}; "
+                    f"version {vid} of store {self.address} cannot be used: {why}; "
                     "restore it from a backup, or delete its folder (`segos verify --all` lists every "
                     "damaged version)"
                 )
