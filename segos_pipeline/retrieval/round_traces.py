@@ -7,6 +7,8 @@ reconstructed) in bucket files `round-NNNNN.parquet` by a hash of trace id (writ
 the window's Parquet files under `window_files` in its manifest (`store.layout.window_refs`), checked on
 every read (`round_traces`, which scans the buckets). A version evolved from a table in memory, and every
 version written before this layout, stores the selected traces whole (`traces.parquet`), still read.
+Every layout here was the one main wrote for a while (installed from main, as the README says), so each is
+still read: a user's store may hold it.
 
 Here rather than in the store, which knows files and hashes but not a trace's columns; here rather than in
 evolution, which writes them, because execution order (`ordering.py`) reads them and sits below it.

@@ -21,7 +21,9 @@ the parent's hash for it: one changed skill rewrites one part, an evolution roun
 alone rewrites no part, and a damaged shared file still fails verification in every version that lists it.
 `signature.npz` + `vocab.parquet` hold the binary skill × token signature matrix of the Jaccard graph, so
 an incremental update never re-derives it from the token table. Format-1 versions (one `nodes.parquet` and
-one `tokens.parquet`, no signature) still load; the signature is then derived from the tokens.
+one `tokens.parquet`, no signature) still load; the signature is then derived from the tokens. Main wrote
+format 1 while the README's install already pointed at it, so a user's store may hold such versions: its
+read path stays (as do the older round-trace layouts, see `retrieval/round_traces.py`).
 
 Referenced files. An evolved version read from a window of stored traces does not copy them: it lists the
 window's Parquet files under `window_files` in its manifest (path relative to the store when inside it,
