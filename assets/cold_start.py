@@ -42,7 +42,6 @@ from segos_pipeline.pipeline.stages import (
     transition_matrix,
     warm_caches,
 )
-from segos_pipeline.store.remote import RemoteStore
 from segos_pipeline.store.snapshot import SnapshotStore
 
 from . import checks
@@ -72,9 +71,8 @@ def problems_table(report: pl.DataFrame, limit: int = 50) -> MetadataValue:
 
 def version_uri(store: SnapshotStore, version: str) -> dict[str, Any]:
     """The version's folder at the store's URI, for a store at one (`path` names its local cache copy)."""
-    if not isinstance(store, RemoteStore):
-        return {}
-    return {"uri": MetadataValue.url(store.url(f"versions/{version}"))}
+    url = store.url(f"versions/{version}")
+    return {"uri": MetadataValue.url(url)} if url is not None else {}
 
 
 def version_record(manifest: dict[str, Any], store_root: str) -> dict[str, Any]:

@@ -64,7 +64,7 @@ def resolve_landing(
 
 def store_name(store: Any) -> str:
     """What a store is reached by (`--store`, `store_root`): its URI, or its folder."""
-    return str(getattr(store, "uri", None) or store.root)
+    return store.address
 
 
 def library_location(library_root: str | None) -> Path:

@@ -114,7 +114,7 @@ def run_engine(store: SnapshotStore, folder: Path, engine_config: EngineConfig) 
     driver_start_mb = psutil.Process().memory_info().rss / 2**20
     with harness.PeakSampler(rss_by_kind, interval=0.25) as rss:
         t = time.perf_counter()
-        traces = store_window(store, "bench") if isinstance(store, RemoteStore) else str(folder)
+        traces = store_window(store, "bench") if store.local_root is None else str(folder)
         state = prepare_round(parent, traces, config, parent_retrieval(parent), engine)
         prepared = time.perf_counter() - t
         l1_stage(state, config)

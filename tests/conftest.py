@@ -22,7 +22,8 @@ import pytest
 import scipy.sparse as sp
 
 from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR
-from segos_pipeline.store.snapshot import MANIFEST, Snapshot, SnapshotStore, sha256_file
+from segos_pipeline.store.layout import MANIFEST, sha256_file
+from segos_pipeline.store.snapshot import Snapshot, SnapshotStore
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout
 

@@ -17,7 +17,8 @@ from segos_pipeline.cli.main import main
 from segos_pipeline.evolution.adapters import iter_records
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_TRACES
-from segos_pipeline.store.snapshot import MANIFEST, SnapshotStore
+from segos_pipeline.store.layout import MANIFEST
+from segos_pipeline.store.snapshot import SnapshotStore
 
 EDITED = "data-wrangling/csv-loader"  # the skill the tests edit
 WINDOWS = ("2026-11-27", "2026-11-28")  # the demo traces' windows

@@ -71,7 +71,7 @@ def test_term_counts_past_u16_are_kept(tmp_path):
 
 
 def test_cold_start_stores_the_string_token_table(synthetic_nodes, tmp_path, monkeypatch):
-    monkeypatch.setattr("segos_pipeline.store.snapshot.PART_ROWS", 128)  # several parts
+    monkeypatch.setattr("segos_pipeline.store.parts.PART_ROWS", 128)  # several parts
     lib = tmp_path / "lib"
     generate_library(lib, 300, seed=5, workers=1)
     manifest = build_cold_start(lib, tmp_path / "store")

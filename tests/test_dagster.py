@@ -38,8 +38,9 @@ from segos_pipeline.evaluation.synthetic import generate_library
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.round import evolve
 from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_TRACES
+from segos_pipeline.store.layout import sha256_file
 from segos_pipeline.store.served import served
-from segos_pipeline.store.snapshot import SnapshotStore, sha256_file
+from segos_pipeline.store.snapshot import SnapshotStore
 
 from .conftest import demo_library_with_malformed, simple_library
 

@@ -20,7 +20,7 @@ from segos_pipeline.config import EvolutionConfig
 from segos_pipeline.evolution.editor import Critique, EditorError, OpenAICompatibleEditor, reply_text
 from segos_pipeline.evolution.round import evolve, evolve_round
 from segos_pipeline.evolution.traces import QueryRecord, TraceRecord, trace_frame
-from segos_pipeline.store.snapshot import REVISIONS
+from segos_pipeline.store.layout import REVISIONS
 
 from .conftest import write_skill
 

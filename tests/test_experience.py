@@ -23,7 +23,7 @@ from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.round import evolve
 from segos_pipeline.graph.incremental import apply_change
 from segos_pipeline.store.diff import diff_versions, to_markdown
-from segos_pipeline.store.snapshot import EXPERIENCE_SCHEMA
+from segos_pipeline.store.layout import EXPERIENCE_SCHEMA
 
 from .conftest import simple_library
 

@@ -14,7 +14,7 @@ from segos_pipeline.cli import main as service_cli
 from segos_pipeline.config import BuildConfig, GraphConfig
 from segos_pipeline.graph.build import commit_derived
 from segos_pipeline.graph.incremental import IncrementalError, apply_change
-from segos_pipeline.store import snapshot as snapshot_mod
+from segos_pipeline.store import parts as parts_mod
 from segos_pipeline.store.snapshot import DamagedSnapshot, Snapshot
 
 from .conftest import damage, write_format1, write_skill
@@ -82,7 +82,7 @@ def _full(lib: Path, tmp: Path, config: BuildConfig) -> Snapshot:
 )
 def test_add_update_remove_equal_a_full_rebuild(tmp_path: Path, graph: GraphConfig, part_rows, monkeypatch):
     # with one skill per part, adding twice into one part splits it and a removal drops a part
-    monkeypatch.setattr(snapshot_mod, "PART_ROWS", part_rows)
+    monkeypatch.setattr(parts_mod, "PART_ROWS", part_rows)
     config = BuildConfig(graph=graph)
     lib = _library(tmp_path / "lib")
     store = SnapshotStore(tmp_path / "store")

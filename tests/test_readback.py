@@ -178,7 +178,7 @@ def parts(store: Path) -> list[Path]:
 
 def test_parts_are_named_by_their_hash(ingested):
     from segos_pipeline.evolution.trace_parts import recorded_hash
-    from segos_pipeline.store.snapshot import sha256_file
+    from segos_pipeline.store.layout import sha256_file
 
     found = parts(ingested)
     assert found and all(recorded_hash(p) == sha256_file(p)[:32] for p in found)
@@ -321,7 +321,7 @@ def test_verify_checks_the_manifest_against_its_id_and_flags_unlisted_files(stor
     edges = folder / "edges.parquet"
     edges.chmod(0o644)
     edges.write_bytes(edges.read_bytes() + b"\0")
-    from segos_pipeline.store.snapshot import sha256_file
+    from segos_pipeline.store.layout import sha256_file
 
     m["files"]["edges.parquet"] = {"sha256": sha256_file(edges), "bytes": edges.stat().st_size}
     manifest.chmod(0o644)

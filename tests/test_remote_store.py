@@ -24,9 +24,9 @@ from segos_pipeline.evolution.round import evolve
 from segos_pipeline.graph.build import build_cold_start
 from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_TRACES
 from segos_pipeline.store.filesystem import RemoteStoreError
+from segos_pipeline.store.layout import MANIFEST
 from segos_pipeline.store.remote import RemoteStore, VersionExists, cache_folder, open_store
 from segos_pipeline.store.snapshot import (
-    MANIFEST,
     DamagedSnapshot,
     SnapshotError,
     SnapshotStore,
@@ -273,6 +273,32 @@ def test_a_damaged_remote_file_is_refused_on_download(uri, tmp_path):
     with pytest.raises(DamagedSnapshot, match="missing"):
         RemoteStore(uri, tmp_path / "c").load(vid)
     assert not (tmp_path / "c").exists() or not any((RemoteStore(uri, tmp_path / "c").versions_dir).iterdir())
+
+
+def test_a_store_answers_where_it_is_so_callers_never_test_its_class(uri, tmp_path):
+    """A folder and a store at a URI answer the same questions (what reaches them, their folder or
+    cache, whether commits show locally, where a file is published, what to pull and push), so no caller
+    branches on `RemoteStore`."""
+    local = SnapshotStore(tmp_path / "local")
+    (local.root / "traces" / "w1" / "parts").mkdir(parents=True)
+    (local.root / "traces" / "w1" / "parts" / "a.parquet").write_bytes(b"12345")
+    (local.root / "traces" / "w1" / "parts" / ".hidden.parquet").write_bytes(b"x")
+    assert (local.address, local.local_root, local.local_cache) == (str(local.root), local.root, None)
+    assert local.commits_show_locally and local.listing_max_age is None and local.url("versions") is None
+    assert local.polling(5.0) is local
+    assert local.names_in("traces") == ["w1"] and local.names_in("nowhere") == []
+    assert local.files_in("traces/w1", ".parquet") == {"traces/w1/parts/a.parquet": 5}
+    assert local.pull("traces/w1", ".parquet") == [] and not local.pull_file("traces/log.jsonl")
+    local.push(local.root / "traces" / "w1" / "parts" / "a.parquet")  # a folder: nothing to publish
+    vid = build_cold_start(DEFAULT_LIBRARY, local)["version"]
+    assert local.fetch_ancestors(local.load(vid), lambda files: True) == []
+
+    remote = RemoteStore(uri, tmp_path / "cache")
+    assert (remote.address, remote.local_root, remote.local_cache) == (uri.rstrip("/"), None, remote.root)
+    assert not remote.commits_show_locally
+    assert remote.url("versions/x") == f"{uri.rstrip('/')}/versions/x"
+    assert remote.polling(5.0).listing_max_age == 5.0
+    assert remote.names_in("traces") == [] and remote.files_in("traces", ".parquet") == {}
 
 
 def test_a_uri_is_never_opened_as_a_local_folder(tmp_path):

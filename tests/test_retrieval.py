@@ -348,7 +348,7 @@ def test_index_read_a_part_at_a_time_equals_the_index_of_the_whole_table(tmp_pat
     lib = DEFAULT_LIBRARY if library == "demo" else SHARED_DATA / "skills"
     if not lib.is_dir():
         pytest.skip(f"real skill library not found at {lib} (../shared/data is absent)")
-    monkeypatch.setattr("segos_pipeline.store.snapshot.PART_ROWS", 7)  # many parts, skills split unevenly
+    monkeypatch.setattr("segos_pipeline.store.parts.PART_ROWS", 7)  # many parts, skills split unevenly
     st_ = SnapshotStore(tmp_path / "store")
     build_cold_start(lib, st_)
     snap = st_.load()

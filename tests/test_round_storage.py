@@ -22,14 +22,17 @@ from segos_pipeline.evolution.round import evolve, evolve_round
 from segos_pipeline.evolution.trace_parts import hashed_name, recorded_hash
 from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR
 from segos_pipeline.retrieval.ordering import lineage_traces, mine_precedence
-from segos_pipeline.store.snapshot import (
+from segos_pipeline.retrieval.round_traces import (
     ROUND_ADDED,
     ROUND_TRACES,
-    DamagedSnapshot,
-    VersionFiles,
+    has_round_traces,
+    round_added,
     round_part_names,
-    sha256_file,
+    round_traces,
 )
+from segos_pipeline.store.layout import sha256_file
+from segos_pipeline.store.snapshot import DamagedSnapshot
+from segos_pipeline.store.version_files import VersionFiles
 
 WINDOW = "2026-11-27"
 
@@ -88,7 +91,7 @@ def test_version_references_the_window_and_reads_back_the_in_memory_round(demo, 
     in_memory = evolve_round(parent, TraceStore(demo).load(WINDOW), EvolutionConfig())
     assert in_memory.selected is not None
     assert in_memory.counters["traces"]["retrieval_reconstructed"] > 0  # the comparison covers it
-    stored = VersionFiles(demo.versions_dir / m["version"], m).round_traces()
+    stored = round_traces(VersionFiles(demo.versions_dir / m["version"], m))
     assert stored.equals(in_memory.selected)
     assert m["counters"] == {**in_memory.counters}
     assert demo.load(m["version"]).edges.equals(in_memory.edges)
@@ -115,7 +118,7 @@ def test_order_mining_reads_referenced_traces_and_skips_a_changed_window(demo):
     part = demo.root / m["window_files"][0]["path"]
     rewrite_window(demo, lambda t: t.head(1), keep_name=True)
     with pytest.raises(DamagedSnapshot, match="gone or changed"):
-        VersionFiles(demo.versions_dir / m["version"], m).round_traces()
+        round_traces(VersionFiles(demo.versions_dir / m["version"], m))
     assert part.is_file()
     after = lineage_traces(demo, snap)
     assert after.skipped == (m["version"],) and after.read == ()
@@ -197,8 +200,8 @@ def test_round_buckets_are_by_trace_hash_whatever_the_partitions(demo, monkeypat
 
     m = versions[0]
     files = VersionFiles(demo.versions_dir / m["version"], m)
-    assert files.round_traces().equals(in_memory.selected)
-    assert files.round_added().collect().sort("trace_id").equals(expected)
+    assert round_traces(files).equals(in_memory.selected)
+    assert round_added(files).collect().sort("trace_id").equals(expected)
     assert mine_precedence(lineage_traces(demo, demo.load(m["version"])).table).counts == (
         mine_precedence(in_memory.selected).counts
     )
@@ -212,7 +215,7 @@ def test_a_damaged_bucket_is_named(demo, monkeypatch):
     target.chmod(0o644)
     target.write_bytes(target.read_bytes()[:-8])
     with pytest.raises(DamagedSnapshot, match=r"round-00001\.parquet"):
-        VersionFiles(demo.versions_dir / m["version"], m).round_traces()
+        round_traces(VersionFiles(demo.versions_dir / m["version"], m))
 
 
 def test_a_version_with_one_round_parquet_still_reads(demo, tmp_path, monkeypatch):
@@ -223,7 +226,7 @@ def test_a_version_with_one_round_parquet_still_reads(demo, tmp_path, monkeypatc
     old = demo.versions_dir / m["version"]
     legacy_dir = demo.root / "versions-legacy" / m["version"]  # beside versions/: window paths still resolve
     legacy_dir.mkdir(parents=True)
-    whole = bucketed.round_added().collect().sort("trace_id")
+    whole = round_added(bucketed).collect().sort("trace_id")
     whole.write_parquet(legacy_dir / ROUND_ADDED)
     files = {k: v for k, v in m["files"].items() if not k.startswith("round-")}
     for name in files:
@@ -233,5 +236,5 @@ def test_a_version_with_one_round_parquet_still_reads(demo, tmp_path, monkeypatc
         "sha256": hashlib.sha256((legacy_dir / ROUND_ADDED).read_bytes()).hexdigest(),
     }
     legacy = VersionFiles(legacy_dir, {**m, "files": files})
-    assert legacy.has_round_traces() and round_part_names(files) == []
-    assert legacy.round_traces().equals(bucketed.round_traces())
+    assert has_round_traces(legacy) and round_part_names(files) == []
+    assert round_traces(legacy).equals(round_traces(bucketed))

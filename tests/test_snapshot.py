@@ -10,8 +10,10 @@ import scipy.sparse as sp
 from segos_pipeline import build_cold_start
 from segos_pipeline.graph.build import commit_derived
 from segos_pipeline.graph.edges import EDGE_SCHEMA
-from segos_pipeline.store import snapshot as snapshot_mod
-from segos_pipeline.store.snapshot import MANIFEST, DamagedSnapshot, SnapshotStore, UnknownVersion
+from segos_pipeline.store import parts as parts_mod
+from segos_pipeline.store import staging as staging_mod
+from segos_pipeline.store.layout import MANIFEST
+from segos_pipeline.store.snapshot import DamagedSnapshot, SnapshotStore, UnknownVersion
 from segos_pipeline.text.compact_tokens import token_table
 from segos_pipeline.text.lexicon import TOKEN_SCHEMA, signature_matrix
 
@@ -105,7 +107,7 @@ def _inode(store: SnapshotStore, version: str, name: str) -> int:
 @pytest.fixture
 def parted(tmp_path, monkeypatch):
     """A 7-skill cold start stored in parts of at most 2 skills."""
-    monkeypatch.setattr(snapshot_mod, "PART_ROWS", 2)
+    monkeypatch.setattr(parts_mod, "PART_ROWS", 2)
     skills = {f"skill-{i}": f"Skill {i} loads csv tables of kind {i % 3}." for i in range(7)}
     st = SnapshotStore(tmp_path / "store")
     manifest = build_cold_start(simple_library(tmp_path / "lib", skills), st)
@@ -129,7 +131,7 @@ def test_a_part_is_stored_as_the_bytes_of_its_rows_alone(tmp_path, monkeypatch):
     # A part is a slice of the whole table. Sliced from a table of 50k rows assembled from chunks (as the
     # parse assembles a node table), its list columns used to carry every row's items, and polars stored
     # them in other bytes (no dictionary pages) than the same rows on their own.
-    monkeypatch.setattr(snapshot_mod, "PART_ROWS", 5_000)
+    monkeypatch.setattr(parts_mod, "PART_ROWS", 5_000)
 
     def chunk(a: int, b: int) -> pl.DataFrame:
         return pl.DataFrame(
@@ -160,7 +162,7 @@ def test_a_part_is_stored_as_the_bytes_of_its_rows_alone(tmp_path, monkeypatch):
         alone = pl.read_parquet(stored)  # the part's rows, in a table of their own
         assert alone.equals(nodes[start:end])  # the same rows: empty and null lists kept apart
         again = tmp_path / "again.parquet"
-        alone.write_parquet(again, **snapshot_mod.PART_PARQUET)
+        alone.write_parquet(again, **staging_mod.PART_PARQUET)
         assert again.read_bytes() == stored.read_bytes(), record["nodes"]
 
 
@@ -227,7 +229,7 @@ def test_a_filesystem_without_hard_links_gets_copies(parted, monkeypatch):
     def no_links(*_args, **_kwargs):
         raise OSError("hard links not supported here")
 
-    monkeypatch.setattr(snapshot_mod.os, "link", no_links)
+    monkeypatch.setattr(staging_mod.os, "link", no_links)
     m2 = commit_derived(st, parent, parent.edges, kind="evolved")
     name = m1["parts"][0]["nodes"]
     assert _inode(st, m1["version"], name) != _inode(st, m2["version"], name)  # a copy, not a link

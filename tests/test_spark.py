@@ -25,8 +25,9 @@ from segos_pipeline.evolution.evidence import combine, partition_evidence, split
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.round import evolve
 from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR, DEMO_TRACES
+from segos_pipeline.retrieval.round_traces import round_part_names
+from segos_pipeline.store.layout import MANIFEST, sha256_file
 from segos_pipeline.store.remote import RemoteStore, cache_folder
-from segos_pipeline.store.snapshot import MANIFEST, round_part_names, sha256_file
 
 pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
 pytest.importorskip("pandas", reason="the spark extra is not installed (mapInArrow needs pandas)")

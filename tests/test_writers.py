@@ -20,14 +20,9 @@ import pytest
 
 from segos_pipeline import build_cold_start
 from segos_pipeline.graph.build import commit_derived
+from segos_pipeline.store.layout import MANIFEST
 from segos_pipeline.store.lock import stage_lock, sweep_stale_stages
-from segos_pipeline.store.snapshot import (
-    MANIFEST,
-    SnapshotStore,
-    StaleParent,
-    StoreBusy,
-    UnknownVersion,
-)
+from segos_pipeline.store.snapshot import SnapshotStore, StaleParent, StoreBusy, UnknownVersion
 
 from .conftest import simple_library
 from .helpers_writers import (

@@ -205,7 +205,7 @@ def _store(path: str | Path | None, create: bool = False) -> SnapshotStore:
 
 def store_name(store: SnapshotStore) -> str:
     """What to pass as `--store` to reach `store` again (its URI, or its folder)."""
-    return str(getattr(store, "uri", store.root))
+    return store.address
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ..store.snapshot import EXPERIENCE_SCHEMA
+from ..store.layout import EXPERIENCE_SCHEMA
 from .evidence import EXPERIENCE_PARTIAL_SCHEMA, HOLDOUT_SCHEMA
 
 

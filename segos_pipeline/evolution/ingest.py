@@ -50,8 +50,9 @@ import polars as pl
 
 from ..progress import Progress, Tick, emit, stage
 from ..store.durable import fsync_dir
-from ..store.remote import RemoteStore, open_store
-from ..store.snapshot import SnapshotError, SnapshotStore, sha256_file
+from ..store.layout import sha256_file
+from ..store.remote import open_store
+from ..store.snapshot import SnapshotError, SnapshotStore
 from ..text.names import SkillNames
 from . import trace_parts
 from .adapters.common import Rejected, Skipped, rejected
@@ -119,8 +120,8 @@ class TraceStore:
         self.store = store if isinstance(store, SnapshotStore) else open_store(store)
         self.root = self.store.root / "traces"
         # A store on a URI (docs/storage.md): windows are read through its local cache (parts are written
-        # once under unique names, so a cached part never goes stale) and every file written is uploaded.
-        self.remote = self.store if isinstance(self.store, RemoteStore) else None
+        # once under unique names, so a cached part never goes stale) and every file written is uploaded:
+        # the store's pull and push (nothing to do for a folder).
         # parts found intact by this object, with the (size, mtime) they had: an ingest checks a window's
         # parts once, not once per batch
         self._intact: dict[Path, tuple[int, int]] = {}
@@ -131,8 +132,7 @@ class TraceStore:
     def files(self, window: str) -> list[Path]:
         """The Parquet files holding a window's traces (the whole-window table first, then the parts)."""
         folder = self.window_dir(window)
-        if self.remote is not None:
-            self.remote.pull(f"traces/{window}", ".parquet")
+        self.store.pull(f"traces/{window}", ".parquet")
         names = [WINDOW_TABLE] if (folder / WINDOW_TABLE).is_file() else []
         parts = folder / "parts"
         names += [f"parts/{p.name}" for p in parts.glob("*.parquet")] if parts.is_dir() else []
@@ -166,12 +166,8 @@ class TraceStore:
         return bad
 
     def windows(self) -> list[str]:
-        if self.remote is not None:
-            names = [n for n in self.remote.remote_names("traces") if _WINDOW_RE.match(n)]
-            return [n for n in names if self.remote.remote_files(f"traces/{n}", ".parquet")]
-        if not self.root.is_dir():
-            return []
-        return sorted(p.name for p in self.root.iterdir() if _WINDOW_RE.match(p.name) and self.files(p.name))
+        names = [n for n in self.store.names_in("traces") if _WINDOW_RE.match(n)]
+        return [n for n in names if self.store.files_in(f"traces/{n}", ".parquet")]
 
     def scan(self, window: str) -> pl.LazyFrame:
         """The window's traces (TRACE_SCHEMA) as one lazy frame over all its files, in no set order."""
@@ -191,8 +187,7 @@ class TraceStore:
 
     def quarantine(self, window: str) -> list[dict[str, Any]]:
         path = self.window_dir(window) / "quarantine.jsonl"
-        if self.remote is not None:
-            self.remote.pull_file(f"traces/{window}/quarantine.jsonl")
+        self.store.pull_file(f"traces/{window}/quarantine.jsonl")
         if not path.is_file():
             return []
         return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -314,24 +309,22 @@ class TraceStore:
             if os.path.exists(tmp):
                 os.unlink(tmp)
         self._intact[part] = _stamp(part)
-        if self.remote is not None:  # written once under its unique run name: no rename needed there
-            self.remote.push(part)
+        self.store.push(part)  # at a URI: written once under its unique run name, no rename needed there
 
     def _log(self, report: IngestReport) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        if self.remote is not None:
-            self.remote.pull_file("traces/ingest_log.jsonl")
+        self.store.pull_file("traces/ingest_log.jsonl")
         entry = {"at": datetime.now(UTC).isoformat(timespec="seconds"), **report.to_dict()}
         with (self.root / "ingest_log.jsonl").open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(entry) + "\n")
-        if self.remote is not None:  # no append on object stores: the files this run grew go up whole
-            # only quarantines this run added to (read from the URI first, in `quarantine`)
-            quarantines = [
-                self.window_dir(w) / "quarantine.jsonl" for w, c in report.windows.items() if c["quarantined"]
-            ]
-            for path in [*quarantines, self.root / "ingest_log.jsonl"]:
-                if path.is_file():
-                    self.remote.push(path)
+        # no append on object stores: the files this run grew go up whole, only quarantines this run added
+        # to (read from the URI first, in `quarantine`)
+        quarantines = [
+            self.window_dir(w) / "quarantine.jsonl" for w, c in report.windows.items() if c["quarantined"]
+        ]
+        for path in [*quarantines, self.root / "ingest_log.jsonl"]:
+            if path.is_file():
+                self.store.push(path)
 
 
 def _stamp(path: Path) -> tuple[int, int]:

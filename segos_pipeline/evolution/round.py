@@ -29,18 +29,11 @@ from ..graph.transition import transition_matrix
 from ..progress import Progress
 from ..retrieval.lexical import LexicalIndex
 from ..retrieval.ranker import Retriever
+from ..retrieval.round_traces import ROUND_TRACES
 from ..retrieval.token_rows import EncodedTokens
-from ..store.remote import RemoteStore
+from ..store.layout import EXPERIENCE, REVISIONS, WINDOW_FILES, window_refs
 from ..store.served import advance
-from ..store.snapshot import (
-    EXPERIENCE,
-    REVISIONS,
-    ROUND_TRACES,
-    WINDOW_FILES,
-    Snapshot,
-    SnapshotStore,
-    window_refs,
-)
+from ..store.snapshot import Snapshot, SnapshotStore
 from .descriptions import REVISION_SCHEMA, Editor, description_update
 from .engines import Engine, TraceInput, make_engine
 from .engines.round_parts import RoundParts, bucket_count, buckets_of_table, round_scratch
@@ -399,7 +392,7 @@ def evolve(
     engine = make_engine(engine) if isinstance(engine, EngineConfig | None) else engine
     parent = store.load(from_version)
     retrieval = retrieval or retrieval_for(parent.manifest)
-    if traces is None and isinstance(store, RemoteStore):
+    if traces is None and store.local_root is None:  # a store at a URI (`RemoteStore`)
         traces = store_window(store, window)  # listed only: an engine that reads URIs reads it there
     elif traces is None:
         traces = window_files(TraceStore(store), window)

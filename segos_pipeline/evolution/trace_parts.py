@@ -20,8 +20,8 @@ from pathlib import Path
 import polars as pl
 
 from ..store.errors import SnapshotError
+from ..store.layout import sha256_file
 from ..store.oserrors import explain
-from ..store.snapshot import sha256_file
 
 HASH_DIGITS = 32  # 128 bits of sha256: plenty to tell damage, and the name stays readable
 _HASHED = re.compile(rf"\.([0-9a-f]{{{HASH_DIGITS}}})\.parquet$")

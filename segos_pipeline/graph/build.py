@@ -14,7 +14,9 @@ import scipy.sparse as sp
 
 from ..config import SEMANTIC, BuildConfig, GraphConfig, TransitionConfig
 from ..progress import Progress, Tick
-from ..store.snapshot import REPORT, NewPart, Snapshot, SnapshotStore, split_rows
+from ..store.layout import REPORT
+from ..store.parts import NewPart, split_rows
+from ..store.snapshot import Snapshot, SnapshotStore
 from ..text.chunk_tokens import ChunkTokens
 from ..text.compact_tokens import CompactTokens, TokenMerger
 from ..text.lexicon import Signature

@@ -5,7 +5,7 @@ changed skill cannot change most of that, so an incremental version reuses the p
 only what the change can reach:
 
 * nodes / tokens: the changed package is parsed and tokenised alone and spliced into the one stored part
-  that holds it (store/snapshot.py); every other part is hard-linked from the parent, unread;
+  that holds it (store/parts.py); every other part is hard-linked from the parent, unread;
 * the signature (the binary skill × token matrix the Jaccard graph is made of) is stored with each version:
   its row for the skill is replaced, inserted or deleted, and tokens it never saw are appended;
 * semantic edges (top-k Jaccard, SPEC §4): the only skills whose top-k can change are those that can have
@@ -42,23 +42,12 @@ import scipy.sparse as sp
 
 from ..config import AVOID, SEMANTIC, TRAVERSABLE, GraphConfig, ParseConfig, TransitionConfig
 from ..progress import Progress
-from ..store import snapshot as snapshot_mod
+from ..store import parts as parts_mod
+from ..store.layout import EDGES, EXPERIENCE, REPORT, SIGNATURE, TRANSITION, VOCAB
+from ..store.parts import NewPart, local_tokens, split_rows
 from ..store.served import advance
-from ..store.snapshot import (
-    EDGES,
-    EXPERIENCE,
-    REPORT,
-    SIGNATURE,
-    TRANSITION,
-    VOCAB,
-    NewPart,
-    SamePart,
-    SnapshotError,
-    SnapshotStore,
-    VersionFiles,
-    local_tokens,
-    split_rows,
-)
+from ..store.snapshot import SnapshotError, SnapshotStore
+from ..store.version_files import SamePart, VersionFiles
 from ..text.compact_tokens import token_table
 from ..text.lexicon import SIGNATURE_FIELDS, TOKEN_SCHEMA, Signature
 from .build import library_fingerprint
@@ -220,7 +209,7 @@ def _change_part(
         new_tokens = new_tokens.with_columns(node=pl.lit(local, dtype=pl.UInt32))
     pieces = [t for t in (part_tokens[:a], new_tokens, tail) if t is not None and t.height]
     tokens = pl.concat(pieces, how="vertical") if pieces else part_tokens.clear()
-    if nodes.height > 2 * snapshot_mod.PART_ROWS:
+    if nodes.height > 2 * parts_mod.PART_ROWS:
         middle = [NewPart(nodes[x:y], local_tokens(tokens, x, y)) for x, y in split_rows(nodes.height)]
     elif nodes.height == 0 and n_parts > 1:
         middle = []

@@ -1,7 +1,7 @@
 """Repairing damaged version files from the library (`segos repair`).
 
 A version's files are never changed after its commit, and versions whose library did not change hard-link
-their parent's parts (`store/snapshot.py`): one flipped byte in a shared part damages every version that
+their parent's parts (`store/parts.py`): one flipped byte in a shared part damages every version that
 lists it. A cold-start build is deterministic (the same library and build settings give the same bytes), so
 a damaged file whose recorded sha256 is that of a cold-start version's file (its node and token parts,
 signature, vocabulary, edges, operator, report) can be made again: the cold start's library is rebuilt into
@@ -32,8 +32,10 @@ from typing import Any
 from ..config import BuildConfig, GraphConfig, ParseConfig, TransitionConfig
 from ..progress import Progress
 from ..store.durable import fsync_dir, fsync_file
+from ..store.layout import MANIFEST, sha256_file
 from ..store.lock import stage_lock
-from ..store.snapshot import MANIFEST, SnapshotError, SnapshotStore, VersionFiles, sha256_file
+from ..store.snapshot import SnapshotError, SnapshotStore
+from ..store.version_files import VersionFiles
 from .build import build_cold_start
 
 COLD_START = "cold_start"
@@ -210,9 +212,9 @@ def repair(
     """Repair the damaged files of `versions` (ids) that a cold-start build of their library makes again;
     see the module docstring. `library` replaces the library root the cold start records (a moved
     library). Holds the store's writer lock while it replaces files."""
-    if getattr(store, "uri", None):
+    if store.local_root is None:
         raise SnapshotError(
-            f"segos repair works on a store folder; {store.uri} is a URI: repair the store it names "
+            f"segos repair works on a store folder; {store.address} is a URI: repair the store it names "
             "where it is a folder, or restore its damaged versions from a backup"
         )
     say = progress or (lambda _msg: None)

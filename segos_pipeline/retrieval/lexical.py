@@ -37,7 +37,8 @@ from .sets import contains, merged_columns, scattered, top_k, union_positions, u
 from .token_rows import CODED_FIELDS, NAME, EncodedTokens, TokenRows, field_codes, sorted_rows
 
 if TYPE_CHECKING:
-    from ..store.snapshot import Snapshot, VersionFiles
+    from ..store.snapshot import Snapshot
+    from ..store.version_files import VersionFiles
 
 # 3: per-field saturation (SPEC §6.7) replaces BM25F; averages over skills with the field. 4: fields summed in
 # field order per (skill, token), whatever the chunking.

@@ -30,7 +30,9 @@ from typing import Any
 import polars as pl
 
 from ..config import DEPENDENCY, WORKFLOW
-from ..store.snapshot import Snapshot, SnapshotError, SnapshotStore, VersionFiles
+from ..store.snapshot import Snapshot, SnapshotError, SnapshotStore
+from ..store.version_files import VersionFiles
+from .round_traces import has_round_traces, round_traces
 
 ORDER_COLUMNS = ("trace_id", "used", "used_ordered", "reward", "success")  # what mining reads of a trace
 SUCCESS_THRESHOLD = 0.9  # (paper) used when a trace table carries no `success` column
@@ -105,7 +107,7 @@ def _verified_round_traces(files: VersionFiles) -> pl.DataFrame | None:
     """The columns mining reads of a version's round traces (stored whole, or as what the round added to
     its window's files); None if a file fails its hash or a read."""
     try:
-        return files.round_traces(ORDER_COLUMNS)
+        return round_traces(files, ORDER_COLUMNS)
     except (OSError, SnapshotError):
         return None
 
@@ -128,7 +130,7 @@ def lineage_traces(store: SnapshotStore, snapshot: Snapshot) -> LineageTraces:
     while manifest is not None and vid is not None and vid not in seen:
         seen.add(vid)
         files = VersionFiles(store.versions_dir / vid, manifest)
-        if files.has_round_traces():
+        if has_round_traces(files):
             table = _verified_round_traces(files)
             if table is None:
                 skipped.append(vid)

@@ -25,7 +25,7 @@ import scipy.sparse as sp
 from ..text.lexicon import CODED_FIELDS, FIELD_CODE, OTHER_FIELD, Vocabulary
 
 if TYPE_CHECKING:
-    from ..store.snapshot import VersionFiles
+    from ..store.version_files import VersionFiles
 
 NAME = FIELD_CODE["name"]
 CHUNK_NODES = 4096  # skills per chunk of an in-memory table: a revision re-sorts only its chunk

@@ -116,8 +116,8 @@ class SegosService(ServedVersions):
         return {
             "store": self.store_name,
             # a store at a URI: its local cache and how often the URI is listed for new versions
-            "cache": str(self.store.root) if self.remote else None,
-            "poll_s": self.poll_s if self.remote else None,
+            "cache": str(self.store.local_cache) if self.store.local_cache is not None else None,
+            "poll_s": self.store.listing_max_age,
             "version": lo.version,
             # "served": following the store's served pointer (it names `served`, switched to once loaded)
             "mode": "pinned" if self.pinned else "served",

@@ -18,9 +18,10 @@ from ..config import RELATIONS, REMOTE_POLL_S, RetrievalConfig
 from ..retrieval.incidence import Edge, Incidence
 from ..retrieval.ordering import Precedence, lineage_precedence
 from ..retrieval.ranker import Retriever
-from ..store.remote import RemoteStore, open_store
+from ..retrieval.round_traces import has_round_traces
+from ..store.remote import open_store
 from ..store.served import SERVED, pointer, served
-from ..store.snapshot import Snapshot, SnapshotError, SnapshotStore, VersionFiles
+from ..store.snapshot import Snapshot, SnapshotError, SnapshotStore
 from ..text.names import SkillNames
 from .errors import ServiceError
 from .version_cache import VersionCache, cache_budget, memory_bytes
@@ -84,8 +85,7 @@ class ServedVersions:
         store = store if isinstance(store, SnapshotStore) else open_store(store)
         self.poll_s = REMOTE_POLL_S if poll_s is None else float(poll_s)
         # a reader of its own that lists the URI at most every poll_s: requests in between never ask it
-        self.store = store.polling(self.poll_s) if isinstance(store, RemoteStore) else store
-        self.remote = isinstance(self.store, RemoteStore)
+        self.store = store.polling(self.poll_s)  # a folder: itself
         # joined once: refresh stats both on every request
         self._watched = (str(self.store.versions_dir), str(self.store.root / SERVED))
         self.config = config  # None: each version's own preset (see config.retrieval_for)
@@ -119,8 +119,10 @@ class ServedVersions:
         # Outside the lock, so requests go on while a version loads; two threads loading the same version
         # at once waste work but keep one result.
         snap = self.store.load(vid, verify=self.verify)
-        if isinstance(self.store, RemoteStore):
-            _cache_lineage(self.store, snap)
+        for ancestor, exc in self.store.fetch_ancestors(snap, has_round_traces):  # at a URI: into its cache
+            log.warning(
+                "version %s: its ancestor %s could not be downloaded: %s", snap.version, ancestor, exc
+            )
         precedence = lineage_precedence(self.store, snap)
         if precedence.skipped:
             log.warning(
@@ -197,8 +199,9 @@ class ServedVersions:
 
     def _start_load(self) -> threading.Thread | None:
         """Start loading the served version on a thread if it is new; None when there is nothing to load."""
-        mtime = None if self.remote else self._store_mtime()
-        if not self.remote and (
+        watched = self.store.commits_show_locally  # else a URI, listed at most every poll_s
+        mtime = self._store_mtime() if watched else None
+        if watched and (
             mtime is None or (mtime == self._seen_mtime and time.time_ns() - max(mtime) > _STABLE_AFTER_NS)
         ):
             return None
@@ -297,27 +300,4 @@ class ServedVersions:
     @property
     def store_name(self) -> str:
         """What `--store` reaches this store by: its URI, or its folder."""
-        return self.store.uri if isinstance(self.store, RemoteStore) else str(self.store.root)
-
-
-def _cache_lineage(store: RemoteStore, snapshot: Snapshot) -> None:
-    """Download into the cache the ancestors of `snapshot` whose round traces execution order reads
-    (`lineage_precedence` reads them from the cache folder). Files shared with cached versions are linked,
-    not downloaded; an ancestor that cannot be fetched is left out, and precedence then reports it skipped
-    as it does for a damaged local one."""
-    parent = snapshot.manifest.get("parent")
-    seen = {snapshot.version}
-    while parent and parent not in seen:
-        seen.add(parent)
-        try:
-            manifest = store.manifest(parent)
-        except (SnapshotError, OSError, ValueError):
-            return  # the walk of lineage_traces ends there too
-        try:
-            if VersionFiles(store.versions_dir / parent, manifest).has_round_traces():
-                store.files(parent)
-        except (SnapshotError, OSError) as exc:
-            log.warning(
-                "version %s: its ancestor %s could not be downloaded: %s", snapshot.version, parent, exc
-            )
-        parent = manifest.get("parent")
+        return self.store.address

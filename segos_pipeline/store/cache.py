@@ -31,7 +31,7 @@ from typing import TypeVar
 import polars as pl
 
 from .durable import fsync_dir, fsync_file
-from .snapshot import sha256_file
+from .layout import sha256_file
 
 T = TypeVar("T")
 HASHES = "hashes.json"  # {file name: {"bytes", "sha256"}} of every other file of the entry; written last

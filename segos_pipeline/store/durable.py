@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import uuid
 from pathlib import Path
 
 
@@ -20,3 +21,19 @@ def fsync_dir(path: Path) -> None:
     """Flush a folder's entries to disk (after a rename into it), where the filesystem allows it."""
     with contextlib.suppress(OSError):  # not every filesystem lets a directory be opened for fsync
         fsync_file(path)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so that a reader sees the old file or the new one whole, also after a
+    crash: written under a temporary name, flushed, renamed over it, and the folder flushed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        with tmp.open("wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(path.parent)

@@ -38,12 +38,13 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..config import WRITER_WAIT_S
+from .durable import write_atomically
 from .filesystem import (
     Location,
     RemoteStoreError,
@@ -55,26 +56,13 @@ from .filesystem import (
     put_whole,
     remote_io,
 )
+from .layout import MANIFEST, VERSION_RE, WINDOW_FILES, manifest_shape, sha256_file, version_seq
 from .lock import stage_lock, sweep_stale_stages
-from .snapshot import (
-    _VERSION_RE,
-    MANIFEST,
-    DamagedSnapshot,
-    Snapshot,
-    SnapshotError,
-    SnapshotStore,
-    StaleParent,
-    UnknownVersion,
-    VersionFiles,
-    _seq,
-    manifest_shape,
-    sha256_file,
-    write_atomically,
-)
+from .snapshot import DamagedSnapshot, Snapshot, SnapshotError, SnapshotStore, StaleParent, UnknownVersion
 from .uri import is_uri
+from .version_files import VersionFiles
 
 MANIFESTS = ".remote-manifests"  # in the cache: the raw bytes of every manifest read from the URI
-WINDOW_FILES = "window_files"  # manifest key of an evolved version's referenced trace files (round.py)
 
 
 class VersionExists(SnapshotError):
@@ -135,6 +123,48 @@ class RemoteStore(SnapshotStore):
     def __repr__(self) -> str:
         return f"RemoteStore({self.uri!r}, cache={str(self.root)!r})"
 
+    # ----------------------------------------------------- where it is (see `SnapshotStore.address`)
+
+    @property
+    def address(self) -> str:
+        return self.uri
+
+    @property
+    def local_root(self) -> Path | None:
+        return None
+
+    @property
+    def local_cache(self) -> Path | None:
+        return self.root
+
+    @property
+    def commits_show_locally(self) -> bool:
+        return False  # another machine's commit changes nothing in the cache: the URI is polled
+
+    def fetch_ancestors(
+        self, snapshot: Snapshot, wanted: Callable[[VersionFiles], bool]
+    ) -> list[tuple[str, Exception]]:
+        """Download into the cache the ancestors of `snapshot` whose files `wanted` reads (execution order
+        reads their round traces from the cache folder). Files shared with cached versions are linked,
+        not downloaded; an ancestor that cannot be fetched is left out and returned with why (its reader
+        then finds it missing, as it finds a damaged local one)."""
+        failed: list[tuple[str, Exception]] = []
+        parent = snapshot.manifest.get("parent")
+        seen = {snapshot.version}
+        while parent and parent not in seen:
+            seen.add(parent)
+            try:
+                manifest = self.manifest(parent)
+            except (SnapshotError, OSError, ValueError):
+                return failed  # a reader walking the lineage ends there too
+            try:
+                if wanted(VersionFiles(self.versions_dir / parent, manifest)):
+                    self.files(parent)
+            except (SnapshotError, OSError) as exc:
+                failed.append((parent, exc))
+            parent = manifest.get("parent")
+        return failed
+
     # ------------------------------------------------------------------------------------------ listing
 
     def _scan(self) -> tuple[list[dict[str, Any]], dict[str, str]]:
@@ -144,7 +174,7 @@ class RemoteStore(SnapshotStore):
             names = sorted(
                 n
                 for n in (basename(e["name"]) for e in children(self.location, "versions"))
-                if _VERSION_RE.match(n)
+                if VERSION_RE.match(n)
             )
             raw = {n: self._cached_manifest(n) for n in names}
             missing = [n for n, data in raw.items() if data is None]
@@ -224,7 +254,7 @@ class RemoteStore(SnapshotStore):
         data = self._cached_manifest(vid)
         if data is not None:
             return data
-        if not _VERSION_RE.match(vid):
+        if not VERSION_RE.match(vid):
             raise UnknownVersion(f"{vid!r} is not a full version id (store {self.uri})")
         path = self.location.join("versions", vid, MANIFEST)
         try:
@@ -415,9 +445,9 @@ class RemoteStore(SnapshotStore):
             )
 
     def _refuse_overtaken(self, manifest: dict[str, Any]) -> None:
-        vid, seq = manifest["version"], int(manifest.get("seq", _seq(manifest["version"])))
+        vid, seq = manifest["version"], int(manifest.get("seq", version_seq(manifest["version"])))
         versions = self._scan()[0]
-        newer = [m for m in versions if m["version"] != vid and _seq(m["version"]) >= seq]
+        newer = [m for m in versions if m["version"] != vid and version_seq(m["version"]) >= seq]
         if newer:
             other = newer[-1]
             raise StaleParent(
@@ -436,12 +466,12 @@ class RemoteStore(SnapshotStore):
 
     # --------------------------------------------------------------------- other files (trace windows)
 
-    def remote_names(self, rel: str) -> list[str]:
+    def names_in(self, rel: str) -> list[str]:
         """Names directly under `rel` at the URI (none when it does not exist)."""
         with remote_io("list", self.location.url(rel)):
             return sorted(basename(e["name"]) for e in children(self.location, rel))
 
-    def remote_files(self, rel: str, suffix: str) -> dict[str, int]:
+    def files_in(self, rel: str, suffix: str) -> dict[str, int]:
         """Files under `rel` (any depth) whose name ends with `suffix`: path relative to the store → bytes.
         Temporary uploads (`*.tmp`) and hidden files are left out."""
         with remote_io("list", self.location.url(rel)):
@@ -463,7 +493,7 @@ class RemoteStore(SnapshotStore):
         """Download the files under `rel` ending with `suffix` that the cache lacks (or holds at another
         size). Meant for files written once under a unique name, which a cached copy can never go stale
         for; returns the local paths downloaded."""
-        return self.download(dict(sorted(self.remote_files(rel, suffix).items())))[1]
+        return self.download(dict(sorted(self.files_in(rel, suffix).items())))[1]
 
     def download(self, sizes: Mapping[str, int]) -> tuple[list[Path], list[Path]]:
         """Files of the store (path relative to it → bytes, each written once under a unique name) in the

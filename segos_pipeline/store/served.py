@@ -41,6 +41,7 @@ class SnapshotStore(Protocol):
     this module to resolve "served": a protocol, not the class, keeps the imports one way."""
 
     root: Path
+    address: str
 
     def latest(self) -> str: ...
     def resolve(self, version: str | None) -> str: ...
@@ -193,4 +194,4 @@ def _now() -> str:
 
 
 def _where(store: SnapshotStore) -> str:
-    return str(getattr(store, "uri", store.root))
+    return store.address

@@ -1,19 +1,5 @@
 """Immutable, atomically written graph versions (SPEC §9).
 
-Layout of a store:
-
-    STORE/versions/<version_id>/   nodes-00000.parquet tokens-00000.parquet ... (one pair per part)
-                                   signature.npz vocab.parquet edges.parquet transition.npz
-                                   report.parquet [extra files] manifest.json
-    STORE/.staging/<uuid>/         versions being written (invisible to readers)
-    STORE/.staging/<uuid>.lock     held by the live writer of <uuid> (see `lock.py`)
-    STORE/.writer.lock             the store's writer lock: one writer at a time (see `lock.py`)
-    STORE/served.json              the served pointer: the version followers serve (see `served.py`)
-
-A version's files are written first and its manifest last, so the manifest is the commit point; the
-staged folder is then renamed into `versions/` in one step. Readers list only folders whose manifest is
-present, and loading verifies every file's sha256 against the manifest. Files are made read-only.
-
 Writers. A writing command holds the store's writer lock from reading its parent to its commit
 (`SnapshotStore.writer`), and every commit takes it (re-entrantly) to allocate its sequence number, so
 sequence numbers are unique whoever writes. A commit whose parent was read as the latest version refuses
@@ -21,521 +7,53 @@ when another version was committed since (the optimistic check that covers a cal
 lock throughout): its edit would otherwise be missing from the newest version. Staging folders of dead
 writers are removed by the next write. Readers take no lock.
 
-Parts (format 2). The node table (sorted by id) is stored as consecutive parts of about `PART_ROWS` skills,
-each with the token rows of its skills (their `node` index local to the part). A child version whose part
-holds the same rows as its parent's hard-links the parent's file instead of writing it again, and records
-the parent's hash for it: one changed skill rewrites one part, an evolution round that leaves the library
-alone rewrites no part, and a damaged shared file still fails verification in every version that lists it.
-`signature.npz` + `vocab.parquet` hold the binary skill × token signature matrix of the Jaccard graph, so
-an incremental update never re-derives it from the token table. Format-1 versions (one `nodes.parquet` and
-one `tokens.parquet`, no signature) still load; the signature is then derived from the tokens.
-
-Round traces. An evolved version read from a window of stored traces does not copy them: it stores what
-the round adds per selected trace (trace id, success, retrieval reconstructed, and the queries where their
-retrieval was reconstructed) in bucket files `round-NNNNN.parquet` by a hash of trace id (written by the
-engines, `evolution/engines/round_parts.py`; one `round.parquet` in versions written before the buckets)
-and lists the window's Parquet files under `window_files` in its manifest (path relative to the store when
-inside it, size, sha256), checked on every read (`VersionFiles.round_traces`, which scans the buckets). A
-version evolved from a table in memory, and every version written before this layout, stores the selected
-traces whole (`traces.parquet`), still read.
+The layout of a version's folder, its parts and its manifest: `layout.py`; reading a version's files:
+`version_files.py`; cutting tables into parts: `parts.py`; a version being written: `staging.py`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import itertools
 import json
-import math
 import os
 import re
-import shutil
 import sys
 import threading
-import uuid
-import zipfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
 from .._version import __version__
 from ..config import WRITER_WAIT_S
-from ..text.lexicon import TOKEN_SCHEMA, Signature
-from .durable import fsync_dir
+from ..text.lexicon import Signature
+from .durable import fsync_dir, write_atomically
 from .errors import DamagedSnapshot, SnapshotError, StaleParent, StoreBusy, StoreWriteError, UnknownVersion
-from .lock import Notify, WriterBusy, stage_lock, sweep_stale_stages, writer_lock
+from .layout import (
+    EDGES,
+    EXPERIENCE,
+    EXPERIENCE_SCHEMA,
+    FORMAT,
+    MANIFEST,
+    NODES,
+    TOKENS,
+    TRANSITION,
+    VERSION_RE,
+    manifest_shape,
+    version_seq,
+)
+from .lock import Notify, WriterBusy, writer_lock
 from .oserrors import explain
+from .parts import PartPlan, plan_parts
 from .served import pin, served
+from .staging import Stage
 from .uri import is_uri
-
-FORMAT = 2
-MANIFEST = "manifest.json"
-NODES, TOKENS = "nodes.parquet", "tokens.parquet"  # format 1: the whole table in one file
-EDGES, TRANSITION, REPORT = "edges.parquet", "transition.npz", "report.parquet"
-SIGNATURE, VOCAB = "signature.npz", "vocab.parquet"
-# an evolved version's round: the traces it consumed (execution order mines their lineage), L3's revisions
-ROUND_TRACES, REVISIONS = "traces.parquet", "revisions.parquet"
-# What each skill learned from the successful traces that used it (SPEC §8, "Experience"): one row per
-# (skill, witnessing query text), its own table beside the node table so that the package text is never
-# changed. `tasks` counts distinct successful (task, agent) pairs over every round so far; `first_round` and
-# `last_round` are the rounds that first and last saw the text. Written by evolution, read by retrieval.
-EXPERIENCE = "experience.parquet"
-EXPERIENCE_SCHEMA: dict[str, pl.DataType] = {
-    "skill": pl.String(),
-    "text": pl.String(),
-    "tasks": pl.Int64(),
-    "first_round": pl.Int64(),
-    "last_round": pl.Int64(),
-}
-ROUND_ADDED = "round.parquet"  # per selected trace what the round adds, one file (versions before buckets)
-# ... in buckets by a hash of trace id (`evolution/engines/round_parts.py`), what versions store now
-ROUND_PART_RE = re.compile(r"^round-(\d{5,})\.parquet$")
-# Window traces per round bucket: a bucket holds at most this many rows (~54 MB of Parquet), whatever the
-# window's size, so that whoever writes or reads one holds one bucket. Part of the version's bytes (the
-# bucket count follows from it): both engines read it here.
-ROUND_BUCKET_TRACES = 1_000_000
-WINDOW_FILES = "window_files"  # manifest key: the window's files an evolved version references by hash
-# Skills per part: small enough that rewriting one part is cheap next to everything else an incremental
-# update does (~20 ms at 100k skills), large enough that a 100k library stays at a few dozen files.
-PART_ROWS = 4096
-PART_WRITERS = 2  # parts written at once (threads)
-# zstd at level 1 rather than polars' default 3: a part is written in ~60% of the time for ~5% more bytes
-# (a 1M-skill version writes 245 of each, the largest stage after the parse and the join).
-PART_PARQUET: dict[str, Any] = {"compression": "zstd", "compression_level": 1}
-_VERSION_RE = re.compile(r"^v(\d{4,})-[0-9a-f]{8}$")
-
-
-def sha256_file(path: Path) -> str:
-    with path.open("rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
-
-
-def content_id(files: Mapping[str, Any]) -> str:
-    """The content part of a version id (`v0007-<this>`): a hash of its manifest's file table, so that the
-    id names the bytes the version holds (`manifest_problems` checks it)."""
-    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:8]
-
-
-def manifest_shape(m: Any, name: str) -> str | None:
-    """Why a parsed manifest cannot be the manifest of version folder `name` (None when it can): commands
-    and the server rely on these fields, and a wrong shape must not reach them as a traceback."""
-    if not isinstance(m, dict) or m.get("version") != name:
-        return f"it does not name version {name}"
-    files = m.get("files")
-    if not isinstance(files, dict) or not all(
-        isinstance(f, dict) and isinstance(f.get("sha256"), str) and isinstance(f.get("bytes"), int)
-        for f in files.values()
-    ):
-        return "its `files` is not a table of {name: {sha256, bytes}}"
-    parts = m.get("parts", [])
-    if not isinstance(parts, list) or not all(
-        isinstance(p, dict) and isinstance(p.get("rows"), int) and {"nodes", "tokens"} <= p.keys()
-        for p in parts
-    ):
-        return "its `parts` is not a list of {nodes, tokens, rows}"
-    if not isinstance(m.get("seq", _seq(name)), int):
-        return "its `seq` is not a number"
-    return None
-
-
-def round_part_name(bucket: int) -> str:
-    return f"round-{bucket:05d}.parquet"
-
-
-def round_part_names(files: Mapping[str, Any]) -> list[str]:
-    """A manifest's round bucket files, in bucket order."""
-    return sorted((n for n in files if ROUND_PART_RE.match(n)), key=lambda n: int(ROUND_PART_RE.match(n)[1]))
-
-
-def window_refs(root: Path, files: Sequence[Path]) -> list[dict[str, Any]]:
-    """Manifest references to a window's files: path (relative to the store `root` when inside it), bytes,
-    sha256."""
-    refs = []
-    for f in files:
-        f = Path(f).resolve()
-        try:
-            rel = str(f.relative_to(Path(root).resolve()))
-        except ValueError:
-            rel = str(f)
-        refs.append({"path": rel, "bytes": f.stat().st_size, "sha256": sha256_file(f)})
-    return refs
-
-
-def joined_round_traces(
-    window: Sequence[Path], added: pl.DataFrame | pl.LazyFrame, columns: Sequence[str] | None = None
-) -> pl.DataFrame:
-    """A round's selected traces from its window's files and what the round added to them (a table, or a
-    scan over its bucket files): the window's row of each selected trace, its outcome, and its queries
-    with retrieval filled where it was reconstructed (queries without text are dropped, as reconstruction
-    does), in trace-id order."""
-    wanted = list(columns) if columns else None
-    scan = pl.scan_parquet(list(window)) if window else None
-    if scan is None:
-        raise ValueError("the version lists no window files")
-    have = scan.collect_schema().names()
-    take = [c for c in have if c not in ("success", "retrieval_reconstructed")]
-    if wanted is not None:
-        take = [c for c in take if c in wanted or c == "trace_id"]
-    added_cols = ["trace_id", "success", "retrieval_reconstructed"]
-    if "queries" in take:
-        added_cols.append(pl.col("queries").alias("_added_queries"))
-    added = added.lazy()
-    joined = scan.select(take).join(added.select(added_cols), on="trace_id", how="inner")
-    if "queries" in take:
-        queries_type = added.collect_schema()["queries"]
-        text_kept = pl.element().filter(pl.element().struct.field("text").is_not_null())
-        joined = joined.with_columns(
-            queries=pl.coalesce(
-                "_added_queries",
-                pl.col("queries").fill_null(pl.lit([], dtype=queries_type)).list.eval(text_kept),
-            )
-        ).drop("_added_queries")
-    order = [c for c in take if c != "queries"] + ["success"]
-    order += ["queries"] if "queries" in take else []
-    order += ["retrieval_reconstructed"]
-    if wanted is not None:
-        order = [c for c in order if c in wanted]
-    return joined.select(order).sort("trace_id").collect()
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so that a reader sees the old file or the new one whole, also after a
-    crash: written under a temporary name, flushed, renamed over it, and the folder flushed."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        with tmp.open("wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(path.parent)
-
-
-def part_files(i: int) -> tuple[str, str]:
-    return f"nodes-{i:05d}.parquet", f"tokens-{i:05d}.parquet"
-
-
-# ============================================================================================== parts
-
-
-@dataclass(frozen=True)
-class NewPart:
-    """Rows to write as one part: node rows and their token rows (`node` local to the part)."""
-
-    nodes: pl.DataFrame
-    tokens: pl.DataFrame
-
-
-@dataclass(frozen=True)
-class SamePart:
-    """A part of an existing version, linked unchanged into the new one."""
-
-    folder: Path
-    record: Mapping[str, Any]  # the part's manifest record: file names, rows, first and last id
-    files: Mapping[str, Any]  # the version's file hashes (the linked files keep theirs)
-
-
-PartPlan = Sequence[NewPart | SamePart]
-
-
-def split_rows(n: int, part_rows: int | None = None) -> list[tuple[int, int]]:
-    """Even [start, end) row ranges of at most `part_rows` (default `PART_ROWS`; one empty range for an
-    empty table)."""
-    k = max(1, math.ceil(n / (part_rows or PART_ROWS)))
-    bounds = np.linspace(0, n, k + 1).round().astype(np.int64)
-    return [(int(a), int(b)) for a, b in itertools.pairwise(bounds)]
-
-
-def own_rows(frame: pl.DataFrame) -> pl.DataFrame:
-    """`frame` with each list column holding only its own rows' items.
-
-    A slice of a larger table (a part of a whole node table) shares the whole table's list items, and
-    polars' Parquet writer judges dictionary encoding over all of them: the same rows were stored in other
-    bytes depending on the size of the table they were cut from, and a part of a 1M-skill node table took
-    three times as long to write (~120 ms against ~40 ms).
-    """
-    lists = [name for name, dtype in frame.schema.items() if isinstance(dtype, pl.List)]
-    return frame.with_columns(pl.col(lists).list.eval(pl.element())) if lists else frame
-
-
-def local_tokens(tokens: pl.DataFrame, start: int, end: int) -> pl.DataFrame:
-    """Token rows of nodes [start, end) of a node-sorted token table, `node` made local to the range."""
-    node = tokens["node"]
-    a = int(node.search_sorted(start, side="left"))
-    b = int(node.search_sorted(end, side="left"))
-    return tokens[a:b].with_columns((pl.col("node") - start).cast(pl.UInt32))
-
-
-def plan_parts(
-    nodes: pl.DataFrame,
-    tokens: pl.DataFrame,
-    base: VersionFiles | None = None,
-    base_tables: tuple[pl.DataFrame, pl.DataFrame] | None = None,
-) -> list[NewPart | SamePart]:
-    """Parts of a whole node/token table; a part equal to the same range of `base` is linked from it.
-
-    `base_tables` is the base's loaded (nodes, tokens) when the caller has them: the same objects mean
-    nothing changed and every part is linked without comparing rows.
-    """
-    same_tables = base_tables is not None and base_tables[0] is nodes and base_tables[1] is tokens
-    if not tokens["node"].is_sorted():  # parts are row ranges: each skill's token rows must be contiguous
-        tokens = tokens.sort("node", maintain_order=True)
-    if base is not None and "parts" in base.manifest and base.node_rows == nodes.height:
-        ranges, offset = [], 0
-        for rec in base.parts:
-            ranges.append((offset, offset + rec["rows"]))
-            offset += rec["rows"]
-    else:
-        base, ranges = None, split_rows(nodes.height)
-    out: list[NewPart | SamePart] = []
-    for i, (a, b) in enumerate(ranges):
-        part = NewPart(nodes[a:b], local_tokens(tokens, a, b))
-        if base is not None:
-            linked = base.same_part(i)
-            if same_tables:
-                out.append(linked)
-                continue
-            old_nodes, old_tokens = (
-                (base_tables[0][a:b], local_tokens(base_tables[1], a, b))
-                if base_tables is not None
-                else base.read_part(i)
-            )
-            if part.nodes.equals(old_nodes) and part.tokens.equals(old_tokens):
-                out.append(linked)
-                continue
-        out.append(part)
-    return out
-
-
-# ============================================================================================ reading
-
-
-class VersionFiles:
-    """The files of one committed version, read on demand (what an incremental update needs of its parent
-    without loading whole tables). Handles both storage formats."""
-
-    def __init__(self, path: Path, manifest: dict[str, Any]):
-        self.path = path
-        self.manifest = manifest
-        self.version: str = manifest["version"]
-        files = manifest.get("files", {})
-        if "parts" in manifest:
-            self.parts: list[dict[str, Any]] = [dict(p) for p in manifest["parts"]]
-        else:  # format 1: the whole table is one part (its token `node` column is already 0-based)
-            rows = int(manifest.get("counts", {}).get("skills", 0))
-            self.parts = [{"nodes": NODES, "tokens": TOKENS, "rows": rows}] if NODES in files else []
-        self.node_rows = sum(int(p["rows"]) for p in self.parts)
-        self._parts_read: dict[int, tuple[pl.DataFrame, pl.DataFrame]] = {}
-        self._verified: set[str] = set()
-
-    def verify(self, names: Sequence[str] | None = None) -> list[str]:
-        """Names (of `names`, default every file) whose size or sha256 differ from the manifest. A file
-        found intact is not hashed again by this object (an update checks a part up front and again when
-        it reads it)."""
-        files = self.manifest["files"]
-        bad = []
-        for name in names if names is not None else list(files):
-            if name in self._verified:
-                continue
-            meta = files.get(name)
-            f = self.path / name
-            intact = meta is not None and f.is_file() and f.stat().st_size == meta["bytes"]
-            if intact and sha256_file(f) == meta["sha256"]:
-                self._verified.add(name)
-            else:
-                bad.append(name)
-        return bad
-
-    def manifest_problems(self) -> list[str]:
-        """What is wrong with the manifest as a whole (empty when nothing): an id that does not follow
-        from its file table (`content_id`) or its sequence number, and files in the version's folder that
-        it does not list (a version's folder is written whole and never changed afterwards)."""
-        out = []
-        files = self.manifest.get("files", {})
-        m = _VERSION_RE.match(self.version)
-        if m is None or not self.version.endswith(f"-{content_id(files)}"):
-            out.append(
-                f"its id {self.version} does not match the hash of its file table ({content_id(files)})"
-            )
-        elif int(m.group(1)) != self.manifest.get("seq", int(m.group(1))):
-            out.append(f"its id {self.version} does not match its sequence number {self.manifest.get('seq')}")
-        if self.path.is_dir():
-            unlisted = sorted(
-                p.name for p in self.path.iterdir() if p.name != MANIFEST and p.name not in files
-            )
-            if unlisted:
-                out.append(f"{', '.join(unlisted[:5])}{' ...' if len(unlisted) > 5 else ''} not listed in it")
-        return out
-
-    def check(self, names: Sequence[str] | None = None) -> None:
-        bad = self.verify(names)
-        if bad:
-            raise DamagedSnapshot(
-                f"version {self.version} is damaged: {', '.join(bad)} no longer match(es) the manifest "
-                "hashes; load another version, run `segos repair` (it makes cold-start files again from the "
-                "library), or rebuild it"
-            )
-
-    def node_files(self) -> list[str]:
-        return [p["nodes"] for p in self.parts]
-
-    def read_nodes(self, columns: Sequence[str] | None = None) -> pl.DataFrame:
-        cols = list(columns) if columns is not None else None
-        frames = [self._parquet(p["nodes"], columns=cols) for p in self.parts]
-        # one chunk per column: row gathers (hydrating a bundle) on a many-chunk frame are several times
-        # slower, and every query pays that while the copy is paid once
-        return pl.concat(frames, how="vertical", rechunk=True) if frames else pl.DataFrame()
-
-    def read_tokens(self) -> pl.DataFrame:
-        frames = [
-            frame.with_columns((pl.col("node") + start).cast(pl.UInt32)) if start else frame
-            for start, _stop, frame in self.token_parts()
-        ]
-        return (
-            pl.concat(frames, how="vertical", rechunk=True) if frames else pl.DataFrame(schema=TOKEN_SCHEMA)
-        )
-
-    def token_parts(self) -> Iterator[tuple[int, int, pl.DataFrame]]:
-        """(first node, end node, token rows with `node` local to the part) of each part in turn: the
-        token table a part at a time, for readers that must not hold it whole (100M rows at 1M skills)."""
-        offset = 0
-        for p in self.parts:
-            rows = int(p["rows"])
-            yield offset, offset + rows, self._parquet(p["tokens"])
-            offset += rows
-
-    def read_part(self, i: int) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """Node rows and token rows (`node` local) of part i, checked against the manifest first (what is
-        read of a part may be written into a new one: damage must not carry over under a fresh hash).
-        Kept once read: an update reads its part twice."""
-        if i not in self._parts_read:
-            p = self.parts[i]
-            self.check([p["nodes"], p["tokens"]])
-            self._parts_read[i] = (
-                self._parquet(p["nodes"]),
-                self._parquet(p["tokens"]),
-            )
-        return self._parts_read[i]
-
-    def part_at(self, idx: int) -> tuple[int, int]:
-        """(part, its first node index) of the part that holds node `idx`, or receives it: a node inserted
-        at a part boundary joins the later part, one appended at the end joins the last."""
-        starts = np.cumsum([0] + [int(p["rows"]) for p in self.parts])
-        i = min(int(np.searchsorted(starts, idx, side="right")) - 1, max(len(self.parts) - 1, 0))
-        return i, int(starts[i])
-
-    def same_part(self, i: int) -> SamePart:
-        return SamePart(self.path, self.parts[i], self.manifest["files"])
-
-    def has_signature(self) -> bool:
-        return SIGNATURE in self.manifest.get("files", {})
-
-    def read_signature(self) -> Signature:
-        with self._reading(SIGNATURE), np.load(self.path / SIGNATURE) as z:
-            indptr, indices, shape = z["indptr"], z["indices"], tuple(int(x) for x in z["shape"])
-        data = np.ones(len(indices), dtype=np.float32)
-        matrix = sp.csr_matrix((data, indices, indptr), shape=shape)
-        return Signature(matrix, self._parquet(VOCAB)["token"])
-
-    def read_extra(self, name: str) -> pl.DataFrame:
-        """Another Parquet table of this version (e.g. the build report), as listed in its manifest."""
-        if name not in self.manifest.get("files", {}):
-            raise SnapshotError(f"version {self.version} has no file {name!r}")
-        return self._parquet(name)
-
-    def read_edges(self) -> pl.DataFrame:
-        return self._parquet(EDGES)
-
-    def has_round_traces(self) -> bool:
-        files = self.manifest.get("files", {})
-        return ROUND_TRACES in files or ROUND_ADDED in files or bool(round_part_names(files))
-
-    def round_added(self) -> pl.LazyFrame:
-        """What the round added to each selected trace (ADDED_SCHEMA): a scan over its bucket files (or its
-        one `round.parquet`, older versions), each checked against the manifest first."""
-        files = self.manifest.get("files", {})
-        names = round_part_names(files) or ([ROUND_ADDED] if ROUND_ADDED in files else [])
-        if not names:
-            raise SnapshotError(f"version {self.version} stores no round traces")
-        self.check(names)
-        return pl.scan_parquet([self.path / n for n in names])
-
-    def round_traces(self, columns: Sequence[str] | None = None) -> pl.DataFrame:
-        """The round's selected traces (of `columns`, default all), stored whole or as what the round
-        added to its window's traces. Every file read is checked against its manifest hash first:
-        `DamagedSnapshot` names the ones that fail (a window file gone or rewritten included)."""
-        files = self.manifest.get("files", {})
-        if ROUND_TRACES in files:
-            self.check([ROUND_TRACES])
-            with self._reading(ROUND_TRACES):
-                path = self.path / ROUND_TRACES
-                have = pl.read_parquet_schema(path)
-                return pl.read_parquet(path, columns=[c for c in columns if c in have] if columns else None)
-        added = self.round_added()  # raises for a version that stores no round traces
-        window = self.window_files()
-        try:
-            return joined_round_traces(window, added, columns)
-        except (OSError, pl.exceptions.PolarsError) as exc:
-            raise DamagedSnapshot(
-                f"version {self.version}: cannot read its window's traces: {explain(exc)}"
-            ) from exc
-
-    def window_files(self) -> list[Path]:
-        """The window files this version references, each checked against its recorded size and sha256."""
-        root = self.path.parent.parent  # STORE/versions/<id> → STORE
-        paths, bad = [], []
-        for ref in self.manifest.get(WINDOW_FILES, []):
-            f = root / ref["path"]  # an absolute recorded path stays absolute
-            if f.is_file() and f.stat().st_size == ref["bytes"] and sha256_file(f) == ref["sha256"]:
-                paths.append(f)
-            else:
-                bad.append(str(f))
-        if bad:
-            raise DamagedSnapshot(
-                f"version {self.version} references window traces that are gone or changed: "
-                f"{', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}; its round traces cannot be read "
-                "(restore the window's files, or rebuild the version)"
-            )
-        return paths
-
-    def read_transition(self) -> sp.csr_matrix:
-        with self._reading(TRANSITION):
-            return sp.load_npz(self.path / TRANSITION).tocsr()
-
-    def _parquet(self, name: str, columns: list[str] | None = None) -> pl.DataFrame:
-        with self._reading(name):
-            return pl.read_parquet(self.path / name, columns=columns)
-
-    @contextlib.contextmanager
-    def _reading(self, name: str) -> Iterator[None]:
-        """A file of this version that cannot be read (truncated, garbled, gone) is named in the error; the
-        readers' own messages name no file. Polars' reader panics (a `BaseException`) are caught too."""
-        try:
-            yield
-        except (
-            OSError,
-            ValueError,
-            KeyError,
-            zipfile.BadZipFile,
-            pl.exceptions.PolarsError,
-            pl.exceptions.PanicException,
-        ) as exc:
-            raise DamagedSnapshot(
-                f"version {self.version}: cannot read {self.path / name}: {explain(exc)}. "
-                "Run `segos verify --all` to see which versions are intact; `segos repair --all` makes "
-                "damaged cold-start files again from the library, and restores nothing else: restore the "
-                "rest from a backup, or delete the version's folder and rebuild"
-            ) from exc
+from .version_files import SamePart, VersionFiles
 
 
 @dataclass
@@ -629,117 +147,6 @@ class Snapshot:
 # ============================================================================================ writing
 
 
-class _Stage:
-    """A version being written in `.staging/`: files are written (or linked) first, the manifest last."""
-
-    def __init__(self, store: SnapshotStore):
-        self.store = store
-        store.staging_dir.mkdir(parents=True, exist_ok=True)
-        store.versions_dir.mkdir(parents=True, exist_ok=True)
-        sweep_stale_stages(store.staging_dir)  # folders of killed writers (a live writer's lock is held)
-        self._lock = stage_lock(store.staging_dir, uuid.uuid4().hex)
-        self.dir = self._lock.__enter__()
-        try:
-            self.dir.mkdir()
-        except BaseException:
-            self._lock.__exit__(*sys.exc_info())
-            raise
-        self.linked: dict[str, Any] = {}
-        self.sealed: dict[str, Any] = {}  # files already flushed and hashed (`_seal`)
-        self.parts: list[dict[str, Any]] = []
-        self.current: Path = self.dir  # the file being written, for the message when writing fails
-
-    def at(self, name: str) -> Path:
-        """The staged path of `name`, noted as the file being written."""
-        self.current = self.dir / name
-        return self.current
-
-    def link(self, name: str, source: Path, meta: Mapping[str, Any]) -> None:
-        """Add an unchanged file of another version under `name`, keeping that version's recorded hash (so
-        damage to the shared file stays detectable here too). Copies when the filesystem cannot link."""
-        target = self.at(name)
-        try:
-            os.link(source, target)
-        except OSError:
-            shutil.copyfile(source, target)
-        self.linked[name] = {"sha256": meta["sha256"], "bytes": meta["bytes"]}
-
-    def add_parts(self, plan: PartPlan) -> None:
-        # New parts are written PART_WRITERS at a time: polars releases the GIL while it decodes, encodes
-        # and compresses a part, so a second thread keeps the other core busy (a 1M-skill version has 245
-        # parts; 1.15 → 0.84 s for 10 of them). Records are gathered in part order.
-        with ThreadPoolExecutor(PART_WRITERS) as pool:
-            self.parts.extend(pool.map(self._add_part, range(len(plan)), itertools.repeat(plan)))
-
-    def _add_part(self, i: int, plan: PartPlan) -> dict[str, Any]:
-        nodes_name, tokens_name = part_files(i)
-        part = plan[i]
-        if isinstance(part, SamePart):
-            self.link(nodes_name, part.folder / part.record["nodes"], part.files[part.record["nodes"]])
-            self.link(tokens_name, part.folder / part.record["tokens"], part.files[part.record["tokens"]])
-            rec = {k: part.record[k] for k in ("rows", "first", "last") if k in part.record}
-        else:
-            own_rows(part.nodes).write_parquet(self.at(nodes_name), **PART_PARQUET)
-            own_rows(part.tokens).write_parquet(self.at(tokens_name), **PART_PARQUET)
-            self._seal(nodes_name)
-            self._seal(tokens_name)
-            ids = part.nodes["id"]
-            rec = {
-                "rows": part.nodes.height,
-                "first": ids[0] if len(ids) else None,
-                "last": ids[-1] if len(ids) else None,
-            }
-        return {"nodes": nodes_name, "tokens": tokens_name, **rec}
-
-    def _seal(self, name: str) -> None:
-        """Flush a finished file to disk and record its hash now, on the writer's thread: a 1M-skill
-        version's parts are most of its 0.9 GB, and flushing and hashing them one after another at the
-        commit kept the disk and a core busy while nothing else ran."""
-        path = self.dir / name
-        with path.open("rb") as fh:
-            os.fsync(fh.fileno())
-        self.sealed[name] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
-
-    def add_signature(self, signature: Signature | VersionFiles) -> None:
-        if isinstance(signature, VersionFiles):
-            files = signature.manifest["files"]
-            for name in (SIGNATURE, VOCAB):
-                self.link(name, signature.path / name, files[name])
-            return
-        m = signature.matrix.tocsr()
-        with self.at(SIGNATURE).open("wb") as fh:  # uncompressed: written on every update, read fast
-            np.savez(
-                fh,
-                indptr=m.indptr.astype(np.int64),
-                indices=m.indices.astype(np.int32),
-                shape=np.array(m.shape, dtype=np.int64),
-            )
-        pl.DataFrame({"token": signature.vocab}, schema={"token": pl.String}).write_parquet(self.at(VOCAB))
-
-    def commit(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
-        files = {}
-        for f in sorted(self.dir.iterdir()):
-            if f.name in self.linked or f.name in self.sealed:
-                files[f.name] = self.linked.get(f.name) or self.sealed[f.name]
-                continue
-            self.current = f
-            with f.open("rb") as fh:
-                os.fsync(fh.fileno())
-            files[f.name] = {"sha256": sha256_file(f), "bytes": f.stat().st_size}
-        content = content_id(files)
-        extra = {"parts": self.parts} if self.parts else {}
-        self.current = self.dir / MANIFEST
-        return self.store._commit(self.dir, {**manifest, **extra}, files, content)
-
-    def discard(self) -> None:
-        """Remove what is left of the folder (all of it unless committed), then release its lock."""
-        try:
-            if self.dir.exists():
-                shutil.rmtree(self.dir, ignore_errors=True)
-        finally:
-            self._lock.__exit__(None, None, None)
-
-
 class SnapshotStore:
     def __init__(self, root: str | Path, lock_timeout: float = WRITER_WAIT_S):
         if is_uri(root):  # Path() would fold `s3://b/x` into a local folder named `s3:`
@@ -760,6 +167,74 @@ class SnapshotStore:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._reads = threading.local()
+
+    # ------------------------------------------- where it is: a folder here, or a URI (`remote.RemoteStore`)
+    # Callers ask these instead of testing for a `RemoteStore`: a store at a URI overrides each one.
+
+    @property
+    def address(self) -> str:
+        """What `--store` reaches this store by: its folder (a store at a URI: the URI)."""
+        return str(self.root)
+
+    @property
+    def local_root(self) -> Path | None:
+        """The store's own folder on this machine; None for a store at a URI (`root` is then its cache)."""
+        return self.root
+
+    @property
+    def local_cache(self) -> Path | None:
+        """The cache folder a store at a URI is read and written through; None for a folder."""
+        return None
+
+    @property
+    def commits_show_locally(self) -> bool:
+        """Whether every writer's commit changes `versions_dir` and the served pointer on this machine (a
+        folder: yes, so their mtimes tell a reader to look again; a store at a URI is polled instead)."""
+        return True
+
+    listing_max_age: float | None = None  # seconds a listing may be reused; None: a folder is listed anew
+
+    def polling(self, every: float) -> SnapshotStore:
+        """A reader that lists the store at most every `every` seconds; a folder is cheap to list, so
+        itself."""
+        return self
+
+    def url(self, rel: str) -> str | None:
+        """The URI of `rel` (a path relative to the store) at a store on a URI; None for a folder."""
+        return None
+
+    def names_in(self, rel: str) -> list[str]:
+        """Names directly under folder `rel` of the store, sorted (none when it does not exist)."""
+        folder = self.root / rel
+        return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+    def files_in(self, rel: str, suffix: str) -> dict[str, int]:
+        """Files under `rel` (any depth) whose name ends with `suffix`: path relative to the store → bytes.
+        Hidden files are left out."""
+        folder = self.root / rel
+        if not folder.is_dir():
+            return {}
+        found = sorted(p for p in folder.rglob(f"*{suffix}") if p.is_file() and not p.name.startswith("."))
+        return {p.relative_to(self.root).as_posix(): p.stat().st_size for p in found}
+
+    def pull(self, rel: str, suffix: str) -> list[Path]:
+        """Bring the files under `rel` ending with `suffix` to this machine; the ones fetched now (a folder
+        holds them already: none)."""
+        return []
+
+    def pull_file(self, rel: str) -> bool:
+        """Bring the store's copy of file `rel` (rewritten whole) here; False when there is none."""
+        return (self.root / rel).is_file()
+
+    def push(self, local: Path) -> None:
+        """Publish a file written under `root` (a folder: it already is)."""
+
+    def fetch_ancestors(
+        self, snapshot: Snapshot, wanted: Callable[[VersionFiles], bool]
+    ) -> list[tuple[str, Exception]]:
+        """Bring to this machine the ancestors of `snapshot` whose files `wanted` reads (a folder holds
+        them): (ancestor, why) of those that could not be fetched."""
+        return []
 
     # ------------------------------------------------------------------------------------------ writers
 
@@ -794,7 +269,8 @@ class SnapshotStore:
         # ties (two versions with one sequence number, from a store written before writers were
         # serialized) in creation order, so that `latest` is at least the same one every time
         return sorted(
-            self._scan()[0], key=lambda m: (_seq(m["version"]), str(m.get("created_at", "")), m["version"])
+            self._scan()[0],
+            key=lambda m: (version_seq(m["version"]), str(m.get("created_at", "")), m["version"]),
         )
 
     def unreadable_versions(self) -> dict[str, str]:
@@ -808,7 +284,7 @@ class SnapshotStore:
         found, unreadable = [], {}
         for child in self.versions_dir.iterdir():
             manifest = child / MANIFEST
-            if _VERSION_RE.match(child.name) and manifest.is_file():
+            if VERSION_RE.match(child.name) and manifest.is_file():
                 try:
                     m = json.loads(manifest.read_text())
                     wrong = manifest_shape(m, child.name)
@@ -831,11 +307,11 @@ class SnapshotStore:
         store's newest version is damaged, and building on or serving the one before it must be asked for
         by name (`--from`, `--version`), never happen silently."""
         vid = self.latest()
-        newer = {v: why for v, why in self.unreadable_versions().items() if _seq(v) > _seq(vid)}
+        newer = {v: why for v, why in self.unreadable_versions().items() if version_seq(v) > version_seq(vid)}
         if newer:
-            newest = max(newer, key=_seq)
+            newest = max(newer, key=version_seq)
             raise DamagedSnapshot(
-                f"the newest version {newest} of store {getattr(self, 'uri', self.root)} cannot be used: "
+                f"the newest version {newest} of store {self.address} cannot be used: "
                 f"{newer[newest]}. The newest readable one is {vid}; name it to use it (`--from {vid}` for "
                 f"evolve, `--version {vid}` elsewhere), or restore {newest} from a backup (or delete its "
                 "folder). `segos verify --all` lists every damaged version"
@@ -856,7 +332,9 @@ class SnapshotStore:
         if version in ids:
             return version
         if re.fullmatch(r"v?\d+", version):
-            seq = [m for m in manifests if m.get("seq", _seq(m["version"])) == int(version.lstrip("v"))]
+            seq = [
+                m for m in manifests if m.get("seq", version_seq(m["version"])) == int(version.lstrip("v"))
+            ]
             if len(seq) > 1:
                 listed = "; ".join(
                     f"{m['version']} ({m.get('kind', '?')}, parent {m.get('parent') or '-'}, created "
@@ -879,7 +357,7 @@ class SnapshotStore:
         hint = f"ambiguous prefix (matches {len(matches)})" if matches else "no such version"
         raise UnknownVersion(
             f"{hint}: {version!r} in store {self.root}; known versions (newest last): {known}. "
-            f"Run `segos versions --store {getattr(self, 'uri', self.root)}` to list them."
+            f"Run `segos versions --store {self.address}` to list them."
         )
 
     def _refuse_unreadable(self, version: str) -> None:
@@ -887,9 +365,9 @@ class SnapshotStore:
         damaged, not unknown: say so."""
         seq = int(version.lstrip("v")) if re.fullmatch(r"v?\d+", version) else None
         for vid, why in sorted(self.unreadable_versions().items()):
-            if vid.startswith(version) or (seq is not None and _seq(vid) == seq):
+            if vid.startswith(version) or (seq is not None and version_seq(vid) == seq):
                 raise DamagedSnapshot(
-                    f"version {vid} of store {getattr(self, 'uri', self.root)} cannot be used: {why}; "
+                    f"version {vid} of store {self.address} cannot be used: {why}; "
                     "restore it from a backup, or delete its folder (`segos verify --all` lists every "
                     "damaged version)"
                 )
@@ -1014,8 +492,8 @@ class SnapshotStore:
                 ) from exc
 
     @contextlib.contextmanager
-    def _staged(self) -> Iterator[_Stage]:
-        stage = _Stage(self)
+    def _staged(self) -> Iterator[Stage]:
+        stage = Stage(self)
         try:
             yield stage
         finally:
@@ -1060,7 +538,7 @@ class SnapshotStore:
         content: str,
         versions: list[dict[str, Any]],
     ) -> dict[str, Any]:
-        taken = max((_seq(m["version"]) for m in versions), default=0)
+        taken = max((version_seq(m["version"]) for m in versions), default=0)
         for attempt in range(100):  # a writer of older code takes no lock: step past its numbers
             seq = taken + 1 + attempt
             vid = f"v{seq:04d}-{content}"
@@ -1083,7 +561,7 @@ class SnapshotStore:
                 if f.stat().st_mode & 0o222:
                     f.chmod(0o444)
             fsync_dir(stage)
-            if any(_seq(p.name) == seq for p in self.versions_dir.iterdir()):
+            if any(version_seq(p.name) == seq for p in self.versions_dir.iterdir()):
                 continue
             try:
                 os.rename(stage, self.versions_dir / vid)
@@ -1102,8 +580,3 @@ def _command_line() -> str:
     if name == "__main__.py":  # `python -m segos_pipeline.cli ...`
         name = "segos"
     return " ".join([name, *sys.argv[1:]])[:200]
-
-
-def _seq(version: str) -> int:
-    m = _VERSION_RE.match(version)
-    return int(m.group(1)) if m else -1

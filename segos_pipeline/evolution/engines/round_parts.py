@@ -1,6 +1,6 @@
 """A round's per-trace table (what it adds to each selected trace) as the bucket files its version stores.
 
-An evolved version read from a window of files stores `round-NNNNN.parquet` (`snapshot.round_part_name`):
+An evolved version read from a window of files stores `round-NNNNN.parquet` (`retrieval/round_traces.py`):
 bucket b holds the `added` rows (ADDED_SCHEMA) of the selected traces whose `hash(trace_id) % B == b`,
 sorted by trace id, written with the fixed settings of `bucket_bytes`; every bucket is written, an empty one
 as an empty table. B = ceil(window rows / ROUND_BUCKET_TRACES), at least 1 (`bucket_count`).
@@ -32,11 +32,16 @@ from typing import Any
 
 import polars as pl
 
+from ...retrieval.round_traces import round_part_name
 from ...store.filesystem import get_whole, open_location, remote_io
-from ...store.snapshot import ROUND_BUCKET_TRACES, Snapshot, round_part_name
+from ...store.snapshot import Snapshot
 from ..evidence import ADDED_SCHEMA
 from .scratch import Scratch
 
+# Window traces per round bucket: a bucket holds at most this many rows (~54 MB of Parquet), whatever the
+# window's size, so that whoever writes or reads one holds one bucket. Part of the version's bytes (the
+# bucket count follows from it): both engines read it here.
+ROUND_BUCKET_TRACES = 1_000_000
 BUCKET = "_bucket"  # the bucket of a row while it travels between an engine's processes
 # Fixed writer settings: part of the bytes that both engines must produce alike (polars' own defaults
 # could change between releases; these are stated once).

@@ -38,7 +38,7 @@ def store_window(store: RemoteStore, window: str) -> StoreWindow:
     """The Parquet files of `window` at the store's URI, as they are now (a later ingest into the window
     adds parts this list, the round and its version do not see)."""
     folder = f"traces/{check_window(window)}"
-    listed = store.remote_files(folder, ".parquet")
+    listed = store.files_in(folder, ".parquet")
     names = window_reading_order(p.removeprefix(f"{folder}/") for p in listed)
     if not names:
         TraceStore(store).scan(window)  # raises the store's own "no traces ingested for window" error
