@@ -40,7 +40,7 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from ..config import AVOID, SEMANTIC, TRAVERSABLE, GraphConfig, ParseConfig, TransitionConfig
+from ..config import SEMANTIC, GraphConfig, ParseConfig, TransitionConfig
 from ..progress import Progress
 from ..store import parts as parts_mod
 from ..store.layout import EDGES, EXPERIENCE, REPORT, SIGNATURE, TRANSITION, VOCAB
@@ -49,9 +49,18 @@ from ..store.served import advance
 from ..store.snapshot import SnapshotError, SnapshotStore
 from ..store.version_files import SamePart, VersionFiles
 from ..text.compact_tokens import token_table
-from ..text.lexicon import SIGNATURE_FIELDS, TOKEN_SCHEMA, Signature
+from ..text.lexicon import TOKEN_SCHEMA, Signature
 from .build import library_fingerprint
-from .edges import EDGE_SCHEMA, counts_by_relation
+from .edges import counts_by_relation
+from .incremental_graph import (
+    holders,
+    patch_edges,
+    patch_operator_for,
+    patch_signature,
+    shift_indices,
+    topk_of_rows,
+    topk_rows,
+)
 from .parsing import (
     _SKIP_DIRS,
     NODE_SCHEMA,
@@ -61,8 +70,8 @@ from .parsing import (
     parse_package,
     report_frame,
 )
-from .semantic_edges import SemanticStats, _row_topk, _stats, df_cap
-from .transition import edge_indices, transition_matrix
+from .semantic_edges import SemanticStats, _stats, df_cap
+from .transition import edge_indices
 
 ACTIONS = ("add", "update", "remove")
 # The node columns an update reads of every skill (ids for indices, names for duplicate-name warnings,
@@ -161,17 +170,6 @@ def _position(ids: pl.Series, skill_id: str) -> tuple[int, bool]:
     return idx, idx < len(ids) and ids[idx] == skill_id
 
 
-def _shift(old: np.ndarray, action: str, idx: int) -> np.ndarray:
-    """New index of each old node index (−1 for the removed node)."""
-    if action == "add":
-        return old + (old >= idx)
-    if action == "remove":
-        out = old - (old > idx)
-        out[old == idx] = -1
-        return out
-    return old.copy()
-
-
 def _splice(df: pl.DataFrame, idx: int, row: pl.DataFrame | None, replace: bool) -> pl.DataFrame:
     tail_start = idx + 1 if replace else idx
     parts = [df[:idx]] + ([row] if row is not None else []) + [df[tail_start:]]
@@ -217,82 +215,6 @@ def _change_part(
         middle = [NewPart(nodes, tokens)]
     plan = [parent.same_part(i) for i in range(p)] + middle
     return plan + [parent.same_part(i) for i in range(p + 1, n_parts)]
-
-
-# -------------------------------------------------------------------------------------- the signature
-
-
-def _patch_signature(
-    sig: Signature, idx: int, present: bool, new_tokens: pl.DataFrame | None
-) -> tuple[Signature, np.ndarray, np.ndarray]:
-    """The child's signature (row idx replaced, inserted or deleted; unseen tokens appended to the
-    vocabulary) and the skill's old and new token columns."""
-    m = sig.matrix
-    indptr, indices = m.indptr.astype(np.int64), m.indices.astype(np.int64)
-    lo = int(indptr[idx])  # idx == n (appending) is indptr's last entry
-    hi = int(indptr[idx + 1]) if present else lo
-    old_cols = indices[lo:hi]
-    vocab = sig.vocab
-    new_cols = np.empty(0, dtype=np.int64)
-    if new_tokens is not None:
-        words = new_tokens.filter(pl.col("field").is_in(SIGNATURE_FIELDS))["token"].unique()
-        known = (
-            pl.DataFrame({"token": vocab})
-            .with_row_index("col")
-            .filter(pl.col("token").is_in(words.implode()))
-        )
-        unseen = words.filter(~words.is_in(known["token"].implode())).sort()
-        new_cols = np.sort(
-            np.concatenate(
-                [
-                    known["col"].to_numpy().astype(np.int64),
-                    len(vocab) + np.arange(len(unseen), dtype=np.int64),
-                ]
-            )
-        )
-        if len(unseen):
-            vocab = pl.concat([vocab, unseen.rename(vocab.name)])
-    lengths = np.diff(indptr)
-    head, tail = lengths[:idx], (lengths[idx + 1 :] if present else lengths[idx:])
-    mid = [len(new_cols)] if new_tokens is not None else []
-    new_lengths = np.concatenate([head, np.array(mid, dtype=np.int64), tail])
-    new_indptr = np.concatenate([[0], np.cumsum(new_lengths)]).astype(np.int64)
-    new_indices = np.concatenate([indices[:lo], new_cols, indices[hi:]])
-    shape = (len(new_lengths), len(vocab))
-    matrix = sp.csr_matrix(
-        (np.ones(len(new_indices), dtype=np.float32), new_indices, new_indptr), shape=shape
-    )
-    return Signature(matrix, vocab), old_cols, new_cols
-
-
-def _topk_of_rows(
-    join: sp.csr_matrix, sizes: np.ndarray, rows: np.ndarray, k: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, sp.csr_matrix]:
-    """Exact top-k (node, neighbour, Jaccard) of `rows` over the joined tokens, ties to the smaller index
-    (the full build's rule, on the same integer arithmetic), and the rows' intersection counts.
-
-    X·X_Eᵀ is one pass over X (X_E has a handful of columns), where X_E·Xᵀ would transpose all of X first.
-    """
-    inter = (join @ join[rows].T).T.tocsr()
-    lengths = np.diff(inter.indptr)
-    local = np.repeat(np.arange(len(rows), dtype=np.int64), lengths)
-    node = rows[local]
-    cols = inter.indices.astype(np.int64)
-    shared = inter.data.astype(np.float64)
-    jac = shared / (sizes[node] + sizes[cols] - shared)
-    jac[cols == node] = 0.0
-    r, c, w = _row_topk(local, cols, jac, inter.indptr, k)
-    return rows[r], c, w, inter
-
-
-def _topk_rows(pairs: pl.DataFrame, k: int) -> pl.DataFrame:
-    """Top-k of each `node` over (node, cand, jac), jac > 0, ties to the smaller candidate index."""
-    return (
-        pairs.filter((pl.col("jac") > 0) & (pl.col("node") != pl.col("cand")))
-        .sort(["node", "jac", "cand"], descending=[False, True, False])
-        .group_by("node", maintain_order=True)
-        .head(k)
-    )
 
 
 # -------------------------------------------------------------------------------------------- the patch
@@ -358,7 +280,7 @@ def patch_version(
         if parent.has_signature()
         else Signature.of(parent.read_tokens(), n_old)  # format 1: derive it once (slow path)
     )
-    sig, old_cols, new_cols = _patch_signature(old_sig, idx, present, new_tokens)
+    sig, old_cols, new_cols = patch_signature(old_sig, idx, present, new_tokens)
     vocab_size = sig.matrix.shape[1]
     df_old = np.bincount(old_sig.matrix.indices, minlength=vocab_size)
     df_new = df_old.copy()
@@ -379,21 +301,21 @@ def patch_version(
     # parent semantic edges with integer endpoints in the NEW numbering (-1: the removed skill)
     e = parent.read_edges()
     sem = edge_indices(e.filter(pl.col("relation") == SEMANTIC), ids_old)
-    su = _shift(sem["u"].to_numpy(), action, idx)
-    sv = _shift(sem["v"].to_numpy(), action, idx)
+    su = shift_indices(sem["u"].to_numpy(), action, idx)
+    sv = shift_indices(sem["v"].to_numpy(), action, idx)
     # exact recompute: u itself, skills that had (old) u in their top-k, holders of a flipped token
     exact = [np.array([new_u] if new_u is not None else [], dtype=np.int64)]
     if present:
         exact.append(su[(sv == (idx if action == "update" else -1)) & (su >= 0)])
     if len(flipped):
-        exact.append(_holders(m, flipped))
+        exact.append(holders(m, flipped))
     exact_arr = np.unique(np.concatenate(exact)).astype(np.int64)
     timings["affected"] = time.perf_counter() - t1
 
     # ---- new top-k rows of the affected skills
     t2 = time.perf_counter()
     k = graph.knn_k
-    r, c, w, inter = _topk_of_rows(join, sizes, exact_arr, k)
+    r, c, w, inter = topk_of_rows(join, sizes, exact_arr, k)
     exact_rows = pl.DataFrame(
         {"node": r.astype(np.uint32), "cand": c.astype(np.uint32), "jac": w},
         schema={"node": pl.UInt32, "cand": pl.UInt32, "jac": pl.Float64},
@@ -423,7 +345,7 @@ def patch_version(
                 "jac": sem["w0"].to_numpy()[keep_old],
             }
         )
-        merged_rows = _topk_rows(pl.concat([old_lists, cand_u], how="vertical"), k)
+        merged_rows = topk_rows(pl.concat([old_lists, cand_u], how="vertical"), k)
     recomputed = pl.concat([exact_rows, merged_rows], how="vertical")
     sources = np.union1d(exact_arr, merge_nodes).astype(np.int64)
     timings["topk"] = time.perf_counter() - t2
@@ -432,10 +354,10 @@ def patch_version(
     # ---- edge table and operator
     t3 = time.perf_counter()
     ids_new = keys["id"].to_numpy()
-    edges, edge_counts = _patch_edges(e, recomputed, ids_new, sources, skill_id, action, _round_of(parent))
+    edges, edge_counts = patch_edges(e, recomputed, ids_new, sources, skill_id, action, _round_of(parent))
     timings["edges"] = time.perf_counter() - t3
     t4 = time.perf_counter()
-    transition, touched = _patch_operator_for(
+    transition, touched = patch_operator_for(
         e, edges, parent.read_transition(), action, idx, n_new, keys["id"], skill_id, new_u, tconf
     )
     timings["operator"] = time.perf_counter() - t4
@@ -460,135 +382,6 @@ def patch_version(
 
 def _round_of(parent: VersionFiles) -> int:
     return int(parent.manifest.get("round", 0))
-
-
-def _holders(m: sp.csr_matrix, cols: np.ndarray) -> np.ndarray:
-    """Rows of `m` with a non-zero in any of `cols`."""
-    hit = np.isin(m.indices, cols)
-    rows = np.repeat(np.arange(m.shape[0], dtype=np.int64), np.diff(m.indptr))
-    return np.unique(rows[hit])
-
-
-def _patch_edges(
-    e: pl.DataFrame,
-    recomputed: pl.DataFrame,
-    ids_new: np.ndarray,
-    sources: np.ndarray,
-    skill_id: str,
-    action: str,
-    round_: int,
-) -> tuple[pl.DataFrame, dict[str, int]]:
-    """The parent's edges without the removed skill's, with the recomputed sources' semantic rows replaced.
-
-    A row whose pair and Jaccard are unchanged is kept as it was (with any evolution state on it); trace-
-    induced edges of existing skills are kept; a pair with an avoid edge gets no navigation edge (SPEC §8).
-    """
-    src_ids = ids_new[sources].tolist() if len(sources) else []
-    edges = e
-    if action == "remove":
-        edges = edges.filter((pl.col("src") != skill_id) & (pl.col("dst") != skill_id))
-    dropped_with_skill = e.height - edges.height
-    is_sem_src = (pl.col("relation") == SEMANTIC) & pl.col("src").is_in(src_ids)
-    old_sem_of_sources = edges.filter(is_sem_src)
-    edges = edges.filter(~is_sem_src)
-    fresh = pl.DataFrame(
-        {
-            "src": ids_new[recomputed["node"].to_numpy().astype(np.int64)] if recomputed.height else [],
-            "dst": ids_new[recomputed["cand"].to_numpy().astype(np.int64)] if recomputed.height else [],
-            "w0_new": recomputed["jac"],
-        },
-        schema={"src": pl.String, "dst": pl.String, "w0_new": pl.Float64},
-    )
-    kept = old_sem_of_sources.join(fresh, on=["src", "dst"], how="inner").filter(
-        pl.col("w0") == pl.col("w0_new")
-    )
-    new_rows = fresh.join(kept.select("src", "dst"), on=["src", "dst"], how="anti").select(
-        "src",
-        "dst",
-        relation=pl.lit(SEMANTIC),
-        weight="w0_new",
-        w0="w0_new",
-        n_e=pl.lit(0, dtype=pl.Int64),
-        round_created=pl.lit(round_, dtype=pl.Int64),
-        round_updated=pl.lit(round_, dtype=pl.Int64),
-        w_raw="w0_new",
-    )
-    avoid = edges.filter(pl.col("relation") == AVOID).select(lo="src", hi="dst")
-    pair = new_rows.with_columns(lo=pl.min_horizontal("src", "dst"), hi=pl.max_horizontal("src", "dst"))
-    blocked = pair.join(avoid, on=["lo", "hi"], how="semi").height
-    new_rows = pair.join(avoid, on=["lo", "hi"], how="anti").drop("lo", "hi")
-    edges = pl.concat([edges, kept.select(list(EDGE_SCHEMA)), new_rows.cast(EDGE_SCHEMA)], how="vertical")
-    counts = {
-        "semantic_rows_replaced": int(old_sem_of_sources.height - kept.height),
-        "semantic_rows_added": int(new_rows.height),
-        "semantic_blocked_by_avoid": int(blocked),
-        "edges_dropped_with_skill": int(dropped_with_skill),
-    }
-    return edges.sort("src", "dst", "relation"), counts
-
-
-def _patch_operator_for(
-    before_edges: pl.DataFrame,
-    edges: pl.DataFrame,
-    old: sp.csr_matrix,
-    action: str,
-    idx: int,
-    n_new: int,
-    node_ids: pl.Series,
-    skill_id: str,
-    new_u: int | None,
-    tconf: TransitionConfig,
-) -> tuple[sp.csr_matrix, int]:
-    """The operator after the edge change: rows of every endpoint of a changed traversable edge rebuilt."""
-    cols = ["src", "dst", "relation", "weight"]
-    before = before_edges.filter(pl.col("relation").is_in(TRAVERSABLE)).select(cols)
-    after = edges.filter(pl.col("relation").is_in(TRAVERSABLE)).select(cols)
-    changed = pl.concat([before.join(after, on=cols, how="anti"), after.join(before, on=cols, how="anti")])
-    touched_ids = set(changed["src"].to_list()) | set(changed["dst"].to_list())
-    touched_ids.discard(skill_id if action == "remove" else "")
-    if new_u is not None:
-        touched_ids.add(skill_id)
-    return _patch_operator(old, action, idx, n_new, edges, node_ids, touched_ids, tconf), len(touched_ids)
-
-
-def _patch_operator(
-    old: sp.csr_matrix,
-    action: str,
-    idx: int,
-    n_new: int,
-    edges: pl.DataFrame,
-    node_ids: pl.Series,
-    touched_ids: set[str],
-    tconf: TransitionConfig,
-) -> sp.csr_matrix:
-    """The parent's operator re-indexed for the new node set, with the touched nodes' rows rebuilt.
-
-    A row of T gets mass from a node's out-edges (A→) and in-edges (A←, reverse), so rebuilding the rows of
-    every endpoint of a changed edge from all edges incident to them gives exactly the full operator's rows.
-    """
-    coo = old.tocoo()
-    r, c = _shift(coo.row.astype(np.int64), action, idx), _shift(coo.col.astype(np.int64), action, idx)
-    ok = (r >= 0) & (c >= 0)
-    r, c, d = r[ok], c[ok], coo.data[ok]
-    index = pl.DataFrame({"id": node_ids, "i": pl.int_range(len(node_ids), dtype=pl.Int64, eager=True)})
-    touched = (
-        np.sort(index.filter(pl.col("id").is_in(sorted(touched_ids)))["i"].to_numpy())
-        if touched_ids
-        else np.empty(0, np.int64)
-    )
-    keep = ~np.isin(r, touched)
-    r, c, d = r[keep], c[keep], d[keep]
-    if len(touched):
-        tids = sorted(touched_ids)
-        incident = edges.filter(pl.col("src").is_in(tids) | pl.col("dst").is_in(tids))
-        sub = transition_matrix(incident, node_ids, tconf).tocsr()
-        rows = sub[touched].tocoo()
-        r = np.concatenate([r, touched[rows.row]])
-        c = np.concatenate([c, rows.col.astype(np.int64)])
-        d = np.concatenate([d, rows.data])
-    out = sp.csr_matrix((d, (r, c)), shape=(n_new, n_new))
-    out.sort_indices()
-    return out
 
 
 # ------------------------------------------------------------------------------------------ committing
