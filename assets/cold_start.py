@@ -29,7 +29,8 @@ from dagster import (
 )
 
 from segos_pipeline.graph.edges import EDGE_SCHEMA, counts_by_relation
-from segos_pipeline.graph.parsing import NODE_SCHEMA, REPORT_SCHEMA
+from segos_pipeline.graph.parsing import NODE_SCHEMA
+from segos_pipeline.graph.report import REPORT_SCHEMA
 from segos_pipeline.pipeline.stages import (
     GraphTables,
     commit_cold_start,

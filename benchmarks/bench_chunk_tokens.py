@@ -24,7 +24,7 @@ import harness
 import polars as pl
 
 from segos_pipeline.config import ParseConfig
-from segos_pipeline.graph import parsing
+from segos_pipeline.graph import discovery, parsing
 from segos_pipeline.text import chunk_tokens
 from segos_pipeline.text.lexicon import field_texts
 
@@ -35,9 +35,9 @@ def prepare(library: Path, cache: Path, chunks: int, chunk: int) -> list[Path]:
     if all(f.exists() for f in files):
         return files
     cache.mkdir(parents=True, exist_ok=True)
-    packages: list[tuple[str, parsing.Listed]] = []  # as the build's walk hands them to the workers
+    packages: list[tuple[str, discovery.Listed]] = []  # as the build's walk hands them to the workers
     for domain in sorted(p for p in library.iterdir() if p.is_dir()):
-        packages.extend(parsing.listed_packages(str(domain)))
+        packages.extend(discovery.listed_packages(str(domain)))
         if len(packages) >= chunks * chunk:
             break
     for i, f in enumerate(files):

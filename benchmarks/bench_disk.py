@@ -31,7 +31,7 @@ from typing import Any
 import harness
 
 from segos_pipeline.config import ParseConfig
-from segos_pipeline.graph import parsing
+from segos_pipeline.graph import discovery, parsing
 
 
 def device_reads(path: Path) -> tuple[int, int] | None:
@@ -95,7 +95,7 @@ def library_reads(library: Path, folders: int, drop_caches: bool) -> dict[str, A
     before, cpu, t = device_reads(library), os.times(), time.perf_counter()
     n = 0
     for folder in sample:
-        for pkg, listed in parsing.listed_packages(str(folder)):
+        for pkg, listed in discovery.listed_packages(str(folder)):
             parsing.parse_package(pkg, library, config, listed)
             n += 1
     wall, cpu_after, after = time.perf_counter() - t, os.times(), device_reads(library)

@@ -32,13 +32,13 @@ RESULTS = ROOT / "benchmarks" / "results"
 CHILD = r"""
 import json, sys, time
 from pathlib import Path
-from segos_pipeline.graph import parsing
+from segos_pipeline.graph import frontmatter, parsing
 mode, lib, arg = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 if mode == "frontmatter":
     texts = [p.read_bytes().decode("utf-8", "replace") for p in sorted(lib.rglob("SKILL.md"))]
     t = time.perf_counter()
     for text in texts:
-        parsing.split_frontmatter(text)
+        frontmatter.split_frontmatter(text)
     print(json.dumps({"us": (time.perf_counter() - t) / len(texts) * 1e6, "n": len(texts)}))
 elif mode == "parse":
     t = time.perf_counter()

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import polars as pl
 
-from segos_pipeline.graph.parsing import ParsedLibrary, shown_path
+from segos_pipeline.graph.parsing import ParsedLibrary
+from segos_pipeline.graph.reads import shown_path
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from segos_pipeline.graph.frontmatter import (
+    _FENCE,
     FALLBACK,
     FrontmatterRefused,
     YamlLimits,
@@ -19,7 +20,6 @@ from segos_pipeline.graph.frontmatter import (
     safe_yaml,
     simple_yaml,
 )
-from segos_pipeline.graph.parsing import _FENCE
 from segos_pipeline.paths import DEFAULT_LIBRARY
 
 from .conftest import MALFORMED, SHARED_DATA

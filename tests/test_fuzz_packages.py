@@ -32,6 +32,7 @@ def test_what_the_walk_listed_spares_system_calls_and_changes_nothing(tmp_path, 
     broken links, loops, sockets, scripts folders), and no longer lstats a regular SKILL.md or scripts/."""
     import os
 
+    import segos_pipeline.graph.discovery as discovery
     import segos_pipeline.graph.parsing as parsing
 
     root = tmp_path / "lib"
@@ -39,8 +40,8 @@ def test_what_the_walk_listed_spares_system_calls_and_changes_nothing(tmp_path, 
     (root / "scripted" / "scripts").mkdir(parents=True)
     (root / "scripted" / "scripts" / "run.py").write_text("print(1)")
     (root / "scripted" / "SKILL.md").write_text("---\nname: scripted\ndescription: d\n---\nbody")
-    listed = list(parsing.listed_packages(str(root)))
-    assert [p for p, _ in listed] == list(parsing.package_folders(str(root)))
+    listed = list(discovery.listed_packages(str(root)))
+    assert [p for p, _ in listed] == list(discovery.package_folders(str(root)))
     asked: list[str] = []
     lstat = os.lstat
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import polars as pl
 
-from segos_pipeline.graph.parsing import listed_packages, parse_library, parse_package
+from segos_pipeline.graph.discovery import listed_packages
+from segos_pipeline.graph.parsing import parse_library, parse_package
 
 from .conftest import write_skill
 

@@ -3,7 +3,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from segos_pipeline.config import ParseConfig
-from segos_pipeline.graph.parsing import NODE_SCHEMA, REPORT_SCHEMA, parse_library, split_frontmatter
+from segos_pipeline.graph.frontmatter import split_frontmatter
+from segos_pipeline.graph.parsing import NODE_SCHEMA, parse_library
+from segos_pipeline.graph.report import REPORT_SCHEMA
 
 from .conftest import demo_library_with_malformed, write_skill
 
@@ -273,7 +275,7 @@ def test_a_pool_that_breaks_midway_leaves_the_rest_to_this_process(tmp_path, mon
 
 
 def test_markdown_headings_and_bullets_read_as_before():
-    from segos_pipeline.graph.parsing import markdown_sections, section_items
+    from segos_pipeline.graph.fields import markdown_sections, section_items
 
     body = "# Title ##\ntext\n## C# basics\nc\n###   Spaced   \n- one  \n*   two\n1) three\n"
     body += "####### not a heading"
@@ -295,13 +297,13 @@ _TITLES = ("examples", "example tasks", "example", "inputs", "input", "k", "i", 
     )
 )
 def test_section_lookup_skips_the_split_only_when_no_heading_can_have_the_title(lines):
-    """`_Sections` answers from the lowered body when it can: always as the full split would."""
-    from segos_pipeline.graph.parsing import _Sections, markdown_sections
+    """`Sections` answers from the lowered body when it can: always as the full split would."""
+    from segos_pipeline.graph.fields import Sections, markdown_sections
 
     body = "\n".join(("#" * hashes + " " if hashes else "") + text for hashes, text in lines)
     split = markdown_sections(body)
     for title in (*_TITLES, *split):
-        assert (title in _Sections(body)) == (title in split), (body, title)
+        assert (title in Sections(body)) == (title in split), (body, title)
 
 
 def test_split_frontmatter_reports_a_refused_frontmatter_and_salvages():
@@ -332,6 +334,7 @@ def test_planned_chunks_find_exactly_the_walk_of_the_library(tmp_path, monkeypat
     same packages, in the same order, as one walk of the root, for any split and threshold."""
     import os
 
+    import segos_pipeline.graph.discovery as discovery
     import segos_pipeline.graph.parsing as parsing
 
     locked = _tricky_tree(tmp_path)
@@ -341,7 +344,7 @@ def test_planned_chunks_find_exactly_the_walk_of_the_library(tmp_path, monkeypat
             dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "node_modules")
             if "SKILL.md" in filenames:
                 walk.append(dirpath)
-        assert [str(p) for p in parsing.discover_packages(tmp_path)] == walk
+        assert [str(p) for p in discovery.discover_packages(tmp_path)] == walk
         for minimum, per_worker, levels in [(1, 1, 1), (1, 16, 3), (3, 4, 2), (10_000, 16, 3), (5, 2, 0)]:
             monkeypatch.setattr(parsing, "_PARALLEL_MIN", minimum)
             monkeypatch.setattr(parsing, "_UNITS_PER_WORKER", per_worker)

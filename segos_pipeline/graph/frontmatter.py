@@ -16,12 +16,15 @@ Two readers give the same result as `yaml.load(raw, yaml.CSafeLoader)` wherever 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import yaml
 from yaml.nodes import MappingNode, SequenceNode
 from yaml.resolver import Resolver
+
+from ..config import ParseConfig
 
 try:  # libyaml's parser; both are safe loaders (no arbitrary object construction)
     _SafeLoader: type = yaml.CSafeLoader
@@ -285,3 +288,98 @@ def simple_yaml(raw: str, limits: YamlLimits) -> Any:
     except _Unsupported:
         return FALLBACK
     return data if end == len(lines) else FALLBACK
+
+
+@dataclass
+class _Frontmatter:
+    data: dict[str, Any] = field(default_factory=dict)
+    body: str = ""
+    problems: list[tuple[str, str, str, str]] = field(default_factory=list)  # code, problem, action, sev
+
+
+_FENCE = re.compile(r"^(?:---|\.\.\.)\s*$", re.MULTILINE)
+
+
+# `[^\n]*` takes the rest of the line without backtracking (a lazy `.+?\s*$` is quadratic on long blanks).
+_SALVAGE = re.compile(r"^(name|description)[^\S\n]*:\s*([^\n]*)", re.MULTILINE)
+
+
+@lru_cache(maxsize=64)
+def yaml_limits(config: ParseConfig) -> YamlLimits:
+    return YamlLimits(config.max_frontmatter_chars, config.max_yaml_depth, config.max_yaml_nodes)
+
+
+def split_frontmatter(text: str, limits: YamlLimits | None = None) -> _Frontmatter:
+    """Split YAML frontmatter from the Markdown body, loading it with a bounded safe loader only."""
+    limits = limits or yaml_limits(ParseConfig())
+    out = _Frontmatter()
+    stripped = text.lstrip("\ufeff").lstrip()
+    if not stripped.startswith("---"):
+        out.body = text.strip()
+        if text.strip():
+            out.problems.append(
+                (
+                    "no_frontmatter",
+                    "no YAML frontmatter",
+                    "fields derived from folder name and body",
+                    "warning",
+                )
+            )
+        return out
+    first_nl = stripped.find("\n")
+    if first_nl < 0:
+        out.problems.append(
+            ("unterminated_frontmatter", "frontmatter fence never closed", "read as body", "error")
+        )
+        return out
+    close = _FENCE.search(stripped, first_nl + 1)
+    if close is None:
+        out.body = stripped[first_nl + 1 :].strip()
+        out.problems.append(
+            ("unterminated_frontmatter", "frontmatter fence never closed", "whole file read as body", "error")
+        )
+        return out
+    raw = stripped[first_nl + 1 : close.start()]
+    out.body = stripped[close.end() :].strip()
+    try:
+        data = load_yaml(raw, limits)
+    except FrontmatterRefused as exc:
+        out.data = _salvage(raw[: limits.max_chars])
+        salvaged = ", ".join(sorted(out.data)) or "nothing"
+        out.problems.append((exc.code, exc.problem, f"frontmatter ignored; salvaged {salvaged}", "error"))
+        return out
+    except yaml.YAMLError as exc:
+        reason = " ".join(str(getattr(exc, "problem", None) or exc).split())[:160]
+        out.data = _salvage(raw)
+        salvaged = ", ".join(sorted(out.data)) or "nothing"
+        out.problems.append(
+            (
+                "invalid_yaml",
+                f"frontmatter is not valid (safe) YAML: {reason}",
+                f"salvaged {salvaged}",
+                "error",
+            )
+        )
+        return out
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        out.problems.append(
+            (
+                "frontmatter_not_mapping",
+                f"frontmatter is a YAML {type(data).__name__}, not a mapping",
+                "frontmatter ignored; fields derived from folder name and body",
+                "error",
+            )
+        )
+        data = {}
+    out.data = {str(k): v for k, v in data.items()}
+    return out
+
+
+def _salvage(raw: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for key, value in _SALVAGE.findall(raw):
+        if value.strip():
+            found.setdefault(key, value.strip().strip("'\""))
+    return found

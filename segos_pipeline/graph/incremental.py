@@ -51,6 +51,7 @@ from ..store.version_files import SamePart, VersionFiles
 from ..text.compact_tokens import token_table
 from ..text.lexicon import TOKEN_SCHEMA, Signature
 from .build import library_fingerprint
+from .discovery import SKILL_FILE, SKIP_DIRS
 from .edges import counts_by_relation
 from .incremental_graph import (
     holders,
@@ -61,15 +62,8 @@ from .incremental_graph import (
     topk_of_rows,
     topk_rows,
 )
-from .parsing import (
-    _SKIP_DIRS,
-    NODE_SCHEMA,
-    REPORT_SCHEMA,
-    SKILL_FILE,
-    _duplicate_names,
-    parse_package,
-    report_frame,
-)
+from .parsing import NODE_SCHEMA, _duplicate_names, parse_package
+from .report import REPORT_SCHEMA, report_frame
 from .semantic_edges import SemanticStats, _stats, df_cap
 from .transition import edge_indices
 
@@ -140,7 +134,7 @@ def skill_id_of(skill_dir: str | Path, root: Path) -> str:
     if not rel.parts:
         raise IncrementalError("the skill folder is the library root itself; give the package folder")
     for i, part in enumerate(rel.parts):
-        if part.startswith(".") or part in _SKIP_DIRS:
+        if part.startswith(".") or part in SKIP_DIRS:
             raise IncrementalError(f"{skill_dir}: a full build skips folders named {part!r}")
         if i < len(rel.parts) - 1 and (root / Path(*rel.parts[: i + 1])).is_symlink():
             raise IncrementalError(f"{skill_dir}: a full build does not descend the symlinked folder {part}")

@@ -7,30 +7,39 @@ as far as possible and recorded; it never aborts the build and is never dropped 
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import multiprocessing
 import os
-import re
-import reprlib
 import stat
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 import pyarrow as pa
-import yaml
 
 from ..config import ParseConfig
 from ..text.tokens import normalize_names
-from .frontmatter import FrontmatterRefused, YamlLimits, load_yaml
+from .discovery import SKILL_FILE, WALK_CODES, Listed, inside_root, listed_packages, listing, walk_problems
+from .fields import (
+    Sections,
+    as_str_list,
+    check_list_fields,
+    domain_tags,
+    first_paragraph,
+    first_sentence,
+    first_value,
+    from_keys_or_section,
+    scalar_text,
+    typed,
+)
+from .frontmatter import split_frontmatter, yaml_limits
+from .reads import LeavesRoot, NotARegularFile, decodable, read_limited, relative_path, shown_path
+from .report import Problem, report_frame
 
-SKILL_FILE = "SKILL.md"
 ENTRYPOINT_SUFFIXES = (".py", ".sh", ".js", ".ts")
 # Entrypoints a skill lists (the first, sorted): a bundle and a detail carry them, so a package with 100,000
 # scripts would make every reply about it megabytes. The rest are reported, not listed.
@@ -38,7 +47,6 @@ MAX_ENTRYPOINTS = 256
 # Packages a duplicate-name warning names besides its own: the report stays linear in the packages however
 # many share one name (8,000 packages under one name made a 769 MB report when each named all the others).
 MAX_NAMED_DUPLICATES = 5
-_SKIP_DIRS = {"node_modules", "__pycache__"}
 
 NODE_SCHEMA: dict[str, pl.DataType] = {
     "id": pl.String,  # package folder relative to the library root (POSIX)
@@ -62,22 +70,6 @@ NODE_SCHEMA: dict[str, pl.DataType] = {
     "problems": pl.List(pl.String),  # short codes; the build report has the full rows
 }
 
-REPORT_SCHEMA: dict[str, pl.DataType] = {
-    "file": pl.String,
-    "problem": pl.String,
-    "action": pl.String,
-    "severity": pl.String,  # "error": content lost or replaced; "warning": derived a missing field
-}
-
-
-@dataclass
-class Problem:
-    file: str
-    problem: str
-    action: str
-    severity: str = "warning"
-    code: str = ""
-
 
 @dataclass
 class ParsedLibrary:
@@ -94,520 +86,16 @@ class ParsedLibrary:
         return self.report.height
 
 
-@dataclass
-class _Frontmatter:
-    data: dict[str, Any] = field(default_factory=dict)
-    body: str = ""
-    problems: list[tuple[str, str, str, str]] = field(default_factory=list)  # code, problem, action, sev
-
-
 # ---------------------------------------------------------------------------------------------- discovery
-
-
-def discover_packages(root: Path) -> Iterator[Path]:
-    """Folders under `root` that hold a SKILL.md, in sorted order; hidden and vendored dirs skipped.
-
-    Symlinked directories are not descended, so a link can neither leave the root nor loop.
-    """
-    return map(Path, package_folders(str(root)))
-
-
-@dataclass(frozen=True, slots=True)
-class Listed:
-    """What a walk's listing of a package folder already tells its parse, which then need not ask the
-    filesystem again (two system calls of about sixteen a package)."""
-
-    skill_is_file: bool  # SKILL.md is a regular file, not a symlink
-    scripts_is_dir: bool  # scripts/ is a folder, not a symlink
-    skill_ino: int = 0  # SKILL.md's inode as listed (free: the directory entry carries it); 0 unknown
-
-
-def _listing(folder: str, dropped: list[Problem] | None = None) -> tuple[Listed | None, list[str]]:
-    """What `folder`'s own SKILL.md and scripts/ are (None when it holds no SKILL.md: a non-directory entry
-    of that name, as os.walk classifies it), and the subfolders discovery descends into (not hidden, not
-    vendored, not symlinks), sorted. What the walk passes over that may hold packages (a symlinked folder,
-    a folder it cannot list) is added to `dropped`, the path absolute (`walk_problems` makes it relative)."""
-    try:
-        entries = list(os.scandir(folder))
-    except OSError as exc:  # unreadable (or deeper than PATH_MAX): nothing found below it, and said so
-        if dropped is not None:
-            dropped.append(_unlisted(folder, exc))
-        return None, []
-    has_skill = skill_is_file = scripts_is_dir = False
-    skill_ino = 0
-    subs: list[str] = []
-    for entry in entries:
-        name = entry.name
-        try:
-            is_dir = entry.is_dir()
-        except OSError:
-            is_dir = False
-        if not is_dir:
-            if name == SKILL_FILE:
-                has_skill = True
-                try:  # the entry's type and inode: no system call where the filesystem reports them
-                    skill_is_file = entry.is_file(follow_symlinks=False)
-                    skill_ino = entry.inode()
-                except OSError:
-                    skill_is_file = False
-        elif not name.startswith(".") and name not in _SKIP_DIRS:
-            try:
-                link = entry.is_symlink()
-            except OSError:
-                link = False  # as os.path.islink answers on an error
-            if not link:
-                subs.append(name)
-                scripts_is_dir = scripts_is_dir or name == "scripts"
-            elif dropped is not None:
-                dropped.append(_linked_folder(entry.path))
-    return (Listed(skill_is_file, scripts_is_dir, skill_ino) if has_skill else None), sorted(subs)
-
-
-def package_folders(root: str) -> Iterator[str]:
-    """`discover_packages` as path strings: the order of os.walk(root) with sorted folder names, without
-    its per-folder lstat and path objects (a million packages are two million folders to list)."""
-    return (folder for folder, _ in listed_packages(root))
-
-
-def listed_packages(root: str, dropped: list[Problem] | None = None) -> Iterator[tuple[str, Listed]]:
-    """`package_folders` with what the listing of each package folder showed (see `Listed`); what the walk
-    passes over is added to `dropped` (see `_listing`)."""
-    stack = [root]
-    while stack:
-        folder = stack.pop()
-        listed, subs = _listing(folder, dropped)
-        if listed is not None:
-            yield folder, listed
-        stack.extend(os.path.join(folder, name) for name in reversed(subs))
-
-
-def _linked_folder(path: str) -> Problem:
-    # a stat through the link, never a read: whether a package is lost or only a folder passed over
-    package = os.path.isfile(os.path.join(path, SKILL_FILE))
-    return Problem(
-        path,
-        f"{'package ' if package else ''}folder is a symbolic link, not followed (a link can leave the "
-        "library root or loop)",
-        "skipped with every package under it; put the folder itself in the library",
-        "error" if package else "warning",
-        "symlinked_folder",
-    )
-
-
-def _unlisted(path: str, exc: OSError) -> Problem:
-    if exc.errno == errno.ENAMETOOLONG:
-        why = f"its path is longer than the system allows (PATH_MAX, {_path_max()} bytes)"
-        action = "skipped with every package under it; move the packages closer to the library root"
-    else:
-        code = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
-        why = f"it cannot be listed ({code}: {exc.strerror})"
-        action = "skipped with every package under it; make the folder readable"
-    return Problem(path, f"folder not searched for packages: {why}", action, "error", "folder_not_listed")
-
-
-def _path_max() -> int:
-    try:
-        return os.pathconf("/", "PC_PATH_MAX")
-    except (OSError, ValueError):
-        return 4096
-
-
-WALK_CODES = ("symlinked_folder", "folder_not_listed")  # the problems of the walk, not of a package
-MAX_REPORTED_PATH = 300  # characters of a path in a walk problem's row (a PATH_MAX-deep one is 4,096)
-
-
-def walk_problems(dropped: Iterable[Problem], root: str | Path) -> list[Problem]:
-    """The walk's problems (`_listing`) with their paths relative to the library `root`, in the report's
-    form (undecodable bytes escaped, a path past `MAX_REPORTED_PATH` characters cut in the middle)."""
-    out = []
-    for p in dropped:
-        rel = shown_path(_relative(p.file, root))
-        if len(rel) > MAX_REPORTED_PATH:
-            half = MAX_REPORTED_PATH // 2
-            rel = f"{rel[:half]}…{rel[-half:]} ({len(rel):,} characters)"
-        out.append(Problem(rel, p.problem, p.action, p.severity, p.code))
-    return out
-
-
-def _inside(path: str | Path, root: str | Path) -> bool:
-    """Whether `path` provably resolves inside `root`. os.path.realpath, unlike Path.resolve on Python 3.11,
-    does not raise on a symlink loop; the loop then fails to open and is reported as unreadable. It does
-    raise when a link is swapped for a file while it is being resolved (readlink on what lstat saw as a
-    link: EINVAL): a path that cannot be resolved is not inside, so a race skips the file, never the build."""
-    try:
-        real, real_root = os.path.realpath(path), os.path.realpath(root)
-    except OSError:
-        return False
-    return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
 
 
 # -------------------------------------------------------------------------------------------- frontmatter
 
-_FENCE = re.compile(r"^(?:---|\.\.\.)\s*$", re.MULTILINE)
-# `[^\n]*` takes the rest of the line without backtracking (a lazy `.+?\s*$` is quadratic on long blanks).
-_SALVAGE = re.compile(r"^(name|description)[^\S\n]*:\s*([^\n]*)", re.MULTILINE)
-
-
-@lru_cache(maxsize=64)
-def yaml_limits(config: ParseConfig) -> YamlLimits:
-    return YamlLimits(config.max_frontmatter_chars, config.max_yaml_depth, config.max_yaml_nodes)
-
-
-def split_frontmatter(text: str, limits: YamlLimits | None = None) -> _Frontmatter:
-    """Split YAML frontmatter from the Markdown body, loading it with a bounded safe loader only."""
-    limits = limits or yaml_limits(ParseConfig())
-    out = _Frontmatter()
-    stripped = text.lstrip("\ufeff").lstrip()
-    if not stripped.startswith("---"):
-        out.body = text.strip()
-        if text.strip():
-            out.problems.append(
-                (
-                    "no_frontmatter",
-                    "no YAML frontmatter",
-                    "fields derived from folder name and body",
-                    "warning",
-                )
-            )
-        return out
-    first_nl = stripped.find("\n")
-    if first_nl < 0:
-        out.problems.append(
-            ("unterminated_frontmatter", "frontmatter fence never closed", "read as body", "error")
-        )
-        return out
-    close = _FENCE.search(stripped, first_nl + 1)
-    if close is None:
-        out.body = stripped[first_nl + 1 :].strip()
-        out.problems.append(
-            ("unterminated_frontmatter", "frontmatter fence never closed", "whole file read as body", "error")
-        )
-        return out
-    raw = stripped[first_nl + 1 : close.start()]
-    out.body = stripped[close.end() :].strip()
-    try:
-        data = load_yaml(raw, limits)
-    except FrontmatterRefused as exc:
-        out.data = _salvage(raw[: limits.max_chars])
-        salvaged = ", ".join(sorted(out.data)) or "nothing"
-        out.problems.append((exc.code, exc.problem, f"frontmatter ignored; salvaged {salvaged}", "error"))
-        return out
-    except yaml.YAMLError as exc:
-        reason = " ".join(str(getattr(exc, "problem", None) or exc).split())[:160]
-        out.data = _salvage(raw)
-        salvaged = ", ".join(sorted(out.data)) or "nothing"
-        out.problems.append(
-            (
-                "invalid_yaml",
-                f"frontmatter is not valid (safe) YAML: {reason}",
-                f"salvaged {salvaged}",
-                "error",
-            )
-        )
-        return out
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        out.problems.append(
-            (
-                "frontmatter_not_mapping",
-                f"frontmatter is a YAML {type(data).__name__}, not a mapping",
-                "frontmatter ignored; fields derived from folder name and body",
-                "error",
-            )
-        )
-        data = {}
-    out.data = {str(k): v for k, v in data.items()}
-    return out
-
-
-def _salvage(raw: str) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for key, value in _SALVAGE.findall(raw):
-        if value.strip():
-            found.setdefault(key, value.strip().strip("'\""))
-    return found
-
 
 # ------------------------------------------------------------------------------------------ field helpers
 
-# Linear-time patterns: a SKILL.md line of 100k blanks must not cost minutes (the former heading pattern
-# `(.+?)\s*#*\s*$` was cubic on it). Closing `#`s and blanks are trimmed in Python, see _heading_title.
-_HEADING = re.compile(r"^#{1,6}[^\S\n]+[^\n]*", re.MULTILINE)
-_BULLET = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+(\S.*)$")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9`\"'(])")
-# Markdown emphasis and code marks; underscores inside words (snake_case field names) are kept.
-_MARKUP = re.compile(r"`|\*{1,3}|(?<!\w)_{1,2}|_{1,2}(?!\w)")
-
-
-def markdown_sections(body: str) -> dict[str, str]:
-    """Heading title (lowercased) → the text under it, up to the next heading of any level."""
-    sections: dict[str, str] = {}
-    matches = list(_HEADING.finditer(body))
-    for i, m in enumerate(matches):
-        end = matches[i + 1].start() if i + 1 < len(matches) else len(body)
-        sections.setdefault(_heading_title(m.group()), body[m.end() : end].strip())
-    return sections
-
-
-def _heading_title(line: str) -> str:
-    """`## Title ##` → "title": the text after the hashes without a closing run of `#` (ATX style)."""
-    rest = line.lstrip("#").strip()
-    title = rest.rstrip("#").rstrip()
-    return (title or rest[:1]).strip().lower()
-
-
-def section_items(text: str) -> list[str]:
-    """Bullet items of a section, or its non-empty lines when it has no bullets."""
-    bullets = [m.group(1).rstrip() for line in text.splitlines() if (m := _BULLET.match(line))]
-    lines = bullets or [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("```")]
-    return [_MARKUP.sub("", item).strip() for item in lines if item.strip()]
-
-
-def as_str_list(value: Any, split_words: bool = False) -> list[str]:
-    """Normalise a frontmatter value (string, list, mapping, list of mappings) to a list of strings."""
-    if value is None:
-        return []
-    if isinstance(value, str):
-        # splitting on bare `,` and newlines and stripping is linear; `\s*,\s*` was quadratic on long blanks
-        parts = re.split(r"[,\s]+" if split_words else r"[,\n]", value)
-        return [p.strip() for p in parts if p.strip()]
-    if isinstance(value, dict):
-        return [f"{k}: {_scalar(v)}" if v not in (None, "") else str(k) for k, v in value.items()]
-    if type(value) is list and all(type(item) is str for item in value):  # the common shape, quickly
-        return [s for item in value if (s := item.strip())]
-    if isinstance(value, Iterable):
-        items: list[str] = []
-        for item in value:
-            if isinstance(item, dict):
-                items.append(_mapping_item(item))
-            elif item is not None:
-                items.append(_scalar(item))
-        return [i for i in items if i]
-    return [_scalar(value)]
-
-
-def _scalar(value: Any) -> str:
-    if isinstance(value, list | tuple):
-        return ", ".join(_scalar(v) for v in value)
-    if isinstance(value, dict):
-        return _mapping_item(value)
-    return str(value).strip()
-
-
-def _mapping_item(item: dict[Any, Any]) -> str:
-    """An I/O-style mapping such as {name: df, type: DataFrame, description: ...} as "df: DataFrame"."""
-    name = item.get("name") or item.get("id") or item.get("field")
-    if name is None and len(item) == 1:
-        key, value = next(iter(item.items()))
-        return f"{key}: {_scalar(value)}" if value not in (None, "") else str(key)
-    if name is None:
-        return "; ".join(f"{k}: {_scalar(v)}" for k, v in item.items())
-    kind = item.get("type") or item.get("format")
-    return f"{name}: {_scalar(kind)}" if kind else str(name)
-
-
-def first_sentence(text: str) -> str:
-    text = " ".join(text.split())
-    return _SENTENCE_END.split(text, maxsplit=1)[0] if text else ""
-
-
-def first_paragraph(body: str, limit: int = 500) -> str:
-    for block in re.split(r"\n\s*\n", body):
-        block = block.strip()
-        if block and not block.startswith(("#", "```", "|", "---")):
-            return " ".join(_MARKUP.sub("", block).split())[:limit]
-    return ""
-
-
-def _first(data: dict[str, Any], *keys: str) -> Any:
-    for key in keys:
-        if data.get(key) not in (None, "", [], {}):
-            return data[key]
-    return None
-
-
-class _Sections:
-    """A body's sections, split only when a field falls back to them and the body can hold the title
-    (most synthetic and many real frontmatters declare every list field, and splitting is a tenth of a
-    package's parse)."""
-
-    def __init__(self, body: str):
-        self.body = body
-        self._split: dict[str, str] | None = None
-        self._lower: str | None = None
-
-    def __contains__(self, title: str) -> bool:
-        if self._split is None and title.isascii():
-            # A heading's title is a stretch of the body, lowercased. `str.lower` maps each character on
-            # its own except Σ (by context, and never to ASCII), so an ASCII title is a substring of the
-            # lowered body wherever a heading has it: absent from it, no need to split.
-            if self._lower is None:
-                self._lower = self.body.lower()
-            if title not in self._lower:
-                return False
-        return title in self.split
-
-    def __getitem__(self, title: str) -> str:
-        return self.split[title]
-
-    @property
-    def split(self) -> dict[str, str]:
-        if self._split is None:
-            self._split = markdown_sections(self.body)
-        return self._split
-
-
-def _from_keys_or_section(
-    data: dict[str, Any], sections: _Sections, keys: tuple[str, ...], titles: tuple[str, ...]
-) -> list[str]:
-    value = _first(data, *keys)
-    if value is not None:
-        return as_str_list(value)
-    for title in titles:
-        if title in sections:
-            return section_items(sections[title])
-    return []
-
-
-def domain_tags(data: dict[str, Any]) -> list[str]:
-    tags: list[str] = []
-    for key in ("domain", "domains", "tags", "category", "categories"):
-        tags.extend(as_str_list(data.get(key)))
-    metadata = data.get("metadata")
-    if isinstance(metadata, dict):
-        tags.extend(as_str_list(metadata.get("tags")))
-        for value in metadata.values():
-            if isinstance(value, dict):
-                tags.extend(as_str_list(value.get("tags")))
-    return list(dict.fromkeys(tags))  # de-duplicated, first-seen order
-
 
 # ----------------------------------------------------------------------------------------------- packages
-
-
-class NotARegularFile(OSError):
-    """SKILL.md is a FIFO, device, socket or directory: reading it could block forever or never end."""
-
-
-class LeavesRoot(OSError):
-    """The file SKILL.md opened lies outside the library root (a link, or a folder swapped for one)."""
-
-
-@lru_cache(maxsize=16)
-def _real_root(root: str) -> str:
-    return os.path.realpath(root).rstrip(os.sep) + os.sep
-
-
-@lru_cache(maxsize=16)
-def _root_device(root: str) -> int:
-    return os.stat(root).st_dev
-
-
-def _opened_path(fd: int) -> str | None:
-    """The real path of the file open on `fd`, as the kernel knows it (Linux: /proc/self/fd); None where
-    it cannot say."""
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return None
-
-
-_FILE_KINDS = (
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISDIR, "a directory"),
-)
-
-
-def _file_kind(mode: int) -> str:
-    return next((kind for test, kind in _FILE_KINDS if test(mode)), "not a regular file")
-
-
-def _relative(pkg: str | Path, root: str | Path) -> str:
-    """`pkg` relative to `root` in POSIX form ("." for the root itself), by string prefix: pathlib's
-    relative_to costs more than reading a small SKILL.md."""
-    pkg_s, root_s = os.fspath(pkg), os.fspath(root).rstrip(os.sep) or os.sep
-    if pkg_s == root_s:
-        return "."
-    prefix = root_s if root_s.endswith(os.sep) else root_s + os.sep
-    if pkg_s.startswith(prefix):
-        return pkg_s[len(prefix) :].replace(os.sep, "/")
-    return Path(pkg).relative_to(root).as_posix()  # not a plain prefix: pathlib decides (or raises)
-
-
-def read_limited(
-    path: str | Path, limit: int, mode: int | None = None, root: str | None = None, ino: int = 0
-) -> tuple[bytes, bool]:
-    """The first `limit` bytes of a regular file and whether there were more; NotARegularFile otherwise.
-
-    The kind is checked before opening (opening some devices has effects; `mode` is the caller's own
-    lstat of a file that is not a symlink) and again on the open file: O_NONBLOCK keeps the open itself
-    from waiting on a FIFO swapped in between the two checks.
-
-    A file the caller saw as no symlink (`mode` given) is opened with O_NOFOLLOW: swapped for a link since,
-    it fails to open. With `root`, the file actually opened must lie under it (its path asked of the kernel
-    through the open descriptor, so the check and the read concern the same file, whatever link or
-    swapped folder led there); LeavesRoot otherwise, before a byte is read. That question costs about 5 µs,
-    a few percent of a package's parse, so it is skipped when the opened file is the very inode the walk
-    listed inside the root (`ino`, on the root's device: no link or swapped folder can have led elsewhere).
-    """
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    if mode is None:
-        mode = os.stat(path).st_mode
-    else:
-        flags |= os.O_NOFOLLOW
-    if not stat.S_ISREG(mode):
-        raise NotARegularFile(f"SKILL.md is {_file_kind(mode)}")
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP and flags & os.O_NOFOLLOW:
-            raise NotARegularFile("SKILL.md became a symlink while the library was read") from None
-        raise
-    try:
-        st = os.fstat(fd)
-        if root is not None and not (ino and st.st_ino == ino and st.st_dev == _root_device(root)):
-            where = _opened_path(fd)
-            if where is None:  # no kernel answer (not Linux): the path's own resolution, checked now
-                where = os.path.realpath(path)
-            if not where.startswith(_real_root(root)):
-                raise LeavesRoot(errno.EXDEV, "SKILL.md leaves the library root")
-        if not stat.S_ISREG(st.st_mode):
-            raise NotARegularFile(f"SKILL.md is {_file_kind(st.st_mode)}")
-        # Plain os.read calls sized by fstat: a buffered file object, or read(limit + 1), would allocate the
-        # whole limit (1 MB) for every small file, most of a package's read time. One byte more than the
-        # size notices a file that grew since the fstat; it is then read on up to the limit.
-        parts: list[bytes] = []
-        got, goal = 0, min(st.st_size, limit) + 1
-        while got < goal:
-            part = os.read(fd, goal - got)
-            if not part:
-                break
-            parts.append(part)
-            got += len(part)
-            if got == goal <= limit:
-                goal = limit + 1
-        data = b"".join(parts)
-    finally:
-        os.close(fd)
-    return data[:limit], len(data) > limit
-
-
-def _decodable(text: str) -> bool:
-    """False for a path holding bytes that were not UTF-8 (os functions return them as lone surrogates)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def shown_path(text: str) -> str:
-    """A path for the report: undecodable bytes as backslash escapes (b'\\xff' → "\\xff")."""
-    return os.fsencode(text).decode("utf-8", errors="backslashreplace")
 
 
 def _entrypoints(
@@ -647,9 +135,9 @@ def _entrypoints(
                     continue
             except OSError:
                 continue
-            if name.endswith(ENTRYPOINT_SUFFIXES) and (not link or _inside(entry.path, root)):
+            if name.endswith(ENTRYPOINT_SUFFIXES) and (not link or inside_root(entry.path, root)):
                 rel = f"{rel_dir}/{name}"
-                (found if _decodable(rel) else undecodable).append(rel)
+                (found if decodable(rel) else undecodable).append(rel)
     return sorted(found), sorted(undecodable)
 
 
@@ -657,78 +145,6 @@ def _entrypoints(
 _FRONTMATTER_LOST = frozenset(
     {"invalid_yaml", "frontmatter_too_large", "yaml_alias", "yaml_too_deep", "yaml_too_many_nodes"}
 )
-# Frontmatter keys read as lists of strings (SPEC §3); string and mapping items are their documented shapes.
-_LIST_KEYS = (
-    "domain",
-    "domains",
-    "tags",
-    "category",
-    "categories",
-    "tooling",
-    "libraries",
-    "dependencies",
-    "inputs",
-    "input",
-    "outputs",
-    "output",
-    "examples",
-    "example_tasks",
-    "allowed-tools",
-    "allowed_tools",
-)
-_KINDS = {
-    "bool": "boolean",
-    "int": "integer",
-    "float": "number",
-    "list": "list",
-    "dict": "mapping",
-    "NoneType": "null",
-    "date": "date",
-    "datetime": "timestamp",
-    "bytes": "binary",
-    "set": "set",
-}
-_SHOW = reprlib.Repr()
-_SHOW.maxstring = _SHOW.maxother = 40
-_SHOW.maxlevel = 2
-
-
-def _kind(value: Any) -> str:
-    return _KINDS.get(type(value).__name__, type(value).__name__)
-
-
-def _typed(value: Any) -> str:
-    """`integer 42`: a value's YAML kind and a short, bounded rendering for the report."""
-    return f"{_kind(value)} {_SHOW.repr(value)}"
-
-
-def _is_text_like(item: Any) -> bool:
-    return isinstance(item, str | dict)
-
-
-def _check_list_fields(data: dict[str, Any], report: Any) -> None:
-    """Report list fields holding values other than strings and mappings (they are still read as text)."""
-    for key in _LIST_KEYS:
-        value = data.get(key)
-        if value is None or _is_text_like(value):
-            continue
-        if type(value) is list and all(type(item) is str for item in value):
-            continue
-        if not isinstance(value, list):
-            report(
-                "field_not_text",
-                f"`{key}` is a YAML {_typed(value)}, not a string or a list",
-                "used its text",
-            )
-            continue
-        odd = [item for item in value if not _is_text_like(item)]
-        if odd:
-            shown = ", ".join(_typed(item) for item in odd[:3]) + (", ..." if len(odd) > 3 else "")
-            report(
-                "list_items_not_text",
-                f"`{key}` has {len(odd)} item(s) that are not strings: {shown}",
-                "used their text; null items dropped",
-            )
 
 
 def parse_package(
@@ -738,7 +154,7 @@ def parse_package(
     `listed`, what a walk's listing of the folder showed, spares asking the filesystem again."""
     config = config or ParseConfig()
     pkg, root = os.fspath(pkg), os.fspath(root)  # strings: path objects cost more than a small SKILL.md
-    rel = _relative(pkg, root)
+    rel = relative_path(pkg, root)
     skill_path = os.path.join(pkg, SKILL_FILE)
     source = SKILL_FILE if rel == "." else f"{rel}/{SKILL_FILE}"
     problems: list[Problem] = []
@@ -746,7 +162,7 @@ def parse_package(
     def report(code: str, problem: str, action: str, severity: str = "warning") -> None:
         problems.append(Problem(source, problem, action, severity, code))
 
-    if not _decodable(source):
+    if not decodable(source):
         # the id would not survive a Parquet string column, and no escaped id could name the folder back
         source = shown_path(source)
         report(
@@ -775,7 +191,7 @@ def parse_package(
         )
         return None, problems
 
-    if linked and not _inside(skill_path, root):
+    if linked and not inside_root(skill_path, root):
         return leaves_root()
     try:
         raw, truncated = read_limited(
@@ -810,15 +226,15 @@ def parse_package(
     for code, problem, action, severity in fm.problems:
         report(code, problem, action, severity)
     data, body = fm.data, fm.body[: config.max_body_chars]
-    sections = _Sections(body)
+    sections = Sections(body)
     folder = os.path.basename(pkg) if rel != "." else Path(root).name
     frontmatter_lost = any(p.code in _FRONTMATTER_LOST for p in problems)
 
-    name = _first(data, "name")
+    name = first_value(data, "name")
     if name is not None and not isinstance(name, str):
         report(
             "name_not_string",
-            f"`name` is a YAML {_typed(name)}, not a string",
+            f"`name` is a YAML {typed(name)}, not a string",
             "used the folder name; quote the name in the frontmatter to keep it",
             "error",
         )
@@ -826,11 +242,11 @@ def parse_package(
         report("missing_name", "frontmatter has no `name`", "used the folder name")
     name = name.strip() if isinstance(name, str) and name.strip() else folder
 
-    description = _first(data, "description")
+    description = first_value(data, "description")
     if description is not None and not isinstance(description, str):
         report(
             "description_not_string",
-            f"`description` is a YAML {_typed(description)}, not a string",
+            f"`description` is a YAML {typed(description)}, not a string",
             "ignored; used the first paragraph of the body",
             "error",
         )
@@ -844,16 +260,16 @@ def parse_package(
             report("missing_description", "no `description`", action)
     description = " ".join(description.split())
 
-    capability = _first(data, "one_line_capability", "capability", "summary")
+    capability = first_value(data, "one_line_capability", "capability", "summary")
     if capability is not None and not isinstance(capability, str):
         report(
             "capability_not_string",
-            f"the one-line capability is a YAML {_typed(capability)}, not a string",
+            f"the one-line capability is a YAML {typed(capability)}, not a string",
             "ignored; used the first sentence of the description",
         )
         capability = None
     capability = " ".join(capability.split()) if capability is not None else first_sentence(description)
-    _check_list_fields(data, report)
+    check_list_fields(data, report)
 
     entrypoints, undecodable = _entrypoints(pkg, root, None if listed is None else listed.scripts_is_dir)
     for path in undecodable:
@@ -878,12 +294,12 @@ def parse_package(
         "description": description,
         "capability": capability,
         "domain_tags": domain_tags(data),
-        "tooling": _from_keys_or_section(
+        "tooling": from_keys_or_section(
             data, sections, ("tooling", "libraries", "dependencies"), ("tooling", "dependencies", "libraries")
         ),
-        "inputs": _from_keys_or_section(data, sections, ("inputs", "input"), ("inputs", "input")),
-        "outputs": _from_keys_or_section(data, sections, ("outputs", "output"), ("outputs", "output")),
-        "example_tasks": _from_keys_or_section(
+        "inputs": from_keys_or_section(data, sections, ("inputs", "input"), ("inputs", "input")),
+        "outputs": from_keys_or_section(data, sections, ("outputs", "output"), ("outputs", "output")),
+        "example_tasks": from_keys_or_section(
             data, sections, ("examples", "example_tasks"), ("examples", "example tasks", "example")
         ),
         "entrypoints": entrypoints,
@@ -904,8 +320,8 @@ def _opt_str(value: Any, key: str, report: Any) -> str | None:
     if value in (None, ""):
         return None
     if not isinstance(value, str | list | dict):
-        report("field_not_text", f"`{key}` is a YAML {_typed(value)}, not a string", "used its text")
-    return _scalar(value)
+        report("field_not_text", f"`{key}` is a YAML {typed(value)}, not a string", "used its text")
+    return scalar_text(value)
 
 
 # -------------------------------------------------------------------------------------------------- library
@@ -1005,7 +421,7 @@ _SPLIT_LEVELS = 3
 
 def _units(root: Path, wanted: int, dropped: list[Problem] | None = None) -> list[_Unit]:
     """`root` cut into units in discovery order (see `_Unit`); what the listings pass over is added to
-    `dropped` (see `_listing`).
+    `dropped` (see `listing`).
 
     Walking the units in order finds exactly the packages of `discover_packages(root)`, in its order."""
     units: list[_Unit] = [(str(root), None)]
@@ -1017,7 +433,7 @@ def _units(root: Path, wanted: int, dropped: list[Problem] | None = None) -> lis
             if listed is not None:
                 split.append((path, listed))
                 continue
-            own, subs = _listing(path, dropped)
+            own, subs = listing(path, dropped)
             split.extend([(path, own)] if own is not None else [])
             split.extend((os.path.join(path, name), None) for name in subs)
         units = split
@@ -1026,7 +442,7 @@ def _units(root: Path, wanted: int, dropped: list[Problem] | None = None) -> lis
 
 def _plan(root: Path, workers: int, dropped: list[Problem] | None = None) -> tuple[list[_Chunk], bool]:
     """Chunks of about `_CHUNK` packages in discovery order, and whether they are worth a pool; what the
-    main process's walk passes over is added to `dropped` (see `_listing`; the chunks' walks report theirs).
+    main process's walk passes over is added to `dropped` (see `listing`; the chunks' walks report theirs).
 
     The main process finds packages itself only until it has `_PARALLEL_MIN` of them: past that the
     remaining folders are walked by the workers (discovery costs a sixth of parsing, and would be serial).
@@ -1117,13 +533,6 @@ def parse_library(
         root=root,
         per_chunk=results if per_chunk is not None and on_chunk is None else None,
         in_order=in_order,
-    )
-
-
-def report_frame(problems: list[Problem]) -> pl.DataFrame:
-    """Problems as build-report rows (REPORT_SCHEMA)."""
-    return pl.DataFrame(
-        [(p.file, p.problem, p.action, p.severity) for p in problems], schema=REPORT_SCHEMA, orient="row"
     )
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..graph.parsing import LeavesRoot, NotARegularFile, read_limited
+from ..graph.reads import LeavesRoot, NotARegularFile, read_limited
 
 MAX_FILE_BYTES = 1024 * 1024  # one package file read or exported (scripts and notes are far smaller)
 MAX_LISTED = 200  # files listed for one package (the listing says when there are more)
