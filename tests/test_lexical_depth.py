@@ -10,8 +10,8 @@ import scipy.sparse as sp
 
 from segos_pipeline import RetrievalConfig, Retriever, SnapshotStore, build_cold_start
 from segos_pipeline.evaluation.synthetic import generate_library, generate_queries
-from segos_pipeline.retrieval import lexical
-from segos_pipeline.retrieval.lexical import _column_sums, _sums_at, high_tier
+from segos_pipeline.retrieval import lexical, postings
+from segos_pipeline.retrieval.postings import column_sums, high_tier, sums_at
 
 DEPTH = 5
 
@@ -30,12 +30,12 @@ def test_accumulated_sums_equal_the_sorted_sums_and_the_lookups_bit_for_bit(monk
         cols = np.sort(rng.choice(60, size=int(rng.integers(1, 12)), replace=False))
         weights = [1.0 + np.log(rng.integers(1, 4, len(cols))), rng.uniform(0.5, 3.0, len(cols))]
         pattern = [False, True]
-        monkeypatch.setattr(lexical, "_SORT_SHARE", 1e9)
-        sorted_nodes, sorted_sums = _column_sums(m, cols, weights, pattern)
-        monkeypatch.setattr(lexical, "_SORT_SHARE", 0.0)
-        monkeypatch.setattr(lexical, "_NODE_RANGE", int(rng.integers(1, 300)))  # many node ranges
-        acc_nodes, acc_sums = _column_sums(m, cols, weights, pattern)
-        looked_up = _sums_at(m, cols, weights, pattern, sorted_nodes)
+        monkeypatch.setattr(postings, "_SORT_SHARE", 1e9)
+        sorted_nodes, sorted_sums = column_sums(m, cols, weights, pattern)
+        monkeypatch.setattr(postings, "_SORT_SHARE", 0.0)
+        monkeypatch.setattr(postings, "_NODE_RANGE", int(rng.integers(1, 300)))  # many node ranges
+        acc_nodes, acc_sums = column_sums(m, cols, weights, pattern)
+        looked_up = sums_at(m, cols, weights, pattern, sorted_nodes)
         assert np.array_equal(sorted_nodes, acc_nodes)
         for a, b, c in zip(sorted_sums, acc_sums, looked_up, strict=True):
             assert a.tobytes() == b.tobytes() == c.tobytes()

@@ -14,7 +14,7 @@ from segos_pipeline import RetrievalConfig, Retriever, SnapshotStore, build_cold
 from segos_pipeline.graph.incremental import apply_change
 from segos_pipeline.retrieval import semantic as semantic_mod
 from segos_pipeline.retrieval.embeddings import SemanticUnavailable, WordLlamaBackend, backend_for
-from segos_pipeline.retrieval.lexical import _idf
+from segos_pipeline.retrieval.postings import bm25_idf
 from segos_pipeline.retrieval.semantic import head_scores, vectors_for
 
 from .conftest import simple_library, write_skill
@@ -222,7 +222,7 @@ def test_relevance_is_absolute_and_the_floor_empties_a_bundle_of_nothing(store):
         assert real.skills[0].relevance >= config.min_score
         # one word of two: "compress" (one skill has it) against a word no skill has, which weighs more
         half = r.retrieve("compress frobnicate")
-        known, unknown = _idf(8, np.array([1, 0]))
+        known, unknown = bm25_idf(8, np.array([1, 0]))
         assert half.skills[0].words == pytest.approx(known / (known + unknown))
     lexical = Retriever(store.load(), LEXICAL)
     # without an embedding the configured floor asks for a word in common; an explicit one holds as given

@@ -31,7 +31,7 @@ import scipy.sparse as sp
 from ..config import RetrievalConfig
 from ..text.tokens import tokenize
 from .ann import InvertedLists, build_lists
-from .lexical import _gather, _idf
+from .postings import bm25_idf, gather
 from .semantic import SemanticIndex, _unit
 from .sets import value_at
 
@@ -97,8 +97,8 @@ class ExperienceIndex:
         shape = (len(self.texts), len(vocab))
         data = np.ones(len(rows))
         self.matrix = sp.csc_matrix((data, (np.array(rows, int), np.array(cols, int))), shape=shape)
-        self.idf = _idf(len(self.texts), np.diff(self.matrix.indptr))
-        self.unknown_idf = float(_idf(len(self.texts), np.zeros(1))[0])
+        self.idf = bm25_idf(len(self.texts), np.diff(self.matrix.indptr))
+        self.unknown_idf = float(bm25_idf(len(self.texts), np.zeros(1))[0])
         self.co_use, self.co_tasks = _co_use(self.skill, table, self.n, config.co_use_min_share)
         self._vectors: np.ndarray | None = None
         self._lists: InvertedLists | None = None
@@ -197,7 +197,7 @@ class ExperienceIndex:
         common = (df > self.config.seed_df_max * m.shape[0]) & (df >= self.config.seed_df_min)
         if common.any() and not common.all():
             cols = cols[~common]
-        rows, _, lengths = _gather(m, cols)
+        rows, _, lengths = gather(m, cols)
         held = np.bincount(rows, weights=np.repeat(self.idf[cols], lengths), minlength=m.shape[0])
         rows = np.flatnonzero(held)
         return rows, held[rows] / total

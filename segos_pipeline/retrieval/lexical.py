@@ -24,15 +24,11 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-try:  # y += A·x for a CSC A: one column's postings added into an accumulator without temporaries
-    from scipy.sparse._sparsetools import csc_matvec as _csc_matvec
-except ImportError:  # pragma: no cover - a scipy that moved it: bincount gives the same sums, slower
-    _csc_matvec = None
-
 from ..config import RetrievalConfig
 from ..store.cache import cache_root, read_entry, write_entry
 from ..text.lexicon import Vocabulary
 from ..text.tokens import tokenize
+from .postings import bm25_idf, column_sums, gather, high_tier, sums_at
 from .sets import contains, merged_columns, scattered, top_k, union_positions, unique, value_at
 from .token_rows import CODED_FIELDS, NAME, EncodedTokens, TokenRows, field_codes, sorted_rows
 
@@ -106,136 +102,6 @@ class Evidence:
         return self._dense(self.node_evidence)
 
 
-def _gather(m: sp.csc_matrix, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The stored entries of the selected columns, column after column: (rows, positions in m.data, each
-    column's length). A ragged arange, no Python loop over columns."""
-    starts = m.indptr[cols].astype(np.int64)
-    lengths = m.indptr[cols + 1].astype(np.int64) - starts
-    pos = np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(
-        starts - (np.cumsum(lengths) - lengths), lengths
-    )
-    return m.indices[pos], pos, lengths
-
-
-# Below this share of the skills, a query's postings are grouped by skill with a sort (cost follows the
-# postings); above it, they are added into length-n accumulators, which measured faster than sorting them.
-_SORT_SHARE = 1 / 16
-# The accumulators are filled a node range at a time, every column's postings in that range in turn: the
-# range's slice of an accumulator (1 MB) stays in cache while the scattered adds land in it. On a million
-# skills and 800k postings: 21 ms against 37 ms for one pass over the whole accumulator.
-_NODE_RANGE = 131_072
-
-
-def _column_sums(
-    m: sp.csc_matrix, cols: np.ndarray, weights: list[np.ndarray], pattern: list[bool]
-) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Σ_j c_j · m[:, j] over the selected columns, for each (positive) weight vector c, on the rows that
-    hold any of them only: (rows, [sums]). With `pattern` every stored entry counts as 1 (the sum is then
-    the weights of the columns a row holds). Within a row the entries are summed in column order, starting
-    from 0, on every path (and in `_sums_at`), so all give the same floating-point sums."""
-    n = m.shape[0]
-    postings = int((m.indptr[cols + 1] - m.indptr[cols]).sum()) if len(cols) else 0
-    if postings == 0:
-        return np.zeros(0, dtype=np.int64), [np.zeros(0) for _ in weights]
-    if postings > _SORT_SHARE * n and _csc_matvec is not None:
-        return _accumulated(m, cols, weights, pattern)
-    rows, pos, lengths = _gather(m, cols)
-    if postings > _SORT_SHARE * n:  # pragma: no cover - a scipy without the kernel: one bincount each
-        nodes = unique(rows)
-        sums = []
-        for c, flat in zip(weights, pattern, strict=True):
-            per_entry = np.repeat(c, lengths) if flat else m.data[pos] * np.repeat(c, lengths)
-            sums.append(np.bincount(rows, weights=per_entry, minlength=n)[nodes])
-        return nodes, sums
-    order = np.argsort(rows)  # groups only: bincount below still adds each row's entries in column order
-    sorted_rows = rows[order]
-    first = np.empty(len(rows), dtype=bool)
-    first[0] = True
-    np.not_equal(sorted_rows[1:], sorted_rows[:-1], out=first[1:])
-    nodes = sorted_rows[first]
-    inverse = np.empty(len(rows), dtype=np.int64)
-    inverse[order] = np.cumsum(first) - 1
-    sums = []
-    for c, flat in zip(weights, pattern, strict=True):
-        per_entry = np.repeat(c, lengths)
-        if not flat:
-            per_entry = m.data[pos] * per_entry
-        sums.append(np.bincount(inverse, weights=per_entry, minlength=len(nodes)))
-    return nodes, sums
-
-
-def _accumulated(
-    m: sp.csc_matrix, cols: np.ndarray, weights: list[np.ndarray], pattern: list[bool]
-) -> tuple[np.ndarray, list[np.ndarray]]:
-    """`_column_sums` into length-n accumulators, one node range at a time. Each add is scipy's own
-    `csc_matvec` kernel over one column's postings in the range (y[row] += value·c): no array the size of
-    the postings is built, and a row's adds still come in column order."""
-    n = m.shape[0]
-    sums = [np.zeros(n) for _ in weights]
-    ones = np.ones(int((m.indptr[cols + 1] - m.indptr[cols]).max()))
-    # same dtype as the rows: numpy would otherwise copy each column's rows to compare them
-    bounds = np.arange(0, n + _NODE_RANGE, _NODE_RANGE).astype(m.indices.dtype)
-    spans = []
-    for k, j in enumerate(cols.tolist()):
-        start, end = int(m.indptr[j]), int(m.indptr[j + 1])
-        if start < end:
-            cuts = start + np.searchsorted(m.indices[start:end], bounds)
-            spans.append((k, cuts.tolist()))
-    ptr = np.zeros(2, dtype=m.indices.dtype)
-    for r in range(len(bounds) - 1):
-        for k, cuts in spans:
-            a, b = cuts[r], cuts[r + 1]
-            if a == b:
-                continue
-            ptr[1] = b - a
-            rows = m.indices[a:b]
-            for acc, c, flat in zip(sums, weights, pattern, strict=True):
-                _csc_matvec(n, 1, ptr, rows, ones[: b - a] if flat else m.data[a:b], c[k : k + 1], acc)
-    nodes = np.flatnonzero(sums[0])  # positive weights: a row with any posting has a positive sum
-    return nodes, [acc[nodes] for acc in sums]
-
-
-def _sums_at(
-    m: sp.csc_matrix, cols: np.ndarray, weights: list[np.ndarray], pattern: list[bool], nodes: np.ndarray
-) -> list[np.ndarray]:
-    """`_column_sums` for the given sorted rows only, by binary search in each column's postings: the
-    same products added in the same (column) order, so the same floating-point sums. Its cost follows
-    the rows asked about, not the postings."""
-    sums = [np.zeros(len(nodes)) for _ in weights]
-    if not len(nodes):
-        return sums
-    nodes = nodes.astype(m.indices.dtype)  # the rows' dtype: numpy would otherwise copy each column's rows
-    for k, j in enumerate(cols.tolist()):
-        start, end = int(m.indptr[j]), int(m.indptr[j + 1])
-        if start == end:
-            continue
-        seg = m.indices[start:end]
-        pos = np.minimum(np.searchsorted(seg, nodes), end - start - 1)
-        hit = seg[pos] == nodes
-        values = m.data[start + pos[hit]]
-        for acc, c, flat in zip(sums, weights, pattern, strict=True):
-            acc[hit] += c[k] if flat else values * c[k]
-    return sums
-
-
-def high_tier(m: sp.csc_matrix, min_postings: int, share: float) -> sp.csc_matrix:
-    """The highest-valued `share` of the postings of every column holding at least `min_postings` (ties
-    at the cut kept), nothing of the other columns: what a frequent token adds to the skills it matters
-    most to."""
-    lengths = np.diff(m.indptr)
-    keep = np.zeros(m.nnz, dtype=bool)
-    kept = np.zeros(m.shape[1], dtype=np.int64)
-    for j in np.flatnonzero(lengths >= max(min_postings, 1)).tolist():
-        start, end = int(m.indptr[j]), int(m.indptr[j + 1])
-        values = m.data[start:end]
-        k = max(1, int(share * (end - start)))
-        high = values >= np.partition(values, len(values) - k)[len(values) - k]
-        keep[start:end] = high
-        kept[j] = int(high.sum())
-    indptr = np.concatenate(([0], np.cumsum(kept))).astype(m.indptr.dtype)
-    return sp.csc_matrix((m.data[keep], m.indices[keep], indptr), shape=m.shape)
-
-
 # Two-phase queries (RetrievalConfig.lexical_postings_budget): columns with at least this many postings
 # are read in phase one through their highest-valued share only; the phase-one best (at least
 # _CANDIDATES skills) are then scored exactly over every column.
@@ -246,11 +112,6 @@ _CANDIDATES = 512
 
 # A query answered to a depth keeps every skill when it has no more than this many with evidence.
 _KEEP_ALL = 1_024
-
-
-def _idf(n: int, df: np.ndarray) -> np.ndarray:
-    """BM25 idf of document frequencies among n skills (a token no skill has gets the highest)."""
-    return np.log(1 + (n - df + 0.5) / (df + 0.5))
 
 
 def parts_index(files: VersionFiles, n_nodes: int, config: RetrievalConfig) -> LexicalIndex:
@@ -300,7 +161,7 @@ class LexicalIndex:
             matrices.append(self._matrix_of(c, lengths[c.node, c.field]))
             names.append(c.csr(None, n_cols, np.flatnonzero(c.field == NAME)))
         matrix = sp.vstack(matrices, format="csr") if matrices else sp.csr_matrix((n, n_cols))
-        matrix.data *= _idf(n, self.df)[matrix.indices]
+        matrix.data *= bm25_idf(n, self.df)[matrix.indices]
         self.matrix = matrix.tocsc()
         name_rows = sp.vstack(names, format="csr") if names else sp.csr_matrix((n, n_cols))
         self.name_len = np.diff(name_rows.indptr).astype(np.int64)
@@ -325,7 +186,7 @@ class LexicalIndex:
     def idf(self, token: str) -> float:
         """The BM25 idf of a token in this version (a token no skill has gets the highest idf)."""
         col = self.vocab.index.get(token)
-        return float(_idf(self.n, np.asarray(self.df[col] if col is not None else 0)))
+        return float(bm25_idf(self.n, np.asarray(self.df[col] if col is not None else 0)))
 
     def row_patch(self, node_tokens: pl.DataFrame) -> dict[int, float]:
         """{token column: value} of one skill re-scored from new token rows (field, token, tf).
@@ -344,7 +205,7 @@ class LexicalIndex:
         rows = sorted_rows(coded, 0, 1)
         flen = np.bincount(rows.field, weights=rows.tf, minlength=len(CODED_FIELDS))[rows.field]
         m = self._matrix_of(rows, flen)
-        m.data *= _idf(self.n, self.df)[m.indices]
+        m.data *= bm25_idf(self.n, self.df)[m.indices]
         return dict(zip(m.indices.tolist(), m.data.tolist(), strict=True))
 
     def query_columns(self, query: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
@@ -372,12 +233,12 @@ class LexicalIndex:
         signal could use, and counting them would push an entity-laden request towards the embedding."""
         if not len(cols):
             return 0.0
-        _, (matched,) = _column_sums(self.matrix, cols, [_idf(self.n, self.df[cols])], [True])
+        _, (matched,) = column_sums(self.matrix, cols, [bm25_idf(self.n, self.df[cols])], [True])
         return self._coverage(known, float(matched.max()) if len(matched) else 0.0)
 
     def _coverage(self, known: np.ndarray, best: float) -> float:
         """`best` (the largest idf mass one skill matches) as a share of the query's known tokens' mass."""
-        total = float(_idf(self.n, self.df[known]).sum())
+        total = float(bm25_idf(self.n, self.df[known]).sum())
         return float(best / total) if total > 0 else 0.0
 
     @cached_property
@@ -398,18 +259,18 @@ class LexicalIndex:
         skill that only frequent tokens reach, none of them among its highest-valued postings, is not
         scored (`Evidence.approximate`)."""
         cols, weights, known, n_tokens, n_unknown = self.query_columns(query)
-        idf = _idf(self.n, self.df[cols])
+        idf = bm25_idf(self.n, self.df[cols])
         postings = int((self.matrix.indptr[cols + 1] - self.matrix.indptr[cols]).sum()) if len(cols) else 0
         approximate = bool(depth) and not patch and postings > self.config.lexical_postings_budget
         if approximate:
             nodes, score, matched = self._two_phase(cols, weights, idf, depth or 0)
         else:
-            nodes, (score, matched) = _column_sums(self.matrix, cols, [weights, idf], [False, True])
+            nodes, (score, matched) = column_sums(self.matrix, cols, [weights, idf], [False, True])
         if patch:
             nodes, score, matched = _with_rows(nodes, score, matched, patch, cols, weights)
         best = float(matched.max()) if len(matched) else 0.0
         # the name rule reads every query token: a name made of common words is still named in full
-        named, (hits,) = _column_sums(self.name_matrix, known, [np.ones(len(known))], [True])
+        named, (hits,) = column_sums(self.name_matrix, known, [np.ones(len(known))], [True])
         named = named[(self.name_len[named] > 0) & (hits >= self.name_len[named])]
         complete = not depth or bool(patch) or len(nodes) <= _KEEP_ALL
         if not complete:  # a named skill keeps its score
@@ -417,7 +278,7 @@ class LexicalIndex:
             nodes, score, matched = nodes[keep], score[keep], matched[keep]
         if approximate:  # a named skill the first phase missed still gets its score
             missed = named[~contains(nodes, named)]
-            extra, extra_matched = _sums_at(self.matrix, cols, [weights, idf], [False, True], missed)
+            extra, extra_matched = sums_at(self.matrix, cols, [weights, idf], [False, True], missed)
             pairs = [(score, extra), (matched, extra_matched)]
             nodes, (score, matched) = merged_columns(nodes, missed, pairs)
         top = float(score.max()) if len(score) else 0.0
@@ -431,8 +292,8 @@ class LexicalIndex:
         evidence = node_score / top if top > 0 else np.zeros(len(out))
         evidence = evidence + self.config.name_bonus * name_match
         coverage = self._coverage(known, best) if top > 0 else 0.0
-        unknown_idf = float(_idf(self.n, np.zeros(1))[0])  # as rare as can be
-        words_total = float(_idf(self.n, self.df[known]).sum()) + n_unknown * unknown_idf
+        unknown_idf = float(bm25_idf(self.n, np.zeros(1))[0])  # as rare as can be
+        words_total = float(bm25_idf(self.n, self.df[known]).sum()) + n_unknown * unknown_idf
         return Evidence(
             self.n,
             out,
@@ -459,14 +320,14 @@ class LexicalIndex:
         exactly over every column by binary search."""
         high = self.high
         tiered = (high.indptr[cols + 1] - high.indptr[cols]) > 0
-        rare, rare_at = _column_sums(self.matrix, cols[~tiered], [weights[~tiered]], [False])
-        freq, freq_at = _column_sums(high, cols[tiered], [weights[tiered]], [False])
+        rare, rare_at = column_sums(self.matrix, cols[~tiered], [weights[~tiered]], [False])
+        freq, freq_at = column_sums(high, cols[tiered], [weights[tiered]], [False])
         nodes, at_rare, at_freq = union_positions(rare, freq)
         partial = np.zeros(len(nodes))
         partial[at_rare] = rare_at[0]
         partial[at_freq] += freq_at[0]
         cand = np.sort(nodes[top_k(partial, np.arange(len(nodes)), max(_CANDIDATES, depth))])
-        score, matched = _sums_at(self.matrix, cols, [weights, idf], [False, True], cand)
+        score, matched = sums_at(self.matrix, cols, [weights, idf], [False, True], cand)
         return cand, score, matched
 
     def _floor(self, cols: np.ndarray, nodes: np.ndarray, score: np.ndarray, depth: int) -> float:
@@ -476,7 +337,7 @@ class LexicalIndex:
         lengths = self.matrix.indptr[cols + 1] - self.matrix.indptr[cols]
         order = np.argsort(lengths, kind="stable")
         take = order[: max(1, int(np.searchsorted(np.cumsum(lengths[order]), 4 * _KEEP_ALL, side="right")))]
-        rows, _, _ = _gather(self.matrix, cols[take])
+        rows, _, _ = gather(self.matrix, cols[take])
         found = score[np.searchsorted(nodes, unique(rows))]
         pool = found if len(found) >= depth else score
         if len(pool) <= depth:
@@ -489,8 +350,8 @@ class LexicalIndex:
         if ev.complete or not len(nodes) or ev.cols is None or ev.weights is None:
             return ev
         new = nodes[~contains(ev.nodes, nodes)]
-        idf = _idf(self.n, self.df[ev.cols])
-        score, matched = _sums_at(self.matrix, ev.cols, [ev.weights, idf], [False, True], new)
+        idf = bm25_idf(self.n, self.df[ev.cols])
+        score, matched = sums_at(self.matrix, ev.cols, [ev.weights, idf], [False, True], new)
         new, score, matched = new[score > 0], score[score > 0], matched[score > 0]
         if not len(new):
             return ev
@@ -539,7 +400,7 @@ class LexicalIndex:
         index.avg = dict(zip(avg["field"].to_list(), avg["avg"].to_list(), strict=True))
         index.df = np.load(folder / "df.npy")
         index.matrix = sp.load_npz(folder / "matrix.npz").tocsc()
-        if not index.matrix.has_sorted_indices:  # `_sums_at` binary-searches each column's rows
+        if not index.matrix.has_sorted_indices:  # `sums_at` binary-searches each column's rows
             index.matrix.sort_indices()
         index.name_matrix = sp.load_npz(folder / "names.npz").tocsc()
         index.name_len = np.load(folder / "name_len.npy")
