@@ -7,7 +7,7 @@ every trailing "s"). Short technical tokens (`3d`, `ai`, `js`, `csv`) are kept.
 
 Indexing restates the ASCII case of these rules on UTF-8 bytes with numpy (`text_words` cuts the words,
 `word_tokens` stems them) and leaves anything else to the polars regex and the Python stemmer; property
-tests (tests/test_word_tokens.py) hold the byte rules equal to the regex and to `_token_of`.
+tests (tests/unit/test_word_tokens.py) hold the byte rules equal to the regex and to `_token_of`.
 """
 
 from __future__ import annotations

@@ -41,9 +41,9 @@ from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_TRACES
 from segos_pipeline.store.served import served
 from segos_pipeline.store.snapshot import SnapshotStore, sha256_file
 
-from .conftest import demo_library_with_malformed, simple_library
+from ..conftest import demo_library_with_malformed, simple_library
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the checkout
 
 # Outputs carry data versions on purpose (a beta parameter); the schedule helper uses a deprecated call
 # inside Dagster itself. Neither is ours to fix.

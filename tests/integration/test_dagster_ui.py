@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the checkout
 
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ import collections
 
 from segos_pipeline.graph.parsing import parse_library
 
-from .hostile_packages import MAKERS, check, write_fuzz_library
+from ..hostile_packages import MAKERS, check, write_fuzz_library
 
 N_PACKAGES = 10_000
 

@@ -2,7 +2,7 @@
 acknowledges is on disk whole and ingested exactly once, under kill -9 and a full filesystem; a torn last
 line is moved aside by the next append and skipped (reported, not quarantined) by ingest; links and other
 non-regular files in a landing folder are reported by name and never read. The SKILL.md side of "read only
-what is ours" is in test_hostile_skill_reads.py."""
+what is ours" is in tests/unit/test_hostile_skill_reads.py."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from segos_pipeline.paths import DEFAULT_LIBRARY
 from segos_pipeline.service.api import SegosService
 from segos_pipeline.service.errors import TraceNotWritten
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WINDOW = "2026-11-29"
 SECRET = b"-----BEGIN OPENSSH PRIVATE KEY----- b3BlbnNzaC1rZXktdjEAAAAA do-not-copy"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, copy_checkout, readme_bash_blocks, run_bash
+from ..conftest import ROOT, copy_checkout, readme_bash_blocks, run_bash
 
 
 def _snapshot(folder: Path) -> list[tuple[str, int, int]]:

@@ -13,7 +13,7 @@ import pytest
 
 from segos_pipeline.store.snapshot import SnapshotStore
 
-from .helpers_writers import WINDOWS, assert_sound, demo_store, edit_skill, finish, staging_left, start
+from ..helpers_writers import WINDOWS, assert_sound, demo_store, edit_skill, finish, staging_left, start
 
 KILLS = 3  # per command: one at a random time, two while the version's files are being staged
 

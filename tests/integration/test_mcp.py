@@ -25,9 +25,9 @@ from segos_pipeline.evolution.round import evolve
 from segos_pipeline.paths import DEFAULT_LIBRARY
 from segos_pipeline.service.mcp_server import SKILL_URI, argument_errors
 
-from .conftest import commit_copy, mcp_http_command, mcp_http_server
+from ..conftest import commit_copy, mcp_http_command, mcp_http_server
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the checkout
 
 TOOLS = {
     "search_skills",

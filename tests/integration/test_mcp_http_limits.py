@@ -32,9 +32,9 @@ from segos_pipeline.service.http import (
     connection_cap,
 )
 
-from .conftest import free_port, mcp_http_server
+from ..conftest import free_port, mcp_http_server
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 QUERY = "load the sales csv, clean missing values and chart revenue by month"
 HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 INITIALIZE = {

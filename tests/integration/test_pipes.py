@@ -228,7 +228,7 @@ def snapshot_metadata(result: Any) -> dict[str, Any]:
 @pytest.mark.filterwarnings("ignore:AssetExecutionContext.run_id is deprecated")  # Dagster's Pipes code
 @pytest.mark.filterwarnings("ignore:Function `PipesMessageReader.expected_writer_count`")
 def test_pipes_round_commits_the_local_version_with_spark_metrics(tmp_path):
-    from tests.test_spark import assert_same_round_in_two_stores
+    from tests.integration.test_spark import assert_same_round_in_two_stores
 
     local, _ = materialize_window(tmp_path / "local", EngineSettings())
     assert local.success

@@ -29,7 +29,7 @@ from segos_pipeline.retrieval import semantic as semantic_mod
 from segos_pipeline.service.api import SegosService
 from segos_pipeline.store.cache import HASHES
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 QUERY = "load the sales csv, clean missing values and chart revenue by month"
 
 
@@ -289,7 +289,7 @@ def test_a_truncated_newest_manifest_is_reported_and_not_built_on_silently(inges
     ids=["files-list", "parts-dict", "seq-string", "not-an-object"],
 )
 def test_a_manifest_of_the_wrong_shape_is_a_damaged_version_not_a_traceback(store, shape):
-    from .conftest import commit_copy
+    from ..conftest import commit_copy
 
     st = SnapshotStore(store)
     v1 = st.latest()
@@ -332,7 +332,7 @@ def test_verify_checks_the_manifest_against_its_id_and_flags_unlisted_files(stor
 
 
 def test_segos_mcp_passes_over_a_newest_version_whose_manifest_is_truncated(store, caplog):
-    from .conftest import commit_copy
+    from ..conftest import commit_copy
 
     st = SnapshotStore(store)
     v1 = st.latest()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from segos_pipeline.paths import DEMO_DIR
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 

@@ -9,7 +9,7 @@ given there:
 - `dagster dev` / `dg dev` serve until stopped: they run until the webserver answers, then are stopped;
 - `claude` (Claude Code) is not installed here: a stand-in on PATH takes the same arguments and starts the
   configured server command with the official MCP client, as Claude Code would;
-- the block of `pip install ./segos` runs in a fresh venv in tests/test_install.py;
+- the block of `pip install ./segos` runs in a fresh venv in tests/integration/test_install.py;
 - placeholders (`/path/to/segos`, `/tmp/segos-store`, ports) become the scratch copy's paths.
 """
 
@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import copy_checkout, readme_bash_blocks, run_bash
+from ..conftest import copy_checkout, readme_bash_blocks, run_bash
 
 VENV = Path(sys.prefix) if sys.prefix != sys.base_prefix else None
 SKIPPED = ("python -m pytest",)  # this very command
-ELSEWHERE = ("pip install ./segos",)  # tests/test_install.py
+ELSEWHERE = ("pip install ./segos",)  # tests/integration/test_install.py
 
 # A stand-in for Claude Code's `claude mcp add NAME -- CMD ...` and `claude mcp add-json NAME JSON`: it
 # starts the configured server exactly as given (absolute command, its args and env) and lists its tools.
@@ -128,7 +128,8 @@ def test_the_readme_has_its_shell_examples():
 def test_readme_shell_block_runs(block: str, tmp_path: Path):
     if any(s in block for s in ELSEWHERE):
         pytest.skip(
-            "run in a fresh venv by tests/test_install.py::test_core_install_runs_the_readme_install_block"
+            "run in a fresh venv by "
+            "tests/integration/test_install.py::test_core_install_runs_the_readme_install_block"
         )
     scratch = copy_checkout(tmp_path / "segos")
     (scratch / ".venv").symlink_to(VENV)  # the README's `.venv`: this environment, editable on the checkout

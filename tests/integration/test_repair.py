@@ -22,7 +22,7 @@ import pytest
 from segos_pipeline import SnapshotStore, build_cold_start
 from segos_pipeline.paths import DEFAULT_LIBRARY
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEMO_TRACES = PROJECT_ROOT / "segos_pipeline" / "demo" / "traces"
 QUERY = "load the sales csv, clean missing values and chart revenue by month"
 

@@ -18,7 +18,7 @@ from segos_pipeline.service.arguments import MAX_ECHO_CHARS
 from segos_pipeline.service.errors import ServiceError
 from segos_pipeline.store.snapshot import DamagedSnapshot, SnapshotError
 
-from .conftest import commit_copy, damage
+from ..conftest import commit_copy, damage
 
 QUERY = "load the sales csv, clean missing values and chart revenue by month"
 

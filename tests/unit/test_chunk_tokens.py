@@ -16,7 +16,7 @@ from segos_pipeline.text.compact_tokens import CompactTokens, _merged
 from segos_pipeline.text.lexicon import Signature, token_table
 from segos_pipeline.text.string_index import StringIndex
 
-from .conftest import SHARED_DATA, write_skill
+from ..conftest import SHARED_DATA, write_skill
 
 
 def _slices(nodes: pl.DataFrame, sizes: list[int]) -> list[pl.DataFrame]:

@@ -219,7 +219,7 @@ def test_simulate_writes_labelled_traces_that_ingest(tmp_path):
 def test_damaged_versions_are_reported_not_hidden(tmp_path):
     """A version whose manifest cannot be read is listed by no command; `versions` warns about it and
     `verify --all` reports it next to versions whose files fail their hashes."""
-    from .conftest import commit_copy, damage
+    from ..conftest import commit_copy, damage
 
     store = tmp_path / "store"
     run("build", "--store", store, "--quiet")

@@ -18,7 +18,7 @@ from segos_pipeline.cli import main
 from segos_pipeline.retrieval.explain import NO_EVIDENCE
 from segos_pipeline.service.api import SegosService
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 LOADER = "data-wrangling/csv-loader"
 QUERY = "parse a csv file and plot a chart"
 

@@ -15,7 +15,7 @@ from segos_pipeline.evolution.round import evolve_round
 from segos_pipeline.evolution.traces import QueryRecord, TraceRecord, trace_frame
 from segos_pipeline.store.diff import diff_versions
 
-from .conftest import write_skill
+from ..conftest import write_skill
 
 # The reporter's long body dilutes its body match, so for the witness query it ranks behind the archiver
 # although its package says exactly what the query needs.

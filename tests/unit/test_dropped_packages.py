@@ -15,7 +15,7 @@ import polars as pl
 import segos_pipeline.graph.parsing as parsing
 from segos_pipeline.graph.parsing import parse_library
 
-from .conftest import write_skill
+from ..conftest import write_skill
 
 SEGMENT = "d" * 200
 

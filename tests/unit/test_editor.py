@@ -22,7 +22,7 @@ from segos_pipeline.evolution.round import evolve, evolve_round
 from segos_pipeline.evolution.traces import QueryRecord, TraceRecord, trace_frame
 from segos_pipeline.store.snapshot import REVISIONS
 
-from .conftest import write_skill
+from ..conftest import write_skill
 
 FILLER = " ".join(f"word{i}" for i in range(150))
 SKILLS = {

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from segos_pipeline.cli.main import main
 from segos_pipeline.store.snapshot import SnapshotStore
 
-from .helpers_writers import assert_sound, demo_store, edit_skill, staging_left
+from ..helpers_writers import assert_sound, demo_store, edit_skill, staging_left
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ from segos_pipeline.evolution.traces import resolve_skills, trace_frame
 from segos_pipeline.paths import DEMO_DIR
 from segos_pipeline.text.names import SkillNames
 
-from .conftest import simple_library
+from ..conftest import simple_library
 
 # ------------------------------------------------------------------------------------------ metrics
 

@@ -11,7 +11,7 @@ from segos_pipeline.graph.build import commit_derived
 from segos_pipeline.graph.edges import EDGE_SCHEMA, violations
 from segos_pipeline.store.diff import diff_versions, to_markdown
 
-from .conftest import write_skill
+from ..conftest import write_skill
 
 # name: (description, inputs, outputs). Words are chosen so the pairs used below share no signature
 # token unless a test wants a semantic edge.

@@ -25,7 +25,7 @@ from segos_pipeline.graph.incremental import apply_change
 from segos_pipeline.store.diff import diff_versions, to_markdown
 from segos_pipeline.store.snapshot import EXPERIENCE_SCHEMA
 
-from .conftest import simple_library
+from ..conftest import simple_library
 
 SKILLS = {
     "pdf-merger": "merge several pdf documents into one pdf file",

@@ -22,7 +22,7 @@ from segos_pipeline.graph.frontmatter import (
 from segos_pipeline.graph.parsing import _FENCE
 from segos_pipeline.paths import DEFAULT_LIBRARY
 
-from .conftest import MALFORMED, SHARED_DATA
+from ..conftest import MALFORMED, SHARED_DATA
 
 LIMITS = YamlLimits()
 

@@ -18,7 +18,7 @@ import pytest
 
 from segos_pipeline.graph.parsing import parse_library
 
-from .conftest import write_skill
+from ..conftest import write_skill
 
 GOOD = {"pdf-to-text": "Convert PDF files to plain text.", "image-resizer": "Resize images in bulk."}
 

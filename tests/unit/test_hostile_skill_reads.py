@@ -12,7 +12,7 @@ import polars as pl
 
 from segos_pipeline.graph.parsing import listed_packages, parse_library, parse_package
 
-from .conftest import write_skill
+from ..conftest import write_skill
 
 OUTSIDE_TEXT = "---\nname: stolen\ndescription: OUTSIDE-SECRET text from outside the library\n---\n"
 

@@ -17,7 +17,7 @@ from segos_pipeline.graph.incremental import IncrementalError, apply_change
 from segos_pipeline.store import snapshot as snapshot_mod
 from segos_pipeline.store.snapshot import DamagedSnapshot, Snapshot
 
-from .conftest import damage, write_format1, write_skill
+from ..conftest import damage, write_format1, write_skill
 
 # Words repeat across skills on purpose: equal Jaccard scores (ties) and, with a small df cap, tokens that
 # cross the cap when one skill is added or removed.

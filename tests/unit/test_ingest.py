@@ -10,7 +10,7 @@ from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.traces import TraceError, ctrf_reward, parse_native
 from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR
 
-from .conftest import demo_library_with_malformed
+from ..conftest import demo_library_with_malformed
 
 OK = {"trace_id": "t1", "task_id": "task", "queries": [{"text": "q"}], "used": ["a"], "reward": 1.0}
 

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 from segos_pipeline.config import ParseConfig
 from segos_pipeline.graph.parsing import NODE_SCHEMA, REPORT_SCHEMA, parse_library, split_frontmatter
 
-from .conftest import demo_library_with_malformed, write_skill
+from ..conftest import demo_library_with_malformed, write_skill
 
 FULL = """
 name: csv-loader

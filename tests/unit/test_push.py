@@ -15,7 +15,7 @@ from segos_pipeline.graph.transition import row_normalize
 from segos_pipeline.retrieval.push import PushOperator
 from segos_pipeline.retrieval.ranker import power_iteration, top_k
 
-from .conftest import simple_library
+from ..conftest import simple_library
 
 ALPHA = 0.2
 
@@ -130,7 +130,7 @@ def _queries(shared_data, *names):
 
 @pytest.fixture(scope="module")
 def real_snapshot(tmp_path_factory):
-    from .conftest import SHARED_DATA
+    from ..conftest import SHARED_DATA
 
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real data not available: {SHARED_DATA} is absent")

@@ -34,7 +34,7 @@ from segos_pipeline.store.snapshot import (
     UnknownVersion,
 )
 
-from .conftest import demo_library_with_malformed, simple_library
+from ..conftest import demo_library_with_malformed, simple_library
 
 WINDOW = "2026-11-28"
 

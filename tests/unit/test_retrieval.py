@@ -11,7 +11,7 @@ from segos_pipeline import RetrievalConfig, Retriever, SnapshotStore, build_cold
 from segos_pipeline.graph.build import commit_derived
 from segos_pipeline.graph.edges import EDGE_SCHEMA
 
-from .conftest import simple_library, write_skill
+from ..conftest import simple_library, write_skill
 
 SKILLS = {
     "csv-loader": "Load comma separated csv files into a dataframe with typed columns.",
@@ -343,7 +343,7 @@ def test_index_read_a_part_at_a_time_equals_the_index_of_the_whole_table(tmp_pat
     from segos_pipeline.paths import DEFAULT_LIBRARY
     from segos_pipeline.retrieval.lexical import LexicalIndex, index_for, parts_index
 
-    from .conftest import SHARED_DATA
+    from ..conftest import SHARED_DATA
 
     lib = DEFAULT_LIBRARY if library == "demo" else SHARED_DATA / "skills"
     if not lib.is_dir():

@@ -22,7 +22,7 @@ from segos_pipeline.retrieval.semantic import (
     vectors_for,
 )
 
-from .conftest import simple_library, write_skill
+from ..conftest import simple_library, write_skill
 
 SKILLS = {
     "csv-loader": "Load csv data tables into data frames.",

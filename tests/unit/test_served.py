@@ -25,9 +25,9 @@ from segos_pipeline.store.remote import RemoteStore
 from segos_pipeline.store.served import SERVED, ServedError, pointer, promote, rollback, served
 from segos_pipeline.store.snapshot import DamagedSnapshot
 
-from .conftest import commit_copy, damage, simple_library
+from ..conftest import commit_copy, damage, simple_library
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 FIRST, SECOND = "2026-11-27", "2026-11-28"  # the demo's trace windows
 
 

@@ -26,7 +26,7 @@ from segos_pipeline.service.api import SegosService
 from segos_pipeline.store import remote
 from segos_pipeline.store.remote import RemoteStore
 
-from .conftest import commit_copy
+from ..conftest import commit_copy
 
 QUERY = "load the sales csv, clean missing values and chart revenue by month"
 

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.shared
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory):
-    from .conftest import SHARED_DATA
+    from ..conftest import SHARED_DATA
 
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real data not available: {SHARED_DATA} is absent")

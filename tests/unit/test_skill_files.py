@@ -35,9 +35,9 @@ from segos_pipeline.service.api import SegosService
 from segos_pipeline.service.errors import FileRefused, PackageMissing
 from segos_pipeline.service.mcp_server import skill_card
 
-from .conftest import write_skill
+from ..conftest import write_skill
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 LOADER = "data-wrangling/csv-loader"
 CHART_QUERY = "parse a csv file and plot a chart"
 

@@ -14,7 +14,7 @@ from segos_pipeline.store import snapshot as snapshot_mod
 from segos_pipeline.store.snapshot import MANIFEST, DamagedSnapshot, SnapshotStore, UnknownVersion
 from segos_pipeline.text.lexicon import TOKEN_SCHEMA, signature_matrix, token_table
 
-from .conftest import damage, simple_library, write_format1
+from ..conftest import damage, simple_library, write_format1
 
 SKILLS = {
     "csv-loader": "Load CSV files into a dataframe.",

@@ -10,7 +10,7 @@ from segos_pipeline.retrieval.lexical import LexicalIndex
 from segos_pipeline.retrieval.token_rows import EncodedTokens
 from segos_pipeline.text.lexicon import token_table
 
-from .conftest import SHARED_DATA
+from ..conftest import SHARED_DATA
 from .test_retrieval import _same_index
 
 REVISIONS = {

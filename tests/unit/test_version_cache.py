@@ -20,7 +20,7 @@ from segos_pipeline.paths import DEFAULT_LIBRARY
 from segos_pipeline.service.api import SegosService
 from segos_pipeline.service.version_cache import VERSION_CACHE_ENV, cache_budget, memory_bytes
 
-from .conftest import commit_copy
+from ..conftest import commit_copy
 
 QUERY = "load the sales csv, clean missing values and chart revenue by month"
 

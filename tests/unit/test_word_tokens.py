@@ -15,7 +15,7 @@ from segos_pipeline.paths import DEFAULT_LIBRARY
 from segos_pipeline.text.lexicon import field_texts
 from segos_pipeline.text.tokens import STOPWORDS, _token_of, text_words, tokenize_column, word_tokens
 
-from .conftest import SHARED_DATA
+from ..conftest import SHARED_DATA
 
 # Endings that select each of the stemmer's rules, the exceptions to them, and near misses.
 _SUFFIXES = [

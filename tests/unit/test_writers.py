@@ -29,8 +29,8 @@ from segos_pipeline.store.snapshot import (
     UnknownVersion,
 )
 
-from .conftest import simple_library
-from .helpers_writers import (
+from ..conftest import simple_library
+from ..helpers_writers import (
     WINDOWS,
     assert_sound,
     body_of,
