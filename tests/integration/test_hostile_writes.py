@@ -1,4 +1,4 @@
-"""Torn writes and hostile landing folders (issue 31, items 1 and 2): every trace `record_trace`
+"""Torn writes and hostile landing folders: every trace `record_trace`
 acknowledges is on disk whole and ingested exactly once, under kill -9 and a full filesystem; a torn last
 line is moved aside by the next append and skipped (reported, not quarantined) by ingest; links and other
 non-regular files in a landing folder are reported by name and never read. The SKILL.md side of "read only

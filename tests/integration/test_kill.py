@@ -1,4 +1,4 @@
-"""`kill -9` at random points of `segos build`, `segos update` and `segos evolve` (issue 13): afterwards
+"""`kill -9` at random points of `segos build`, `segos update` and `segos evolve`: afterwards
 `segos verify --all` is clean, every earlier version loads, no half version is listed, and the next write
 succeeds and sweeps the dead writer's staging folder."""
 

@@ -1,4 +1,4 @@
-"""Issue 31 item 4: `segos mcp --http` survives its clients (session cap with LRU eviction, connection cap,
+"""`segos mcp --http` survives its clients (session cap with LRU eviction, connection cap,
 head and body deadlines, rate-limited accept errors). Real server processes; small limits through the
 `SEGOS_MCP_*` variables so each case runs in seconds."""
 

@@ -1,4 +1,4 @@
-"""The evolution round's Spark part launched from Dagster through Dagster Pipes (issue 15, item 3).
+"""The evolution round's Spark part launched from Dagster through Dagster Pipes.
 
 `EngineSettings(engine="spark", launch="pipes")` makes `evolution_round` run `spark-submit
 assets/pipes/spark_round.py` (Spark local[2], started by the test) through `PipesSubprocessClient`. The

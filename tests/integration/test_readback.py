@@ -1,4 +1,4 @@
-"""Issue 31 item 5: everything read back from a store is checked, and nothing damaged is used.
+"""Everything read back from a store is checked, and nothing damaged is used.
 
 Derived caches (the lexical index, skill vectors) carry their files' hashes: an emptied file or a vector
 cache whose rows were reversed is a miss, dropped and rebuilt, and `segos retrieve` returns the bundle it

@@ -1,4 +1,4 @@
-"""Issue 31 item 5: `segos repair` makes a damaged cold-start file again from the library.
+"""`segos repair` makes a damaged cold-start file again from the library.
 
 A store holds a cold start and an evolved version (`--no-l3`: the round leaves the library alone) that
 hard-links the cold start's node part. One flipped bit in that part damages both versions; `segos repair`

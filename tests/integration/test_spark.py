@@ -1,4 +1,4 @@
-"""The evolution round's engines agree (SPEC §11, issue 15): the local engine with any partition count and
+"""The evolution round's engines agree (SPEC §11): the local engine with any partition count and
 the Spark engine (local mode, started here) commit the same version files and counters as one partition.
 
 One SparkSession for the module (small shuffle, no UI); every round runs on the demo windows and, when

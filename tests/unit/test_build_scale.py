@@ -1,4 +1,4 @@
-"""The cold-start build at scale (issue 14): compact token table, fixed join cap, pooled join.
+"""The cold-start build at scale: compact token table, fixed join cap, pooled join.
 
 Each part must leave what a build produces unchanged: the stored token rows, the signature and the edges
 of the compact / pooled paths equal those of the plain string table and the single-process join."""
@@ -27,7 +27,7 @@ def synthetic_nodes(tmp_path_factory: pytest.TempPathFactory) -> pl.DataFrame:
 
 
 def _spec_edges(nodes: pl.DataFrame) -> pl.DataFrame:
-    """The edges as the build made them before issue 14: string table, Signature.of, SPEC §4's growing
+    """The edges as the build made them before the scale work: string table, Signature.of, SPEC §4's growing
     cap max(1,000, 1% N), one process."""
     sig = Signature.of(token_table(nodes), nodes.height)
     spec_cap = GraphConfig(df_cap_min=1_000, df_cap_fraction=0.01)

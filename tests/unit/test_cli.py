@@ -1,4 +1,5 @@
-"""The CLI contract of issue 2, end to end on the project's demo data (data/)."""
+"""The CLI contract (JSON shapes, version id printed last, one-line errors with a nonzero exit), end to end
+on the project's demo data (data/)."""
 
 import json
 import subprocess

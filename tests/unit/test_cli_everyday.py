@@ -1,4 +1,4 @@
-"""The everyday CLI (issue 29, item 6): `segos skills`, `show`, `explain`, and every command's `--help`
+"""The everyday CLI: `segos skills`, `show`, `explain`, and every command's `--help`
 offering `--json` and an example."""
 
 from __future__ import annotations

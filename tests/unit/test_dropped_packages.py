@@ -1,4 +1,4 @@
-"""Issue 31 item 8: every package the parse walk passes over has a build-report row.
+"""Every package the parse walk passes over has a build-report row.
 
 A symlinked folder is not followed (a link can leave the library root or loop), and a folder whose path is
 longer than PATH_MAX cannot be listed: both dropped their packages without a word. Each is now one report

@@ -1,4 +1,4 @@
-"""Issue 31 item 5: trace parts, cache entries and repaired version files are flushed to disk before the
+"""Trace parts, cache entries and repaired version files are flushed to disk before the
 rename that publishes them.
 
 A rename can reach the disk before the bytes of the file it names: after a power cut the name would then

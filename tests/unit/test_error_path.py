@@ -1,4 +1,4 @@
-"""One error path for the CLI (issue 13): operating-system errors (disk full, read-only store, permissions),
+"""One error path for the CLI: operating-system errors (disk full, read-only store, permissions),
 polars' errors and adapter errors are one stderr line naming the file and what to do, exit 2, and leave
 no half version behind (`segos verify --all` stays clean)."""
 

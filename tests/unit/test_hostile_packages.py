@@ -1,4 +1,4 @@
-"""Hostile SKILL.md packages never take a build down (issue 13): each case found by a user is a named test.
+"""Hostile SKILL.md packages never take a build down: each case found by a user is a named test.
 
 Every hostile package sits in a library with good ones; the good skills must be parsed as usual and the
 bad one must become a report row (a node or a skipped package), within a time bound.

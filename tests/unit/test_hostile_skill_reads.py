@@ -1,4 +1,4 @@
-"""SKILL.md is read only from inside the library (issue 31, item 2): the file the parse checks is the file
+"""SKILL.md is read only from inside the library: the file the parse checks is the file
 it reads. A SKILL.md or a package folder swapped for a link after the walk listed it fails to open or is
 refused on the open descriptor, never read; links inside the root are still followed (documented)."""
 
@@ -57,7 +57,7 @@ def test_a_skill_md_linked_inside_the_root_is_still_read(tmp_path: Path):
 
 
 def test_skill_md_swaps_during_builds_never_put_outside_text_in_the_nodes(tmp_path: Path):
-    """The race of issue 31 item 3: a thread flips a SKILL.md between a regular file and a link leaving the
+    """The swap race: a thread flips a SKILL.md between a regular file and a link leaving the
     root (each flip one atomic rename) while the library is parsed again and again."""
     root, outside = _outside_library(tmp_path)
     for i in range(40):

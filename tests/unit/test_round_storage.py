@@ -1,6 +1,6 @@
 """A round over a stored window: the local engine streams it partition by partition, and the version
-references the window's files by hash instead of copying its traces (issue 14); what the round adds per
-selected trace is stored in bucket files by a hash of trace id (issue 15), and versions with the older
+references the window's files by hash instead of copying its traces; what the round adds per
+selected trace is stored in bucket files by a hash of trace id, and versions with the older
 single `round.parquet` still read."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The served pointer (issue 29, item 1): which version followers serve, moved only forward along the
+"""The served pointer: which version followers serve, moved only forward along the
 lineage or by `segos promote` / `segos rollback`, on the demo data through the real CLI, a real
 `SegosService` and a real `segos mcp` (the MCP SDK's client)."""
 

@@ -1,4 +1,4 @@
-"""Skills agents can run (issue 29, item 3): every skill's absolute package folder in bundles and details,
+"""Skills agents can run: every skill's absolute package folder in bundles and details,
 its files as MCP resources read only inside the package, and `segos export` writing a bundle as a skills
 folder."""
 

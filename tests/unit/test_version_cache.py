@@ -1,4 +1,4 @@
-"""Issue 31 item 8: the versions a service loads for `version=` are kept within a memory budget.
+"""The versions a service loads for `version=` are kept within a memory budget.
 
 The bound was four versions whatever their size: a client cycling through five made every call a full
 load, and four large versions held gigabytes. Now the sizes of the kept versions (`memory_bytes`) stay

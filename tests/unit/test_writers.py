@@ -1,4 +1,4 @@
-"""Writers of one store take turns (issue 13): unique sequence numbers, no edit lost, a waiting or refused
+"""Writers of one store take turns: unique sequence numbers, no edit lost, a waiting or refused
 writer says so, stale staging folders are swept, an ambiguous `vN` is an error. Real processes, real locks."""
 
 from __future__ import annotations
