@@ -4,8 +4,8 @@
 
 The four run as ONE step (a multi-asset with four outputs) calling `segos build`'s own stage functions
 (`graph/build.py`): the parse workers tokenise, and the commit writes the same files, so the same library
-gives the same version id whichever way it is built (`tests/test_dagster.py`). The tables go to the
-store once, in the version; the assets pass their counts and the version record, never a table (nothing
+gives the same version id whichever way it is built (`tests/integration/test_dagster.py`). The tables go
+to the store once, in the version; the assets pass their counts and the version record, never a table (nothing
 is copied under STORE/dagster/). Each stage is still its own asset with its own metadata and check.
 """
 

@@ -71,7 +71,7 @@ def parse_stage(
     """Parse `library` and tokenise its skills: the first stage of every cold start (`segos build` and the
     Dagster cold start alike). The parse workers tokenise the chunks they parse, on every core, and their
     tables are merged here as they come back; out of id order, the sorted node table is tokenised instead
-    (the same table: `tests/test_build_scale.py`)."""
+    (the same table: `tests/integration/test_build_scale.py`)."""
     say = progress or (lambda _msg: None)
     merged = TokenMerger()
     parsed = parse_library(

@@ -3,8 +3,8 @@
 `build_cold_start` and `evolve` run a whole cold start / round in one call; an orchestrator (the Dagster
 code location in `assets/`) wants each stage's output on its own so it can be checked and shown. The
 stage functions are `build_cold_start`'s and `evolve`'s own (re-exported below), so a version committed
-stage by stage is the version `segos build` / `segos evolve` would have written (`tests/test_dagster.py`
-asserts this, same version id for a cold start). Never imports Dagster.
+stage by stage is the version `segos build` / `segos evolve` would have written
+(`tests/integration/test_dagster.py` asserts this, same version id for a cold start). Never imports Dagster.
 """
 
 from __future__ import annotations

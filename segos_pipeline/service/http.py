@@ -132,7 +132,8 @@ class SessionLRU:
 
     The SDK has no public way to end a session from the server side: this uses the session manager's
     `_server_instances` (live sessions by id) and `_discard_session` (forget, then terminate) of mcp 2.3.
-    `check_sdk` fails at start, and tests/test_mcp_http_limits.py fails, if a later 2.x SDK changes them."""
+    `check_sdk` fails at start, and tests/integration/test_mcp_http_limits.py fails, if a later 2.x SDK
+    changes them."""
 
     def __init__(self, app: ASGIApp, manager: StreamableHTTPSessionManager, max_sessions: int):
         check_sdk(manager)
@@ -518,7 +519,7 @@ async def serve_http(
     app: MCPServer, host: str, port: int, limits: HttpLimits, token: str | None = None
 ) -> None:  # pragma: no cover
     """Serve `app` over streamable HTTP on (host, port) until stopped, within `limits` (tested through real
-    server processes in tests/test_mcp_http_limits.py)."""
+    server processes in tests/integration/test_mcp_http_limits.py)."""
     import uvicorn
 
     nofile = raise_nofile_limit()

@@ -8,7 +8,8 @@ every trailing "s"). Short technical tokens (`3d`, `ai`, `js`, `csv`) are kept.
 Indexing cuts words with the polars regex `POLARS_TOKEN_PATTERN` (`tokenize_column`), the same rule as
 `_TOKEN_RE`, and stems each distinct word once with `word_tokens`: the stemmer's rules restated on the
 UTF-8 bytes of ASCII words with numpy, the Python stemmer for any other word. Property tests hold the regex
-equal to `_TOKEN_RE` (tests/test_text.py) and `word_tokens` equal to `_token_of` (tests/test_word_tokens.py).
+equal to `_TOKEN_RE` (tests/unit/test_text.py) and `word_tokens` equal to `_token_of`
+(tests/unit/test_word_tokens.py).
 """
 
 from __future__ import annotations

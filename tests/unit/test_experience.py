@@ -1,0 +1,378 @@
+"""Experience (SPEC §8): what skills learn from the requests of successful traces, how retrieval uses it, the
+round's held-out check, and how versions, diffs and incremental changes carry it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from segos_pipeline import Retriever, SnapshotStore, build_cold_start
+from segos_pipeline.config import EvolutionConfig, RetrievalConfig
+from segos_pipeline.evolution.evidence import (
+    EXPERIENCE_PARTIAL_SCHEMA,
+    experience_partials,
+    held_out,
+    usage_rows,
+)
+from segos_pipeline.evolution.experience import merged_experience
+from segos_pipeline.evolution.ingest import TraceStore
+from segos_pipeline.evolution.round import evolve
+from segos_pipeline.graph.incremental import apply_change
+from segos_pipeline.store.diff import diff_versions, to_markdown
+from segos_pipeline.store.layout import EXPERIENCE_SCHEMA
+
+from ..conftest import simple_library
+
+SKILLS = {
+    "pdf-merger": "merge several pdf documents into one pdf file",
+    "pdf-splitter": "split a pdf document into single page pdf files",
+    "csv-loader": "load a csv table into a dataframe",
+    "chart-plotter": "plot a line chart or bar chart from tabular data",
+    "mail-sender": "send an email message over smtp",
+}
+# A request in words none of the skills' texts hold ("stitch", "dossiers", "booklet"): only experience can
+# bring it to the merger.
+LEARNED = "stitch my scanned dossiers together as a booklet"
+PARAPHRASE = "stitch these dossiers into a booklet please"
+
+
+def _trace(i: int, text: str, used: list[str], reward: float = 1.0, task: str | None = None) -> dict:
+    return {
+        "trace_id": f"t-{i:05d}",
+        "task_id": task or f"task-{i:05d}",
+        "agent": "agent-a",
+        "attempt": 1,
+        "timestamp": "2026-11-29T02:00:00Z",
+        "queries": [{"text": text}],
+        "used": used,
+        "reward": reward,
+    }
+
+
+def _selected(rows: list[dict]) -> pl.DataFrame:
+    """Selected traces as a round holds them: every query's retrieval filled (here: nothing retrieved)."""
+    for r in rows:
+        r["queries"] = [{**q, "retrieved": [], "seeds": []} for q in r["queries"]]
+    return pl.DataFrame(rows)
+
+
+def _learned_ids(n: int, share: float, held: bool) -> list[int]:
+    """Trace numbers whose id the round holds out (held) or learns from (not held)."""
+    ids = pl.DataFrame({"trace_id": [f"t-{i:05d}" for i in range(n)]})
+    flags = ids.select(held_out(share))["trace_id"].to_list()
+    return [i for i, f in enumerate(flags) if f == held]
+
+
+def _store_with(tmp_path: Path, traces: list[dict], semantic: str = "none") -> tuple[SnapshotStore, Path]:
+    lib = simple_library(tmp_path / "lib", SKILLS)
+    store = SnapshotStore(tmp_path / "store")
+    build_cold_start(lib, store)
+    path = tmp_path / "traces.jsonl"
+    path.write_text("".join(json.dumps(t) + "\n" for t in traces))
+    TraceStore(store).ingest_path(path, window="w1")
+    return store, lib
+
+
+def _retriever(store: SnapshotStore, version: str, semantic: str = "none") -> Retriever:
+    return Retriever(store.load(version), RetrievalConfig(semantic=semantic))
+
+
+# ------------------------------------------------------------------------------------- the kernels
+
+
+def test_only_successful_traces_add_experience_and_tasks_count_distinct_pairs():
+    selected = _selected(
+        [
+            {**_trace(1, "join my pdfs", ["pdf-merger"], task="a"), "success": True},
+            {**_trace(2, "join my pdfs", ["pdf-merger"], task="b"), "success": True},
+            {**_trace(3, "join my pdfs", ["pdf-merger"], task="b"), "success": True},  # same (task, agent)
+            {**_trace(4, "split pdf", ["pdf-splitter"], reward=0.0), "success": False},
+        ]
+    )
+    experience, _ = experience_partials(usage_rows(selected), 0.0, 1_000)
+    assert experience.to_dicts() == [{"skill": "pdf-merger", "text": "join my pdfs", "tasks": 2}]
+
+
+def test_experience_is_bounded_per_skill_and_deterministic():
+    rows = [{"skill": "s", "text": f"request {k:03d}", "tasks": k % 7 + 1} for k in range(200)]
+    rows += [{"skill": "t", "text": "x" * 50, "tasks": 1}]
+    window = pl.DataFrame(rows, schema=EXPERIENCE_PARTIAL_SCHEMA)
+    skills = pl.Series(["s", "t"])
+    parent = pl.DataFrame(schema=EXPERIENCE_SCHEMA)
+    one = merged_experience(parent, window, skills, 1, 16)
+    shuffled = merged_experience(parent, window.sample(fraction=1.0, shuffle=True, seed=3), skills, 1, 16)
+    assert one.equals(shuffled)
+    per_skill = dict(one.group_by("skill").len().iter_rows())
+    assert per_skill == {"s": 16, "t": 1}
+    assert one.filter(pl.col("skill") == "s")["tasks"].min() == 7  # the most evidenced are kept
+    # kept across rounds: counts add, the first round stays, the last moves
+    again = merged_experience(one, window, skills, 2, 16)
+    row = again.filter(pl.col("text") == "x" * 50).row(0, named=True)
+    assert (row["tasks"], row["first_round"], row["last_round"]) == (2, 1, 2)
+    # among equally evidenced requests of one round, a hash of the text decides, not the alphabet (which
+    # would keep the requests that start alike, "Can you ..."), still whatever the input order
+    even = pl.DataFrame([{"skill": "s", "text": f"request {k:03d}", "tasks": 1} for k in range(200)])
+    kept = merged_experience(parent, even, skills, 1, 16)["text"].to_list()
+    assert len(kept) == 16 and kept != sorted(even["text"].to_list())[:16]
+    assert merged_experience(parent, even.reverse(), skills, 1, 16)["text"].to_list() == kept
+    # a skill the version does not hold is dropped
+    assert merged_experience(parent, window, pl.Series(["t"]), 1, 16)["skill"].to_list() == ["t"]
+
+
+def test_witnessing_requests_are_clipped():
+    selected = _selected([{**_trace(1, "  " + "y" * 5_000, ["pdf-merger"]), "success": True}])
+    experience, _ = experience_partials(usage_rows(selected), 0.0, 300)
+    assert experience["text"].str.len_chars().to_list() == [300]
+
+
+# --------------------------------------------------------------------------------------- the round
+
+
+def test_a_round_learns_a_vocabulary_the_skill_text_lacks(tmp_path):
+    learned = _learned_ids(40, 0.1, held=False)[:20]
+    traces = [_trace(i, LEARNED, ["pdf-merger"]) for i in learned]
+    store, _ = _store_with(tmp_path, traces)
+    manifest = evolve(store, "w1", retrieval=RetrievalConfig(semantic="none"))
+    cold, evolved = _retriever(store, "v0001"), _retriever(store, manifest["version"])
+    assert "pdf-merger" not in cold.ranked_ids(PARAPHRASE, 5)
+    bundle = evolved.retrieve(PARAPHRASE)
+    assert bundle.ids[0] == "pdf-merger"
+    assert bundle.skills[0].experience > 0
+    # the package text is untouched; the experience is its own table
+    assert store.load(manifest["version"]).nodes.equals(store.load("v0001").nodes)
+    assert store.load(manifest["version"]).experience.height == 1
+    assert manifest["counters"]["experience"]["committed"] is True
+
+
+def test_a_skill_with_experience_does_not_push_aside_a_better_matching_one(tmp_path):
+    # the merger learns many requests about pdf pages; a request that names the splitter's own words keeps
+    # the splitter first
+    learned = _learned_ids(200, 0.1, held=False)[:60]
+    texts = [f"put pdf pages {k} together in one document" for k in range(len(learned))]
+    store, _ = _store_with(
+        tmp_path, [_trace(i, t, ["pdf-merger"]) for i, t in zip(learned, texts, strict=True)]
+    )
+    manifest = evolve(store, "w1", retrieval=RetrievalConfig(semantic="wordllama"))
+    query = "split a pdf document into single page files"
+    for version in ("v0001", manifest["version"]):
+        assert _retriever(store, version, "wordllama").ranked_ids(query, 5)[0] == "pdf-splitter"
+
+
+def test_the_held_out_check_refuses_a_round_that_makes_ranks_worse(tmp_path):
+    # the learned traces say the request needs the mailer; the held-out ones, asking the same, used the
+    # merger, which the cold start already ranks first: the new experience would push it down
+    text = "merge pdf documents into one pdf and mail it"
+    learned = _learned_ids(400, 0.1, held=False)[:30]
+    held = _learned_ids(400, 0.1, held=True)[:10]
+    traces = [_trace(i, text, ["mail-sender"]) for i in learned] + [
+        _trace(i, text, ["pdf-merger"]) for i in held
+    ]
+    store, _ = _store_with(tmp_path, traces)
+    assert _retriever(store, "v0001").ranked_ids(text, 5)[0] == "pdf-merger"
+    manifest = evolve(store, "w1", retrieval=RetrievalConfig(semantic="none"))
+    c = manifest["counters"]["experience"]
+    assert c["committed"] is False and c["gate"]["passed"] is False
+    assert c["gate"]["traces"] == 10 and c["gate"]["mrr_after"] < c["gate"]["mrr_before"]
+    assert store.load(manifest["version"]).experience.height == 0
+    assert _retriever(store, manifest["version"]).ranked_ids(text, 5)[0] == "pdf-merger"
+
+
+def test_experience_off_commits_none(tmp_path):
+    store, _ = _store_with(tmp_path, [_trace(i, LEARNED, ["pdf-merger"]) for i in range(10)])
+    manifest = evolve(
+        store, "w1", config=EvolutionConfig(experience=False), retrieval=RetrievalConfig(semantic="none")
+    )
+    assert "experience" not in manifest["counters"]
+    assert store.load(manifest["version"]).experience.height == 0
+
+
+# ------------------------------------------------------------------------------ diff and incremental
+
+
+@pytest.fixture
+def evolved(tmp_path):
+    learned = _learned_ids(40, 0.1, held=False)[:12]
+    traces = [_trace(i, LEARNED, ["pdf-merger"]) for i in learned[:6]]
+    traces += [_trace(i, "graph my monthly ledger", ["chart-plotter"]) for i in learned[6:]]
+    store, lib = _store_with(tmp_path, traces)
+    manifest = evolve(store, "w1", retrieval=RetrievalConfig(semantic="none"))
+    return store, lib, manifest["version"]
+
+
+def test_diff_shows_what_skills_learned(evolved):
+    store, _, version = evolved
+    diff = diff_versions(store.load("v0001"), store.load(version))
+    assert diff["counts"]["experience"] == 2
+    assert {(e["skill"], e["text"], e["tasks_before"], e["tasks_after"]) for e in diff["experience"]} == {
+        ("pdf-merger", LEARNED, None, 6),
+        ("chart-plotter", "graph my monthly ledger", None, 6),
+    }
+    assert "## Experience" in to_markdown(diff) and LEARNED in to_markdown(diff)
+    # the spec's keys are all still there
+    assert {"from", "to", "edges", "descriptions", "counts"} <= set(diff)
+
+
+def test_incremental_update_keeps_experience_and_remove_drops_it(evolved):
+    store, lib, version = evolved
+    pkg = lib / "pdf-merger"
+    md = pkg / "SKILL.md"
+    md.write_text(md.read_text() + "\nAlso keeps bookmarks.\n")
+    updated = apply_change(store, "update", pkg, from_version=version)
+    assert store.load(updated.version).experience.equals(store.load(version).experience)
+    shutil.rmtree(pkg)
+    removed = apply_change(store, "remove", pkg, from_version=updated.version)
+    left = store.load(removed.version).experience
+    assert left["skill"].to_list() == ["chart-plotter"]
+
+
+def test_a_bundle_says_when_experience_put_a_skill_there(tmp_path):
+    from segos_pipeline.service.api import SegosService
+
+    learned = _learned_ids(40, 0.1, held=False)[:5]
+    store, _ = _store_with(tmp_path, [_trace(i, LEARNED, ["pdf-merger"]) for i in learned])
+    evolve(store, "w1", retrieval=RetrievalConfig(semantic="none"))
+    bundle = SegosService(store, landing=tmp_path / "landing").retrieve_bundle(PARAPHRASE)
+    merger = next(s for s in bundle["skills"] if s["id"] == "pdf-merger")
+    assert merger["experience"] > 0
+    assert merger["why"] == f"used on 5 successful task(s) like '{LEARNED}'"
+    assert merger["reasons"][0]["kind"] == "experience" and merger["reasons"][0]["tasks"] == 5
+
+
+def test_a_server_embeds_the_witnesses_when_it_loads_a_version_not_in_a_request(tmp_path):
+    from segos_pipeline.service.api import SegosService
+
+    learned = _learned_ids(40, 0.1, held=False)[:5]
+    store, _ = _store_with(tmp_path, [_trace(i, LEARNED, ["pdf-merger"]) for i in learned])
+    evolve(store, "w1")
+    service = SegosService(store, landing=tmp_path / "landing", config=RetrievalConfig(semantic="wordllama"))
+    retriever = service._request(None).retriever
+    assert retriever.experience is not None and retriever.experience._vectors is not None
+    assert "incidence" in vars(retriever)  # the cached property was filled at load
+
+
+def test_many_witnesses_are_searched_by_inverted_lists_with_the_same_answer(tmp_path, monkeypatch):
+    from segos_pipeline.retrieval import experience as experience_module
+
+    learned = _learned_ids(400, 0.1, held=False)[:40]
+    traces = [_trace(i, f"{LEARNED} number {k}", ["pdf-merger"]) for k, i in enumerate(learned[:20])]
+    traces += [
+        _trace(i, f"graph my ledger for month {k}", ["chart-plotter"]) for k, i in enumerate(learned[20:])
+    ]
+    store, _ = _store_with(tmp_path, traces)
+    version = evolve(store, "w1")["version"]
+    queries = [PARAPHRASE, "draw my ledger as a graph", "send an email"]
+    exact = [_retriever(store, version, "wordllama").retrieve(q) for q in queries]
+    monkeypatch.setattr(experience_module, "_EXACT_WITNESSES", 4)
+    listed = _retriever(store, version, "wordllama")
+    for query, bundle in zip(queries, exact, strict=True):
+        got = listed.retrieve(query)  # every row is read here (a list scan reads 4,096): sums in list order
+        assert got.ids == bundle.ids
+        assert [s.score for s in got.skills] == pytest.approx([s.score for s in bundle.skills], rel=1e-9)
+    assert listed.experience is not None and listed.experience._lists is not None
+
+
+# ------------------------------------------------------------------------------- co-use completion
+
+REPORT = "make the monthly revenue report for the board"
+
+
+def test_skills_used_together_come_along_with_the_best_candidate(tmp_path):
+    from segos_pipeline.service.api import SegosService
+
+    learned = _learned_ids(40, 0.1, held=False)[:6]
+    traces = [_trace(i, REPORT, ["csv-loader", "chart-plotter"]) for i in learned]
+    store, _ = _store_with(tmp_path, traces)
+    version = evolve(store, "w1", retrieval=RetrievalConfig(semantic="none"))["version"]
+    query = "load a csv table into a dataframe"  # the loader's own words, none of the plotter's
+    cold = Retriever(store.load("v0001"), RetrievalConfig(semantic="none", top_n=2))
+    assert "chart-plotter" not in cold.ranked_ids(query, 2)
+    evolved = Retriever(store.load(version), RetrievalConfig(semantic="none", top_n=2))
+    bundle = evolved.retrieve(query)
+    assert bundle.ids == ["csv-loader", "chart-plotter"]
+    loader, plotter = bundle.skills
+    # below its anchor, at the share of the anchor's tasks it was used on (all of them) times the weight
+    weight = evolved.config.co_use_weight
+    assert plotter.co_use == pytest.approx(weight * loader.score) and plotter.score == plotter.co_use
+    off = Retriever(store.load(version), RetrievalConfig(semantic="none", top_n=2, co_use_weight=0.0))
+    assert "chart-plotter" not in off.ranked_ids(query, 2)
+    reply = SegosService(store, landing=tmp_path / "landing").retrieve_bundle(query, top_n=2)
+    why = {s["id"]: s["why"] for s in reply["skills"]}
+    assert why["chart-plotter"] == "used with csv-loader on 6 successful task(s)"
+
+
+def test_a_companion_never_passes_a_skill_whose_own_evidence_is_more(tmp_path):
+    learned = _learned_ids(40, 0.1, held=False)[:6]
+    traces = [_trace(i, REPORT, ["csv-loader", "mail-sender"]) for i in learned]
+    store, _ = _store_with(tmp_path, traces)
+    version = evolve(store, "w1", retrieval=RetrievalConfig(semantic="none"))["version"]
+    # the plotter's own words are in the query; the mailer only comes along with the loader
+    query = "load a csv table into a dataframe and plot a chart"
+    evolved = Retriever(store.load(version), RetrievalConfig(semantic="none"))
+    ranking = evolved.rank(query)
+    ids = [str(evolved.ids[i]) for i in ranking.order]
+    assert ids.index("chart-plotter") < ids.index("mail-sender")
+    mailer = int(evolved.names.row_of("mail-sender"))
+    assert 0 < ranking.co_use_of(mailer) < ranking.score_of(int(evolved.names.row_of("csv-loader")))
+
+
+def test_skills_that_merely_served_one_common_request_are_not_companions():
+    from segos_pipeline.retrieval.experience import _CO_USE_MAX_SKILLS, _co_use
+
+    many = _CO_USE_MAX_SKILLS + 1
+    table = pl.DataFrame({"text": ["help me"] * many + ["a", "a", "b"], "tasks": [3] * many + [2, 2, 2]})
+    skill = pl.Series([*range(many), 0, 1, 1]).to_numpy()
+    share, tasks = _co_use(skill, table, many, 0.5)
+    # "help me" is no evidence; "a" made 0 and 1 companions: 2 of 0's 5 tasks (< half), 2 of 1's 7
+    assert share.nnz == 0 and tasks.nnz == 0
+    share, tasks = _co_use(skill, table, many, 0.2)
+    assert sorted(zip(*share.nonzero(), strict=True)) == [(0, 1), (1, 0)]
+    assert share[0, 1] == pytest.approx(2 / 5) and tasks[1, 0] == 2
+
+
+# ------------------------------------------------------------------------------------- do no harm
+
+
+def test_register_gap_is_the_median_of_how_much_nearer_a_sibling_request_is(tmp_path):
+    import numpy as np
+
+    learned = _learned_ids(40, 0.1, held=False)[:6]
+    texts = ["stitch my dossiers", "glue these scans together", "one booklet from my files"]
+    traces = [_trace(i, texts[k % 3], ["pdf-merger"]) for k, i in enumerate(learned)]
+    store, _ = _store_with(tmp_path, traces)
+    version = evolve(store, "w1")["version"]
+    index = _retriever(store, version, "wordllama").experience
+    assert index is not None and index.semantic is not None
+    v = index.vectors
+    sims = v @ v.T
+    np.fill_diagonal(sims, -np.inf)
+    own = index.semantic.matrix[int(index.skill[0])]
+    assert index.register_gap == pytest.approx(max(float(np.median(sims.max(axis=1) - v @ own)), 0.0))
+
+
+def test_half_traced_metatool_keeps_the_untraced_tools_requests(tmp_path, shared_data):
+    """Do no harm on real data: the traces of the tools at even positions only (even requests); the other
+    tools' odd requests must not lose more than .01 hit@5, and the traced tools' must gain."""
+    meta = shared_data / "eval" / "metatool-dev"
+    dev = [json.loads(line) for line in (meta / "dev.jsonl").read_text().splitlines() if line.strip()]
+    single = (shared_data / "traces" / "metatool-dev" / "single.jsonl").read_text().splitlines()
+    store = SnapshotStore(tmp_path / "store")
+    build_cold_start(meta / "library", store)
+    cold = Retriever(store.load("v0001"))
+    tools = sorted({cold.ids[cold.names.row_of(q["gold"][0])] for q in dev})
+    traced = set(tools[0::2])
+    half = [line for line, q in zip(single[0::2], dev[0::2], strict=True) if q["gold"][0] in traced]
+    (tmp_path / "half.jsonl").write_text("\n".join(half) + "\n")
+    TraceStore(store).ingest_path(tmp_path / "half.jsonl", window="w1")
+    evolved = Retriever(store.load(evolve(store, "w1")["version"]))
+
+    def hit(r: Retriever, queries: list[dict]) -> float:
+        return sum(q["gold"][0] in r.ranked_ids(q["query"], 5) for q in queries) / len(queries)
+
+    others = [q for q in dev[1::2] if q["gold"][0] not in traced]
+    same = [q for q in dev[1::2] if q["gold"][0] in traced]
+    assert hit(evolved, others) >= hit(cold, others) - 0.01
+    assert hit(evolved, same) >= hit(cold, same) + 0.05

@@ -1,0 +1,256 @@
+"""Local push PPR against the exact power iteration, and postings-based lexical evidence against the dense
+computation it replaced."""
+
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from segos_pipeline import Retriever, SnapshotStore, build_cold_start
+from segos_pipeline.config import retrieval_for
+from segos_pipeline.graph.transition import row_normalize
+from segos_pipeline.retrieval.ppr import power_iteration
+from segos_pipeline.retrieval.push import PushOperator
+from segos_pipeline.retrieval.sets import top_k
+
+from ..conftest import simple_library
+
+ALPHA = 0.2
+
+
+def _exact(t: sp.csr_matrix, seeds: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    p = np.zeros(t.shape[0])
+    p[seeds] = weights / weights.sum()
+    dangling = np.flatnonzero(np.diff(t.indptr) == 0)
+    return power_iteration(t.T.tocsr(), p, dangling, ALPHA, 1e-15, 5_000)
+
+
+@st.composite
+def graphs(draw):
+    """A row-stochastic operator with forward and γ-weighted reverse entries, dangling rows and several
+    components, plus seeds and their weights."""
+    n = draw(st.integers(2, 60))
+    m = draw(st.integers(0, 3 * n))
+    u = np.array(draw(st.lists(st.integers(0, n - 1), min_size=m, max_size=m)), dtype=np.int64)
+    v = np.array(draw(st.lists(st.integers(0, n - 1), min_size=m, max_size=m)), dtype=np.int64)
+    w = np.array(draw(st.lists(st.floats(0.05, 3.0), min_size=m, max_size=m)))
+    gamma = draw(st.sampled_from([0.0, 0.1, 0.5, 1.0]))
+    keep = u != v
+    rows = np.concatenate([u[keep], v[keep]])
+    cols = np.concatenate([v[keep], u[keep]])
+    data = np.concatenate([w[keep], gamma * w[keep]])
+    a = sp.csr_matrix((data, (rows, cols)), shape=(n, n))
+    a.sum_duplicates()
+    a.eliminate_zeros()
+    seeds = np.array(sorted(draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=4))), dtype=np.int64)
+    weights = np.array(draw(st.lists(st.floats(0.01, 2.0), min_size=len(seeds), max_size=len(seeds))))
+    return row_normalize(a), seeds, weights
+
+
+@settings(max_examples=150, deadline=None)
+@given(graphs(), st.sampled_from([1e-2, 1e-3, 1e-4, 1e-6]))
+def test_push_is_within_its_reported_residual_of_the_exact_ppr(case, epsilon):
+    t, seeds, weights = case
+    exact = _exact(t, seeds, weights)
+    result = PushOperator(t).ppr(seeds, weights, ALPHA, epsilon)
+    approx = np.zeros(t.shape[0])
+    approx[result.nodes] = result.mass
+    # Σr is exactly the L1 distance (M is column-stochastic), and every entry is an underestimate
+    assert np.abs(exact - approx).sum() == pytest.approx(result.residual, abs=1e-9)
+    assert np.all(approx <= exact + 1e-12)
+    assert np.all(np.diff(result.nodes) > 0) and np.all(result.mass > 0)
+    # the Andersen–Chung–Lang bound: edges read ≤ 1/(α·ε), however the graph looks
+    assert result.work <= 1.0 / (ALPHA * epsilon) + 1e-9
+    # every node left unpushed holds less than ε·(its out-degree, at least 1), so the residual is small
+    # wherever the push went
+    degree = np.maximum(np.diff(t.indptr), 1)
+    reached = np.union1d(t[result.nodes].indices, seeds)
+    assert result.residual <= epsilon * degree[reached].sum() + 1e-12
+
+
+def test_push_converges_to_the_exact_vector_as_epsilon_falls():
+    rng = np.random.default_rng(0)
+    n = 3_000
+    u, v = rng.integers(0, n, 12_000), rng.integers(0, n, 12_000)
+    a = sp.csr_matrix((rng.random(12_000) + 0.1, (u, v)), shape=(n, n))
+    a = row_normalize(a + 0.2 * a.T)
+    seeds, weights = np.array([5, 17, 900]), np.array([1.0, 0.5, 0.25])
+    exact = _exact(a, seeds, weights)
+    errors, works = [], []
+    for eps in (1e-3, 1e-4, 1e-5, 1e-6):
+        r = PushOperator(a).ppr(seeds, weights, ALPHA, eps)
+        approx = np.zeros(n)
+        approx[r.nodes] = r.mass
+        errors.append(np.abs(exact - approx).sum())
+        works.append(r.work)
+        assert len(r.nodes) < n or eps < 1e-4  # a coarse push stays local on a connected graph
+    assert errors == sorted(errors, reverse=True) and errors[-1] < errors[0] / 10
+    assert works == sorted(works)
+
+
+def test_push_rejects_a_zero_threshold():
+    with pytest.raises(ValueError, match="ε > 0"):
+        PushOperator(sp.csr_matrix((2, 2))).ppr(np.array([0]), np.array([1.0]), ALPHA, 0.0)
+
+
+# --------------------------------------------------------------------------------- through Retriever
+
+CHAIN = {f"step-{i}": f"stage {i} of a pipeline, shared words alpha beta gamma {i}" for i in range(40)}
+
+
+def test_retriever_switches_to_push_above_the_component_size(tmp_path):
+    st_ = SnapshotStore(tmp_path / "store")
+    build_cold_start(simple_library(tmp_path / "lib", CHAIN), st_)
+    snap = st_.load()
+    base = retrieval_for(snap.manifest)
+    exact = Retriever(snap, base.with_overrides(ppr_epsilon=0.0))
+    push = Retriever(snap, base.with_overrides(ppr_epsilon=1e-6, ppr_push_min_nodes=0))
+    seeds, weights = np.array([1, 7]), np.array([1.0, 0.5])
+    s_exact, s_push = exact.ppr(seeds, weights), push.ppr(seeds, weights)
+    assert np.abs(s_exact - s_push).sum() < 1e-4
+    assert not np.array_equal(s_exact, s_push)  # the push really ran
+    big = Retriever(snap, base.with_overrides(ppr_epsilon=1e-6))  # components below the default size
+    np.testing.assert_array_equal(big.ppr(seeds, weights), s_exact)
+
+
+# ------------------------------------------------------------------------- the real library (shared)
+
+
+def _queries(shared_data, *names):
+    out = []
+    for name in names:
+        for line in (shared_data / "eval" / name).read_text().splitlines():
+            if line.strip():
+                q = json.loads(line)
+                out.append(q.get("instruction") or q.get("query"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def real_snapshot(tmp_path_factory):
+    from ..conftest import SHARED_DATA
+
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real data not available: {SHARED_DATA} is absent")
+    st_ = SnapshotStore(tmp_path_factory.mktemp("real") / "store")
+    build_cold_start(SHARED_DATA / "skills", st_)
+    return st_.load()
+
+
+def test_push_ranks_the_real_queries_as_the_exact_iteration(real_snapshot, shared_data):
+    base = retrieval_for(real_snapshot.manifest)
+    exact = Retriever(real_snapshot, base.with_overrides(ppr_epsilon=0.0))
+    push = Retriever(real_snapshot, base.with_overrides(ppr_push_min_nodes=0))  # the default ε, forced
+    queries = _queries(shared_data, "skillsbench-dev.jsonl", "skillsbench-dev-keywords.jsonl")
+    assert len(queries) >= 80
+    for q in queries:
+        a, b = exact.rank(q), push.rank(q)
+        np.testing.assert_array_equal(a.seeds, b.seeds)
+        np.testing.assert_array_equal(a.top(10), b.top(10))
+        m = _fused(push, b)
+        pushed = push._push.ppr(b.seeds, m[b.seeds], base.alpha, base.ppr_epsilon)
+        # the exact side stops at an L1 change below `tol`, within (1−α)/α·tol of its fixed point
+        assert np.abs(a.graph - b.graph).sum() <= pushed.residual + 4 * base.tol
+
+
+def _fused(r, ranking):
+    """m over all skills: lexical evidence fused with the semantic one when the query was embedded."""
+    m = ranking.evidence.evidence
+    if ranking.semantic is None:
+        return m
+    lam = r.fusion_weight(ranking.evidence)
+    return (1.0 - lam) * m + lam * ranking.semantic
+
+
+def _dense_evidence(index, query):
+    """The lexical evidence as it was computed before postings: dense arrays over every skill."""
+    n = index.n
+
+    def column_sum(m, cols, col_weights=None, pattern=False):
+        if len(cols) == 0:
+            return np.zeros(n)
+        starts, stops = m.indptr[cols], m.indptr[cols + 1]
+        lengths = stops - starts
+        if lengths.sum() == 0:
+            return np.zeros(n)
+        offsets = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+        pos = np.arange(lengths.sum()) + offsets
+        values = np.ones(len(pos)) if pattern else m.data[pos]
+        if col_weights is not None:
+            values = values * np.repeat(col_weights, lengths)
+        return np.bincount(m.indices[pos], weights=values, minlength=n)
+
+    cols, weights, known, _, _ = index.query_columns(query)
+    score = column_sum(index.matrix, cols, weights)
+    matched = column_sum(index.name_matrix, known)
+    name_match = (index.name_len > 0) & (matched >= index.name_len)
+    top = score.max() if n else 0.0
+    evidence = (score / top if top > 0 else np.zeros(n)) + index.config.name_bonus * name_match
+    idf = lambda df: np.log(1 + (n - df + 0.5) / (df + 0.5))  # noqa: E731
+    coverage = 0.0
+    if top > 0 and len(cols):
+        covered = column_sum(index.matrix, cols, idf(index.df[cols]), pattern=True)
+        coverage = float(covered.max() / idf(index.df[known]).sum())
+    return score, name_match, evidence, coverage
+
+
+@pytest.mark.parametrize("grouping", ["by size", "sort", "sparse product"])
+def test_postings_evidence_equals_the_dense_computation_on_real_queries(
+    real_snapshot, shared_data, monkeypatch, grouping
+):
+    share = {"by size": None, "sort": float("inf"), "sparse product": 0.0}[grouping]
+    if share is not None:  # force one way of summing the postings for every query
+        monkeypatch.setattr("segos_pipeline.retrieval.lexical._SORT_SHARE", share)
+    index = Retriever(real_snapshot).lexical
+    queries = _queries(
+        shared_data, "skillsbench-dev.jsonl", "skillsbench-dev-keywords.jsonl", "metatool-dev/dev.jsonl"
+    )
+    assert len(queries) > 1_000
+    for q in [*queries, "", "zzzz unknownword", "pdf"]:
+        ev = index.evidence(q)
+        score, name_match, evidence, coverage = _dense_evidence(index, q)
+        np.testing.assert_array_equal(ev.score, score)
+        np.testing.assert_array_equal(ev.name_match, name_match)
+        np.testing.assert_array_equal(ev.evidence, evidence)
+        assert ev.coverage == coverage
+        assert set(ev.nodes.tolist()) == set(np.flatnonzero(evidence > 0).tolist())
+
+
+def test_ranking_equals_the_dense_ranking_on_real_queries(real_snapshot, shared_data):
+    """rank() over sparse evidence gives the ρ, candidates and seeds of the dense formulation."""
+    r = Retriever(real_snapshot)
+    cfg = r.config
+    for q in _queries(shared_data, "skillsbench-dev.jsonl", "skillsbench-dev-keywords.jsonl"):
+        ranking = r.rank(q)
+        m = ranking.evidence.evidence
+        if ranking.semantic is not None:
+            m = (1.0 - r.fusion_weight(ranking.evidence)) * m + r.fusion_weight(
+                ranking.evidence
+            ) * ranking.semantic
+        seeds = np.sort(top_k(m, np.flatnonzero(m > 0), cfg.seed_k))
+        graph = r.ppr(seeds, m[seeds]) if len(seeds) else np.zeros(r.n)
+        np.testing.assert_array_equal(ranking.seeds, seeds)
+        np.testing.assert_array_equal(ranking.rho, graph + cfg.rerank_mu * m)
+        np.testing.assert_array_equal(ranking.candidates, np.flatnonzero((graph > 0) | (m > 0)))
+
+
+# ------------------------------------------------------------------------------------- sorted sets
+
+_sets = st.lists(st.integers(0, 50), max_size=30).map(lambda v: np.unique(np.array(v, dtype=np.int64)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_sets, _sets, st.lists(st.integers(0, 50), max_size=30))
+def test_sorted_sets_equal_numpy(a, b, raw):
+    from segos_pipeline.retrieval.sets import union, union_positions, unique
+
+    raw = np.array(raw, dtype=np.int64)
+    np.testing.assert_array_equal(unique(raw), np.unique(raw))
+    np.testing.assert_array_equal(union(a, b), np.union1d(a, b))
+    u, ia, ib = union_positions(a, b)
+    np.testing.assert_array_equal(u, np.union1d(a, b))
+    np.testing.assert_array_equal(u[ia], a)
+    np.testing.assert_array_equal(u[ib], b)

@@ -1,0 +1,84 @@
+"""The integer token rows the lexical index is built from: any chunking, and a revision spliced in, give
+the index of the whole revised table bit for bit."""
+
+import polars as pl
+import pytest
+
+from segos_pipeline import RetrievalConfig, SnapshotStore
+from segos_pipeline.evolution.descriptions import patch_tokens
+from segos_pipeline.retrieval.lexical import LexicalIndex
+from segos_pipeline.retrieval.token_rows import EncodedTokens
+from segos_pipeline.text.compact_tokens import token_table
+
+from ..conftest import SHARED_DATA
+from .test_retrieval import _same_index
+
+REVISIONS = {
+    "new words": "Quantumfoo zyxglorp ledgers, brand-new words no skill has.",
+    "fewer words": "",
+    "repeats": "Summarise results twice, results results.",
+}
+
+
+def _library_tokens(request, library):
+    if library == "demo":
+        snap = SnapshotStore(request.getfixturevalue("demo_store")).load()
+        return snap.nodes, snap.tokens
+    from segos_pipeline.graph.parsing import parse_library
+
+    if not (SHARED_DATA / "skills").is_dir():
+        pytest.skip(f"real skill library not found at {SHARED_DATA / 'skills'} (../shared/data is absent)")
+    nodes = parse_library(SHARED_DATA / "skills").nodes
+    return nodes, token_table(nodes)
+
+
+@pytest.mark.parametrize("library", ["demo", "real"])
+def test_any_chunking_gives_the_same_index(request, library):
+    nodes, tokens = _library_tokens(request, library)
+    n, cfg = nodes.height, RetrievalConfig()
+    whole = LexicalIndex(tokens, n, cfg)
+    for step in (1, 7, 64, n + 5):
+        _same_index(LexicalIndex.of(EncodedTokens.of_table(tokens, n, step=step), cfg), whole)
+
+
+@pytest.mark.parametrize("library", ["demo", "real"])
+@pytest.mark.parametrize("step", [5, 4096])
+def test_revised_rows_give_the_index_of_the_revised_table(request, library, step):
+    """L3's exact verification splices the revised skills' rows into the round's coded rows (new tokens
+    shift the vocabulary's columns); its index must equal the one built from the revised table."""
+    nodes, tokens = _library_tokens(request, library)
+    n, cfg = nodes.height, RetrievalConfig()
+    rows = [0, n // 2, n // 2 + 1, n - 1]  # the first and last skill, and neighbours within one chunk
+    texts = [*REVISIONS.values(), "Loads ledgers"]
+    revised_nodes = nodes.with_columns(description=nodes["description"].scatter(rows, texts))
+    revised_tokens = patch_tokens(tokens, revised_nodes, rows)
+    fresh = revised_tokens.filter(pl.col("node").is_in(rows))
+    encoded = EncodedTokens.of_table(tokens, n, step=step)
+    spliced = LexicalIndex.of(encoded.revised(fresh), cfg)
+    reference = LexicalIndex(revised_tokens, n, cfg)
+    _same_index(spliced, reference)
+    assert "zyxglorp" in spliced.vocab.index and "zyxglorp" not in encoded.vocab.index
+    # the round's rows are not changed by a revision: a second verification starts from them again
+    _same_index(LexicalIndex.of(encoded, cfg), LexicalIndex(tokens, n, cfg))
+    # a revision made of words the skill already has: the vocabulary and every other chunk are shared
+    last = nodes.row(n - 1, named=True)
+    own = nodes.with_columns(
+        description=nodes["description"].scatter([n - 1], [f"{last['description']} {last['name']}"])
+    )
+    own_tokens = patch_tokens(tokens, own, [n - 1])
+    again = encoded.revised(own_tokens.filter(pl.col("node") == n - 1))
+    assert again.vocab is encoded.vocab
+    shared = sum(a is b for a, b in zip(again.chunks, encoded.chunks, strict=True))
+    assert shared == len(encoded.chunks) - 1
+    _same_index(LexicalIndex.of(again, cfg), LexicalIndex(own_tokens, n, cfg))
+
+
+def test_row_patch_of_a_skills_own_rows_is_its_row_of_the_index(demo_store):
+    """L3 tries a revision on a patched row: scored from the same rows, the patch is the index's row."""
+    snap = SnapshotStore(demo_store).load()
+    index = LexicalIndex(snap.tokens, snap.nodes.height, RetrievalConfig())
+    rows = index.matrix.tocsr()
+    for node in range(snap.nodes.height):
+        patch = index.row_patch(snap.tokens.filter(pl.col("node") == node).drop("node"))
+        row = rows[node]
+        assert patch == dict(zip(row.indices.tolist(), row.data.tolist(), strict=True))
