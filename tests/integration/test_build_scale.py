@@ -18,7 +18,7 @@ from segos_pipeline.text import lexicon
 from segos_pipeline.text.compact_tokens import CompactTokens
 from segos_pipeline.text.lexicon import Signature
 
-from .string_tokens import string_token_table
+from ..string_tokens import string_token_table
 
 
 @pytest.fixture(scope="module")

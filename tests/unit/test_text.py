@@ -11,7 +11,7 @@ from segos_pipeline.text.tokens import (
     tokenize_column,
 )
 
-from .string_tokens import stem_frame
+from ..string_tokens import stem_frame
 
 
 def test_stemmer_folds_plurals_without_mangling():
