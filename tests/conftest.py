@@ -25,13 +25,26 @@ from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR
 from segos_pipeline.store.layout import MANIFEST, sha256_file
 from segos_pipeline.store.snapshot import Snapshot, SnapshotStore
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout
-
-ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = ROOT = Path(__file__).resolve().parents[1]  # the checkout
 SHARED_DATA = ROOT.parent / "shared" / "data"
 # The deliberately broken packages (one per parser error case; see its README.md). Kept out of the shipped
 # demo library so that a newcomer's first build is clean; tests add them to a copy of it.
 MALFORMED = Path(__file__).resolve().parent / "fixtures" / "malformed"
+
+
+def run_segos(*args: str, ok: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """A real `segos` process running this checkout's code; asserts it succeeded (or, `ok=False`, failed)."""
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "segos_pipeline.cli", *args],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert (proc.returncode == 0) is ok, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    return proc
 
 
 def copy_checkout(dest: Path) -> Path:

@@ -206,9 +206,13 @@ def vectors_for(snapshot: Snapshot, backend: EmbeddingBackend) -> SkillVectors:
     key = _cache_key(backend.fingerprint, hashes)
     with _RECENT_LOCK:
         hit = _RECENT.get(key)
-    if hit is not None:
-        return hit
     root = cache_root(snapshot.path, "semantic")
+    if hit is not None:
+        # the same texts embedded earlier in this process (another store, a draft): this version still
+        # gets its entry on disk, or the next process would embed every skill again
+        if root is not None and not (root / key / "complete").is_file():
+            _save_entry(root, key, hit)
+        return hit
     if root is not None:
         loaded = read_entry(root, key, lambda folder: _load_entry(folder, backend.fingerprint))
         if loaded is not None and loaded.hashes == hashes:

@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 from segos_pipeline.cli.progress import Reporter
 from segos_pipeline.paths import DEMO_TRACES
 from segos_pipeline.progress import StageDone, Tick, stage
 
+from ..conftest import run_segos
+
 
 def segos(*args: str) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "segos_pipeline.cli", *args], capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc
+    return run_segos(*args, timeout=600)
 
 
 def test_build_ingest_and_evolve_report_their_stages(tmp_path: Path):

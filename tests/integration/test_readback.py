@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,23 +28,13 @@ from segos_pipeline.retrieval import semantic as semantic_mod
 from segos_pipeline.service.api import SegosService
 from segos_pipeline.store.cache import HASHES
 
+from ..conftest import run_segos
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 QUERY = "load the sales csv, clean missing values and chart revenue by month"
 
 
-def segos(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    """A real `segos` process running this checkout's code."""
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "segos_pipeline.cli", *args],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert (proc.returncode == 0) is ok, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
-    return proc
+segos = run_segos
 
 
 def bundle(store: Path) -> dict[str, Any]:

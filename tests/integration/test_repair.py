@@ -10,10 +10,7 @@ the hash mismatch and changes nothing. A file only an evolution round makes is n
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,24 +19,14 @@ import pytest
 from segos_pipeline import SnapshotStore, build_cold_start
 from segos_pipeline.paths import DEFAULT_LIBRARY
 
+from ..conftest import run_segos
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEMO_TRACES = PROJECT_ROOT / "segos_pipeline" / "demo" / "traces"
 QUERY = "load the sales csv, clean missing values and chart revenue by month"
 
 
-def segos(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    """A real `segos` process running this checkout's code."""
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "segos_pipeline.cli", *args],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert (proc.returncode == 0) is ok, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
-    return proc
+segos = run_segos
 
 
 def flip_bit(path: Path, offset: int, bit: int = 4) -> None:

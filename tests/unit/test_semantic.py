@@ -146,6 +146,22 @@ def test_vectors_are_cached_per_version_and_recomputed_only_for_changed_skills(s
     assert np.allclose(healed.matrix, first.matrix, atol=1e-6)
 
 
+def test_a_second_store_of_the_same_library_gets_its_vectors_on_disk(store, tmp_path):
+    """Vectors this process already holds for the same texts (another store, a draft) are reused, and the
+    version still gets its cache entry: a later process must not embed every skill again. Before, the
+    in-memory hit returned early and the second store never had a semantic entry."""
+    backend = backend_for("wordllama")
+    vectors_for(store.load(), backend)  # held in this process now
+    other = SnapshotStore(tmp_path / "other")
+    build_cold_start(tmp_path / "lib", other)
+    vectors_for(other.load(), backend)
+    cache = other.root / "cache" / "semantic"
+    [entry] = [p for p in cache.iterdir() if not p.name.startswith(".")]
+    semantic_mod._RECENT.clear()
+    assert vectors_for(other.load(), backend).embedded == 0  # read from that entry
+    assert (entry / "vectors.npy").stat().st_size > 0
+
+
 def test_incremental_update_equals_a_rebuild_with_semantic_evidence_on(store, tmp_path):
     write_skill(
         tmp_path / "lib", "paper-search", "name: paper-search\ndescription: Look up academic papers.", "# p\n"
