@@ -203,7 +203,7 @@ def test_postings_evidence_equals_the_dense_computation_on_real_queries(
 ):
     share = {"by size": None, "sort": float("inf"), "sparse product": 0.0}[grouping]
     if share is not None:  # force one way of summing the postings for every query
-        monkeypatch.setattr("segos_pipeline.retrieval.lexical._SORT_SHARE", share)
+        monkeypatch.setattr("segos_pipeline.retrieval.postings._SORT_SHARE", share)
     index = Retriever(real_snapshot).lexical
     queries = _queries(
         shared_data, "skillsbench-dev.jsonl", "skillsbench-dev-keywords.jsonl", "metatool-dev/dev.jsonl"
