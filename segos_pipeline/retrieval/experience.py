@@ -163,7 +163,8 @@ class ExperienceIndex:
 
     def prepare(self) -> None:
         """Build now what the first embedded query would: the witnesses' vectors, their inverted lists when
-        there are many, the register gap (embedding 20k witnesses takes about half a second)."""
+        there are many, the register gap and the background (embedding 20k witnesses takes about half a
+        second)."""
         if self.semantic is None:
             return
         if len(self.vectors) > _EXACT_WITNESSES and self._lists is None:
