@@ -46,7 +46,6 @@ from segos_pipeline.pipeline.stages import (
 from segos_pipeline.store.snapshot import SnapshotStore
 
 from . import checks
-from .locations import store_name
 from .metadata import (
     MATRIX_KINDS,
     OWNERS,
@@ -253,12 +252,12 @@ def cold_start(
     )
     write_seconds = time.perf_counter() - t2
     vid = manifest["version"]
-    context.log.info(f"committed {vid} to {store_name(store)}")
+    context.log.info(f"committed {vid} to {store.address}")
     # the build's tables are in the version now: let them go before the caches load it, as `segos build`
     # does (the peak memory is the build's, not the build's plus the loaded version)
     del parsed, tokens, nodes, report, edges, transition, signature
     warm_caches(store.load(vid))  # as `segos build` does: the first query pays nothing
-    record = version_record(manifest, store_name(store))
+    record = version_record(manifest, store.address)
     counts = manifest["counts"]
     yield Output(
         record,

@@ -67,7 +67,7 @@ from segos_pipeline.store.diff import diff_versions, largest_changes
 
 from . import checks
 from .cold_start import version_record, version_uri
-from .locations import start_date, store_name
+from .locations import start_date
 from .metadata import OWNERS, RECORD_KINDS, TABLE_KINDS, column_schema, frame_table, rounded, table, tags
 from .resources import EngineSettings, EvolutionSettings, RetrievalSettings, SegosPaths
 from .spark_pipes import PipesSparkEngine
@@ -350,8 +350,8 @@ def evolution_round(
         extra={"orchestrator": {"name": "dagster", "run_id": context.run.run_id, "partition": window}},
     )
     vid = manifest["version"]
-    context.log.info(f"committed {vid} (parent {parent_id}) to {store_name(store)}")
-    record = {**version_record(manifest, store_name(store)), "window": window}
+    context.log.info(f"committed {vid} (parent {parent_id}) to {store.address}")
+    record = {**version_record(manifest, store.address), "window": window}
     counts = manifest["counts"]
     yield Output(
         record,
@@ -407,7 +407,7 @@ def _unchanged(parent_id: str, parent: Any, store: Any, window: str) -> Iterator
     )
     yield checks.check_unique_ids("descriptions", parent.nodes)
     record = {
-        **version_record(parent.manifest, store_name(store)),
+        **version_record(parent.manifest, store.address),
         "parent": parent_id,  # diffing parent -> version then shows no change
         "window": window,
         "committed": False,

@@ -15,7 +15,6 @@ import os
 import re
 from datetime import date
 from pathlib import Path
-from typing import Any
 
 from segos_pipeline.paths import DEFAULT_LIBRARY, DEFAULT_QUERIES, default_landing, default_store
 from segos_pipeline.store.remote import cache_folder
@@ -60,11 +59,6 @@ def resolve_landing(
     if landing_dir:
         return resolve(landing_dir)
     return resolve(default_landing(local_root(store_root, cache_dir)))
-
-
-def store_name(store: Any) -> str:
-    """What a store is reached by (`--store`, `store_root`): its URI, or its folder."""
-    return store.address
 
 
 def library_location(library_root: str | None) -> Path:

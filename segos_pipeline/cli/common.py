@@ -203,11 +203,6 @@ def _store(path: str | Path | None, create: bool = False) -> SnapshotStore:
     return open_cli_store(root, given_cache())
 
 
-def store_name(store: SnapshotStore) -> str:
-    """What to pass as `--store` to reach `store` again (its URI, or its folder)."""
-    return store.address
-
-
 @contextlib.contextmanager
 def _writing(store: Path | None, wait: float, create: bool = False) -> Iterator[SnapshotStore]:
     """The store, with its writer lock held for the whole command (read parent, compute, commit): a

@@ -22,7 +22,6 @@ from .common import (
     json_option,
     reporter,
     require_extra,
-    store_name,
     store_option,
     version_option,
     wait_option,
@@ -248,7 +247,7 @@ def evolve(
     if kept != manifest["version"]:
         click.echo(
             f"{still_served(kept)} ({_why_not_served(manifest, config, kept)}); serve this version with "
-            f"`segos promote {manifest['version']} --store {store_name(st)}`",
+            f"`segos promote {manifest['version']} --store {st.address}`",
             err=True,
         )
     click.echo(manifest["version"])

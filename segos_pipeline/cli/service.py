@@ -26,7 +26,6 @@ from .common import (
     friendly_errors,
     given_cache,
     open_cli_store,
-    store_name,
     store_option,
     store_root,
     wait_option,
@@ -224,7 +223,7 @@ def _change(
         stays = f"{kept} stays served" if kept else "the store's served.json is unreadable"
         click.echo(
             f"{stays} (the change was made to {result.parent}, which is not served); serve "
-            f"this version with `segos promote {result.version} --store {store_name(st)}`",
+            f"this version with `segos promote {result.version} --store {st.address}`",
             err=True,
         )
     if as_json:

@@ -19,7 +19,6 @@ from .common import (
     friendly_errors,
     json_option,
     reporter,
-    store_name,
     store_option,
     wait_option,
 )
@@ -88,7 +87,7 @@ def build(
     if kept != vid:  # on stderr: stdout keeps the version id last (and --json its shape)
         click.echo(
             f"warning: {still_served(kept)}; {vid} is not served yet. Serve it with "
-            f"`segos promote {vid} --store {store_name(st)}` (or build with --promote)",
+            f"`segos promote {vid} --store {st.address}` (or build with --promote)",
             err=True,
         )
     with stage(progress, "retrieval caches"):
@@ -105,7 +104,7 @@ def build(
         f"max degree {sem['max_degree']}, {sem['isolated']} isolated"
     )
     if counts["problems"]:
-        click.echo(f"see the build report: segos report {manifest['version']} --store {store_name(st)}")
+        click.echo(f"see the build report: segos report {manifest['version']} --store {st.address}")
     click.echo(manifest["version"])
 
 

@@ -114,7 +114,7 @@ class SegosService(ServedVersions):
         m = lo.snapshot.manifest
         latest, serving = self._named(self.store.latest), self._named(lambda: served(self.store))
         return {
-            "store": self.store_name,
+            "store": self.store.address,
             # a store at a URI: its local cache and how often the URI is listed for new versions
             "cache": str(self.store.local_cache) if self.store.local_cache is not None else None,
             "poll_s": self.store.listing_max_age,

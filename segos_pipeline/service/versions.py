@@ -160,8 +160,8 @@ class ServedVersions:
         versions = list(reversed([v for v in dict.fromkeys(history) if v in listed]))
         if not versions:
             raise SnapshotError(
-                f"{self.store_name} serves {now.version}, which it does not hold; serve another version "
-                f"with `segos promote VERSION --store {self.store_name}`"
+                f"{self.store.address} serves {now.version}, which it does not hold; serve another version "
+                f"with `segos promote VERSION --store {self.store.address}`"
             )
         for vid in reversed(versions):
             try:
@@ -170,8 +170,8 @@ class ServedVersions:
                 self._failed[vid] = f"{type(exc).__name__}: {exc}"
                 log.warning("version %s cannot be served, trying the one before: %s", vid, exc)
         raise SnapshotError(
-            f"no version of {self.store_name} can be served (newest {versions[-1]}); run `segos verify` on "
-            "them, or `segos build` a new one"
+            f"no version of {self.store.address} can be served (newest {versions[-1]}); run `segos verify` "
+            "on them, or `segos build` a new one"
         )
 
     def refresh(self, wait: bool | None = None) -> bool:
@@ -296,8 +296,3 @@ class ServedVersions:
                 }
             )
         return {"served": self.version, "latest": out[-1]["version"] if out else None, "versions": out}
-
-    @property
-    def store_name(self) -> str:
-        """What `--store` reaches this store by: its URI, or its folder."""
-        return self.store.address
