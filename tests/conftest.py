@@ -125,6 +125,14 @@ def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return store
 
 
+@pytest.fixture
+def demo_store_copy(demo_store: Path, tmp_path: Path) -> Path:
+    """A fresh copy of `demo_store` that a test may write into (traces, landing files, new versions)."""
+    copy = tmp_path / "store"
+    shutil.copytree(demo_store, copy, symlinks=True)
+    return copy
+
+
 @pytest.fixture(scope="session")
 def demo_queries() -> Path:
     return DEMO_DIR / "queries" / "demo.jsonl"

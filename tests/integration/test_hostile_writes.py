@@ -19,12 +19,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from segos_pipeline import SnapshotStore, build_cold_start
 from segos_pipeline.cli import main
 from segos_pipeline.evolution.adapters import iter_records
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.landing import LandingWriteError, append_line, torn_path
-from segos_pipeline.paths import DEFAULT_LIBRARY
 from segos_pipeline.service.api import SegosService
 from segos_pipeline.service.errors import TraceNotWritten
 
@@ -53,19 +51,9 @@ def run(*args) -> object:
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Path:
-    store = tmp_path_factory.mktemp("writes") / "store"
-    build_cold_start(DEFAULT_LIBRARY, SnapshotStore(store))
-    return store
-
-
 @pytest.fixture
-def store(built: Path, tmp_path: Path) -> Path:
-    """A fresh store holding the built version (ingestion writes beside it)."""
-    dest = tmp_path / "store"
-    subprocess.run(["cp", "-a", str(built), str(dest)], check=True)
-    return dest
+def store(demo_store_copy: Path) -> Path:
+    return demo_store_copy
 
 
 def stored_ids(store: Path) -> list[str]:

@@ -13,7 +13,6 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from segos_pipeline import SnapshotStore, build_cold_start
 from segos_pipeline.cli import main
 from segos_pipeline.evolution.adapters import iter_records
 from segos_pipeline.evolution.ingest import TraceStore
@@ -28,7 +27,7 @@ from segos_pipeline.evolution.traces import (
     trace_json_schema,
     validate_line,
 )
-from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR
+from segos_pipeline.paths import DEMO_DIR
 from segos_pipeline.service.api import SegosService
 from segos_pipeline.service.errors import TraceRejected
 
@@ -49,21 +48,9 @@ def run(*args) -> object:
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Path:
-    store = tmp_path_factory.mktemp("contract") / "store"
-    build_cold_start(DEFAULT_LIBRARY, SnapshotStore(store))
-    return store
-
-
 @pytest.fixture
-def store(built: Path, tmp_path: Path) -> Path:
-    """A fresh store holding the built version (ingestion writes beside it)."""
-    import shutil
-
-    copy = tmp_path / "store"
-    shutil.copytree(built, copy)
-    return copy
+def store(demo_store_copy: Path) -> Path:
+    return demo_store_copy
 
 
 # ------------------------------------------------------------------------------------------ the schema
@@ -273,13 +260,14 @@ _query = st.one_of(
     ctrf=st.one_of(st.none(), st.fixed_dictionaries({"summary": st.dictionaries(_text, st.integers(-1, 5))})),
 )
 def test_what_record_trace_accepts_ingest_accepts(
-    tmp_path_factory, built, task_id, queries, used, reward, attempt, agent, trace_id, ctrf
+    tmp_path_factory, demo_store, task_id, queries, used, reward, attempt, agent, trace_id, ctrf
 ):
     """Random payloads: every one record_trace accepts is ingested without quarantine (a rejected one
     writes nothing)."""
     root = tmp_path_factory.mktemp("prop")
     (root / "store").mkdir()
-    (root / "store" / "versions").symlink_to(built / "versions")  # traces are written beside, not into it
+    # traces are written beside the versions, not into them
+    (root / "store" / "versions").symlink_to(demo_store / "versions")
     service = SegosService(root / "store", landing=root / "landing", reload="sync")
     try:
         service.record_trace(task_id, queries, used, reward, ctrf, agent, trace_id=trace_id, attempt=attempt)
