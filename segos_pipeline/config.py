@@ -290,6 +290,17 @@ class BuildConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def of_manifest(cls, manifest: dict[str, Any]) -> BuildConfig:
+        """The settings a version's manifest records (`to_dict`); absent ones take their defaults."""
+        config = manifest.get("config", {})
+        return cls(
+            parse=ParseConfig(**config.get("parse", {})),
+            graph=GraphConfig(**config.get("graph", {})),
+            transition=TransitionConfig(**config.get("transition", {})),
+            preset=config.get("preset", "default"),
+        )
+
 
 # ------------------------------------------------------------------------------------------- store
 

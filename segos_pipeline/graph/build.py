@@ -252,7 +252,7 @@ def commit_derived(
     """
     nodes = parent.nodes if nodes is None else nodes
     tokens = parent.tokens if tokens is None else tokens
-    tconf = TransitionConfig(**parent.manifest.get("config", {}).get("transition", {}))
+    tconf = BuildConfig.of_manifest(parent.manifest).transition
     transition = transition_matrix(edges, nodes["id"], tconf)
     inherited = {k: parent.manifest[k] for k in ("library", "config") if k in parent.manifest}
     manifest = {

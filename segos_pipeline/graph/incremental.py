@@ -40,7 +40,7 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from ..config import SEMANTIC, GraphConfig, ParseConfig, TransitionConfig
+from ..config import SEMANTIC, BuildConfig, GraphConfig, TransitionConfig
 from ..progress import Progress
 from ..store import parts as parts_mod
 from ..store.layout import EDGES, EXPERIENCE, REPORT, SIGNATURE, TRANSITION, VOCAB
@@ -424,10 +424,9 @@ def apply_change(
     timings["verify_parent"] = time.perf_counter() - t0
     root = _library_root(parent, library)
     skill_id = skill_id_of(skill_dir, root)
-    config = parent.manifest.get("config", {})
-    pconf = ParseConfig(**config.get("parse", {}))
-    gconf = GraphConfig(**config.get("graph", {}))
-    tconf = TransitionConfig(**config.get("transition", {}))
+    config = parent.manifest.get("config", {})  # carried into the child's manifest as recorded
+    settings = BuildConfig.of_manifest(parent.manifest)
+    pconf, gconf, tconf = settings.parse, settings.graph, settings.transition
     t = time.perf_counter()
     keys = parent.read_nodes(KEY_COLUMNS)
     row: dict[str, Any] | None = None

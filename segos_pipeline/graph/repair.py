@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import BuildConfig, GraphConfig, ParseConfig, TransitionConfig
+from ..config import BuildConfig
 from ..progress import Progress
 from ..store.durable import fsync_dir, fsync_file
 from ..store.layout import MANIFEST, sha256_file
@@ -93,17 +93,6 @@ class RepairReport:
         }
 
 
-def build_config_of(manifest: dict[str, Any]) -> BuildConfig:
-    """The build settings a cold-start manifest records (`BuildConfig.to_dict`)."""
-    config = manifest.get("config", {})
-    return BuildConfig(
-        parse=ParseConfig(**config.get("parse", {})),
-        graph=GraphConfig(**config.get("graph", {})),
-        transition=TransitionConfig(**config.get("transition", {})),
-        preset=config.get("preset", "default"),
-    )
-
-
 def damaged_files(store: SnapshotStore, versions: Sequence[str]) -> list[Damaged]:
     """The files of `versions` that fail verification, and every other version's name for the same file (a
     hard link: the same damaged bytes), each once."""
@@ -163,7 +152,7 @@ def rebuild(
     manifest = build_cold_start(
         library,
         SnapshotStore(into),
-        build_config_of(source),
+        BuildConfig.of_manifest(source),
         lambda e: say(f"rebuild: {e}" if isinstance(e, str) else e),
         allow_empty=True,
     )
