@@ -7,9 +7,9 @@
 - `--per-root`: lists of `per_root`·√n over all the vectors (built here, not cached), each searched with
   every `--scan-rows` budget: build seconds, ms p50/p95 of `evidence_nodes_of`, recall of the exact top
   `semantic_candidates`.
-- `--sizes`: the first N skills' vectors as a library of N: the funnel against the default lists
-  (`list_count`, `IVF_SCAN_ROWS`), both timed and compared with the exact pass over those N. This is what
-  `semantic_lists_min_skills` is chosen from.
+- `--sizes`: the first N skills' vectors as a library of N, searched as shipped (`lists_count`,
+  `IVF_SCAN_ROWS`), timed and compared with the exact search over those N: how recall falls as a library
+  grows at a fixed read.
 Pinned to one core; the queries are embedded once and only the semantic search is timed.
 """
 
@@ -38,6 +38,7 @@ from segos_pipeline.retrieval.semantic import (  # noqa: E402
     IVF_SCAN_ROWS,
     SemanticIndex,
     head_of,
+    lists_count,
     vectors_for,
 )
 
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     vectors = vectors_for(snap, backend)
     m, floor = config.semantic_candidates, config.semantic_min_cosine
     lines = [json.loads(x) for x in args.queries.read_text().splitlines() if x.strip()][: args.limit]
-    probe = SemanticIndex(vectors, backend, m, floor)
+    probe = SemanticIndex(vectors, backend, m, floor, build_lists(vectors.matrix, 1))  # one list: no build
     queries = [probe.query_vector(x.get("query") or x.get("instruction") or "") for x in lines]
     del probe
     out: dict[str, Any] = {"command": " ".join(sys.argv), "per_root": [], "sizes": []}
@@ -98,10 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     for size in [int(x) for x in args.sizes.split(",") if x]:
         part = replace(vectors, matrix=vectors.matrix[:size], hashes=vectors.hashes[:size])
         want = reference(part.matrix)
-        funnel = timed(SemanticIndex(part, backend, m, floor), queries, want)
-        lists = SemanticIndex(part, backend, m, floor, build_lists(part.matrix))
-        row = {"skills": size, "funnel": funnel, "lists": timed(lists, queries, want)}
-        row["lists"]["lists"] = len(lists.lists.centroids)  # type: ignore[union-attr]
+        lists = SemanticIndex(part, backend, m, floor, build_lists(part.matrix, lists_count(size)))
+        row = {"skills": size, "lists": {**timed(lists, queries, want), "lists": len(lists.lists.centroids)}}
         out["sizes"].append(row)
         print(json.dumps(row), flush=True)
         del lists

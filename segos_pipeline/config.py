@@ -174,14 +174,6 @@ class RetrievalConfig(_Overridable):
     semantic_length_scale: float = 30.0
     semantic_candidates: int = 20  # skills per query that may get semantic evidence
     semantic_min_cosine: float = 0.1  # below this a skill gets none, whatever its place
-    # Past this many skills the semantic search reads only the rows of the inverted lists nearest the
-    # query (retrieval/ann.py, 16,384 rows): 3.9 ms p50 at a million synthetic skills against 66 ms for the
-    # coarse funnel, whose cost grows with the library (about 7, 14 and 20 ms at 100k, 200k and 300k).
-    # The price is recall of the exact top 20 (0.82 at 100k, 0.73 at 200k, 0.50 at 1M against the
-    # funnel's 0.91-0.97); end to end, hit@5 was equal within a query or two (benchmarks/results/semantic.md).
-    # Up to 200k the funnel's better recall costs at most about 10 ms more; past it, the funnel alone would
-    # take most of a query's 20 ms. 0: never.
-    semantic_lists_min_skills: int = 200_000
     # Below this λ the query is not embedded: a long task text (λ < 0.05 past about 130 tokens) is decided
     # by its words, and its embedding would cost more than the rest of the query (about 1 ms).
     semantic_min_weight: float = 0.05

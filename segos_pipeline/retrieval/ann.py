@@ -120,9 +120,16 @@ def train(
 
 
 def build_lists(vectors: np.ndarray, lists: int | None = None, seed: int = SEED) -> InvertedLists:
-    """Inverted lists over `vectors` (unit rows, float32), with a copy of the vectors in list order."""
+    """Inverted lists over `vectors` (unit rows, float32), with a copy of the vectors in list order. One
+    list needs no training and no copy: it is the vectors as they are, read whole (an exact search)."""
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     k = list_count(len(vectors)) if lists is None else lists
+    if k == 1:
+        n = len(vectors)
+        centroid = _unit(vectors.sum(axis=0, keepdims=True))
+        return InvertedLists(
+            centroid, np.arange(n, dtype=np.int64), np.array([0, n], dtype=np.int64), vectors
+        )
     centroids = train(vectors, k, seed)
     labels = assign(vectors, centroids)
     order = np.argsort(labels, kind="stable").astype(np.int64)

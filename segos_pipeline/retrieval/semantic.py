@@ -44,18 +44,9 @@ _CACHE_FORMAT = 1
 BODY_CHARS = 500  # body characters in a skill's second text: its opening, where skills say what they do
 
 
-# The two-pass search of large libraries (SemanticIndex): above FUNNEL_MIN_SKILLS skills, a shortlist of
-# max(FUNNEL_FACTOR·(candidates + 1), FUNNEL_MIN_SHORTLIST, FUNNEL_SHARE·skills) by the leading COARSE_DIMS
-# dimensions, re-ranked exactly. Approximate: on the synthetic 100k library (whose generated texts make
-# similarities unusually flat) the shortlist holds 91% of the exact top 20; 7.5 ms against 14-20 ms.
-FUNNEL_MIN_SKILLS = 20_000
-COARSE_DIMS = 64
-FUNNEL_FACTOR = 20
-FUNNEL_MIN_SHORTLIST = 2_000
-FUNNEL_SHARE = 0.05  # the bundled model is 256-d; smaller ones are its leading columns
-# A million skills' coarse vectors are 256 MB read per query. Past `semantic_lists_min_skills` skills
-# (when set), inverted lists over the full vectors (ann.py) replace the funnel: a query scores the rows of
-# the lists nearest it until it has read IVF_SCAN_ROWS of them, so its cost stops growing with the library.
+# The one search (SemanticIndex): inverted lists over the full vectors (ann.py). A query scores the rows
+# of the lists nearest it until it has read IVF_SCAN_ROWS of them, so its cost stops growing with the
+# library. A library of at most IVF_SCAN_ROWS skills is one list, read whole: the exact search, bit for bit.
 IVF_SCAN_ROWS = 16_384
 _IVF_FORMAT = 2  # 2: lists over the full vectors, with the vectors stored in list order
 # ---------------------------------------------------------------------------------------- skill texts
@@ -244,7 +235,7 @@ def _save_entry(root: Path, key: str, vectors: SkillVectors) -> None:
 
 
 class SemanticIndex:
-    """Answers queries against one version's skill vectors."""
+    """Answers queries against one version's skill vectors, through their inverted lists (`lists_for`)."""
 
     def __init__(
         self,
@@ -252,24 +243,15 @@ class SemanticIndex:
         backend: EmbeddingBackend,
         candidates: int,
         min_cosine: float,
-        lists: InvertedLists | None = None,
+        lists: InvertedLists,
         scan_rows: int | None = None,
     ):
         self.vectors = vectors
         self.backend = backend
         self.candidates = candidates
         self.min_cosine = min_cosine
-        # Three searches, by library size. Small: the exact single pass. Large (past FUNNEL_MIN_SKILLS):
-        # the vectors' leading COARSE_DIMS dimensions (renormalised; the model is Matryoshka-trained) pick
-        # a shortlist, the full vectors rank it; one full pass reads the whole matrix per query (100 MB at
-        # 100k skills), the coarse pass a quarter of it. Past `semantic_lists_min_skills` (`lists`): the
-        # full vectors of the lists nearest the query, `scan_rows` of them, in contiguous blocks.
         self.lists = lists
         self.scan_rows = IVF_SCAN_ROWS if scan_rows is None else scan_rows
-        matrix = vectors.matrix
-        self._coarse: np.ndarray | None = None
-        if lists is None and matrix.shape[0] > FUNNEL_MIN_SKILLS and matrix.shape[1] > COARSE_DIMS:
-            self._coarse = coarse_vectors(matrix)
 
     @property
     def matrix(self) -> np.ndarray:
@@ -277,33 +259,6 @@ class SemanticIndex:
 
     def query_vector(self, query: str) -> np.ndarray:
         return _unit(self.backend.embed([query]))[0]
-
-    def similarities(self, query: str, patch: dict[int, np.ndarray] | None = None) -> np.ndarray:
-        """Cosine similarity of every skill to the query; `patch` replaces some skills' vectors."""
-        n = self.matrix.shape[0]
-        if n == 0 or not query.strip():
-            return np.zeros(n)
-        return self._exact(self.query_vector(query), patch)
-
-    def _exact(self, q: np.ndarray, patch: dict[int, np.ndarray] | None) -> np.ndarray:
-        sims = (self.matrix @ q).astype(np.float64)
-        for node, vec in (patch or {}).items():
-            sims[node] = float(vec @ q)
-        return sims
-
-    def shortlist(self, q: np.ndarray) -> np.ndarray | None:
-        """The rows the funnel's exact pass scores for query vector `q` (None: every row, the exact
-        search; the lists path does not use a shortlist)."""
-        if self._coarse is None:
-            return None
-        qc = _unit(q[:COARSE_DIMS])
-        coarse = self._coarse @ qc
-        short = max(
-            FUNNEL_FACTOR * (self.candidates + 1), FUNNEL_MIN_SHORTLIST, int(FUNNEL_SHARE * len(coarse))
-        )
-        if short >= len(coarse):
-            return None
-        return np.argpartition(-coarse, short - 1)[:short]
 
     def evidence(self, query: str, patch: dict[int, np.ndarray] | None = None) -> np.ndarray:
         """z ∈ [0, 1] for the `candidates` most similar skills (best = 1, the next one after them = 0),
@@ -313,8 +268,8 @@ class SemanticIndex:
     def evidence_nodes(
         self, query: str, patch: dict[int, np.ndarray] | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """`evidence` held over the skills that have any: (sorted node indices, their z > 0). On the lists
-        path nothing the size of the library is allocated or read."""
+        """`evidence` held over the skills that have any: (sorted node indices, their z > 0). Past one
+        list, nothing the size of the library is allocated or read."""
         if self.matrix.shape[0] == 0 or not query.strip():
             return np.zeros(0, dtype=np.int64), np.zeros(0)
         return self.evidence_nodes_of(self.query_vector(query), patch)
@@ -335,10 +290,10 @@ class SemanticIndex:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """`evidence_nodes_of`, and the m skills most similar to `q` with their cosines (what experience
         votes against), from one search."""
-        rows, sims = self._scored(q, patch)
+        rows, sims = self.scored(q, patch)
         # Skills not scored rank below every one that was: the head is taken among the scored ones.
         pos, z = head_of(sims, self.candidates, self.min_cosine)
-        nodes = pos if rows is None else rows[pos]
+        nodes = rows[pos]
         ranked = np.argsort(nodes, kind="stable")
         if m <= 0:  # nobody asked for them (a version without experience): no selection on the query path
             near = np.zeros(0, dtype=np.int64)
@@ -346,33 +301,24 @@ class SemanticIndex:
             near = np.argpartition(-sims, m - 1)[:m]
         else:
             near = np.arange(len(sims))
-        near_nodes = near if rows is None else rows[near]
-        return (
-            nodes[ranked].astype(np.int64, copy=False),
-            z[ranked],
-            np.asarray(near_nodes, dtype=np.int64),
-            sims[near],
-        )
+        return nodes[ranked], z[ranked], rows[near], sims[near]
 
-    def _scored(
-        self, q: np.ndarray, patch: dict[int, np.ndarray] | None
-    ) -> tuple[np.ndarray | None, np.ndarray]:
-        """(node ids, similarities) of the skills a search scores (node ids None: every skill, in order).
-        A patched skill is always scored, with its new vector, whichever lists or shortlist it is in."""
-        if self.lists is not None:
-            rows, sims = self.lists.scan(q, self.scan_rows)
-            sims = sims.astype(np.float64)
-        else:
-            rows = self.shortlist(q)
-            if rows is None:
-                return None, self._exact(q, patch)
-            sims = (self.matrix[rows] @ q).astype(np.float64)
+    def scored(
+        self, q: np.ndarray, patch: dict[int, np.ndarray] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(node ids, similarities) of the skills the search scores: the rows of the lists nearest `q`
+        (every skill, in order, when there is one list). A patched skill is always scored, with its new
+        vector: in its place when its list was read (so one list stays the exact search), else appended."""
+        rows, sims = self.lists.scan(q, self.scan_rows)
+        sims = sims.astype(np.float64)
         if patch:
             patched = np.fromiter(patch, dtype=np.int64, count=len(patch))
-            keep = ~np.isin(rows, patched)  # their stored vectors are stale
             new = np.fromiter((float(v @ q) for v in patch.values()), dtype=np.float64, count=len(patch))
-            rows = np.concatenate((rows[keep], patched))
-            sims = np.concatenate((sims[keep], new))
+            at = _positions(rows, patched)
+            read = at >= 0
+            sims[at[read]] = new[read]
+            rows = np.concatenate((rows, patched[~read]))
+            sims = np.concatenate((sims, new[~read]))
         return rows, sims
 
     def vector_of(self, nodes_row: pl.DataFrame) -> np.ndarray:
@@ -381,24 +327,35 @@ class SemanticIndex:
         return embed_skills(self.backend, heads, fulls)[0]
 
 
-def coarse_vectors(matrix: np.ndarray) -> np.ndarray:
-    """The leading COARSE_DIMS dimensions of every vector, renormalised (the funnel's first pass)."""
-    return _unit(matrix[:, :COARSE_DIMS])
+def _positions(rows: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """The position of each of `nodes` in `rows` (distinct ids), -1 where it is not there."""
+    out = np.full(len(nodes), -1, dtype=np.int64)
+    hit = np.flatnonzero(np.isin(rows, nodes))
+    where = {int(r): int(i) for r, i in zip(rows[hit], hit, strict=True)}
+    for j, node in enumerate(nodes.tolist()):
+        out[j] = where.get(node, -1)
+    return out
 
 
 # Inverted lists recently built or loaded in this process, by their cache entry's name.
 _RECENT_LISTS: OrderedDict[str, InvertedLists] = OrderedDict()
 
 
-def lists_for(snapshot: Snapshot, vectors: SkillVectors, min_skills: int) -> InvertedLists | None:
-    """The inverted lists of a version's skill vectors when it has more than `min_skills` skills (None
-    otherwise, and always for 0): from the store's cache (the list-ordered vectors memory-mapped), else
-    built (seconds to a minute at a million skills) and cached like the vectors. A damaged or foreign
+def lists_count(n: int) -> int:
+    """Lists over n skills: one (read whole, the exact search) up to IVF_SCAN_ROWS, else 2√n (ann.py)."""
+    return 1 if n <= IVF_SCAN_ROWS else list_count(n)
+
+
+def lists_for(snapshot: Snapshot, vectors: SkillVectors) -> InvertedLists:
+    """The inverted lists of a version's skill vectors. One list is the vectors themselves, made on the
+    spot. More are read from the store's cache (the list-ordered vectors memory-mapped), else built
+    (seconds at 100k skills, half a minute at a million) and cached like the vectors. A damaged or foreign
     cache entry is rebuilt and replaced."""
     n = vectors.matrix.shape[0]
-    if min_skills <= 0 or n <= min_skills or not vectors.key:
-        return None
-    key = f"{vectors.key}-f{_IVF_FORMAT}-k{list_count(n)}"
+    k = lists_count(n)
+    if k == 1 or not vectors.key:
+        return build_lists(vectors.matrix, k)
+    key = f"{vectors.key}-f{_IVF_FORMAT}-k{k}"
     with _RECENT_LOCK:
         hit = _RECENT_LISTS.get(key)
     if hit is not None:
@@ -406,7 +363,7 @@ def lists_for(snapshot: Snapshot, vectors: SkillVectors, min_skills: int) -> Inv
     root = cache_root(snapshot.path, "semantic-lists")
     lists = read_entry(root, key, lambda folder: _load_lists(folder, vectors.matrix)) if root else None
     if lists is None:
-        lists = build_lists(vectors.matrix, list_count(n))
+        lists = build_lists(vectors.matrix, k)
         if root is not None and _save_lists(root, key, lists):
             # Read back memory-mapped: the list-ordered copy then lives in the page cache, shared by every
             # process that loads this version, instead of in this process's heap.
@@ -483,5 +440,5 @@ def semantic_index(snapshot: Snapshot, config: RetrievalConfig) -> SemanticIndex
     if backend is None:
         return None
     vectors = vectors_for(snapshot, backend)
-    lists = lists_for(snapshot, vectors, config.semantic_lists_min_skills)
+    lists = lists_for(snapshot, vectors)
     return SemanticIndex(vectors, backend, config.semantic_candidates, config.semantic_min_cosine, lists)

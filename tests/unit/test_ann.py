@@ -1,7 +1,8 @@
 """Inverted lists (retrieval/ann.py) over the full skill vectors, stored in list order, and the semantic
-index's use of them past `semantic_lists_min_skills`: exact when every list is read, deterministic, sparse
-evidence equal to the dense evidence on every path, a bounded read, and a cache entry that is rebuilt when
-damaged or foreign."""
+search through them (the only one): one list up to IVF_SCAN_ROWS skills, which is the exact search bit for
+bit (against a numpy argsort of every cosine); past it deterministic lists, sparse evidence equal to the
+dense evidence with and without patches, a bounded read, and a cache entry that is rebuilt when damaged or
+foreign."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from segos_pipeline import RetrievalConfig, Retriever, SnapshotStore
 from segos_pipeline.retrieval import semantic as semantic_mod
 from segos_pipeline.retrieval.ann import InvertedLists, build_lists, check_lists, list_count
-from segos_pipeline.retrieval.semantic import SemanticIndex, SkillVectors, head_scores
+from segos_pipeline.retrieval.semantic import IVF_SCAN_ROWS, SemanticIndex, SkillVectors, head_scores
 
 
 def _clustered(n: int, d: int = 32, clusters: int = 60, seed: int = 3) -> np.ndarray:
@@ -26,7 +27,7 @@ def _clustered(n: int, d: int = 32, clusters: int = 60, seed: int = 3) -> np.nda
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-def _index(x: np.ndarray, lists: InvertedLists | None, scan_rows: int, m: int = 20) -> SemanticIndex:
+def _index(x: np.ndarray, lists: InvertedLists, scan_rows: int, m: int = 20) -> SemanticIndex:
     """A semantic index over given vectors; queries are given as vectors, so no embedding backend."""
     vectors = SkillVectors("test", [str(i) for i in range(len(x))], x, 0, "k")
     return SemanticIndex(vectors, None, m, 0.1, lists, scan_rows)  # type: ignore[arg-type]
@@ -133,40 +134,83 @@ def test_the_reading_budget_bounds_the_rows_read_and_nothing_else_is_touched():
         assert int(i) in nodes.tolist() and z[nodes.tolist().index(int(i))] == pytest.approx(1.0)
 
 
-def test_lists_over_full_vectors_equal_exact_search_when_every_list_is_read():
-    x = _clustered(6_000)
-    lists = build_lists(x)
-    exact = _index(x, None, 0)
-    assert exact.shortlist(x[0]) is None  # 6,000 skills: below the funnel, the exact pass
-    everything = _index(x, lists, scan_rows=len(x))
-    for i in (0, 11, 4_321):
+def _oracle(x: np.ndarray, q: np.ndarray, m: int, floor: float) -> tuple[np.ndarray, np.ndarray]:
+    """The exact evidence restated from a full sort: every cosine, the top m by numpy argsort, rescaled
+    against the (m+1)-th or the floor; (sorted nodes, z > 0)."""
+    sims = (x @ q).astype(np.float64)
+    order = np.argsort(-sims, kind="stable")
+    head, ref = order[:m], max(float(sims[order[m]]) if m < len(sims) else float(sims.min()), floor)
+    z = (sims[head] - ref) / (float(sims[head[0]]) - ref)
+    keep = z > 0
+    ranked = np.argsort(head[keep])
+    return head[keep][ranked], z[keep][ranked]
+
+
+def _tied(n: int, seed: int = 3) -> np.ndarray:
+    """Clustered vectors with every tenth row a copy of another: cosines tie, inside the head and at its
+    edge."""
+    x = _clustered(n, seed=seed)
+    x[::10] = x[1::10][: len(x[::10])]
+    return x
+
+
+def test_a_library_of_one_list_is_the_exact_search_bit_for_bit():
+    """Up to IVF_SCAN_ROWS skills there is one list, the vectors themselves (no copy, no training), read
+    whole: the evidence, the nearest skills and their cosines are those of one product with the whole
+    matrix, bit for bit, ties included, and the evidence is the argsort oracle's."""
+    x = _tied(6_000)
+    assert semantic_mod.lists_count(len(x)) == 1 and semantic_mod.lists_count(IVF_SCAN_ROWS + 1) > 1
+    sem = _index(x, build_lists(x, 1), scan_rows=IVF_SCAN_ROWS)
+    assert sem.lists.vectors is x and len(sem.lists.centroids) == 1
+    for i in (0, 1, 11, 4_321):
         q = x[i]
-        np.testing.assert_allclose(everything.evidence_of(q), exact.evidence_of(q), rtol=0, atol=1e-6)
-        a, b = everything.evidence_nodes_of(q), exact.evidence_nodes_of(q)
-        assert np.array_equal(a[0], b[0])
+        sims = (x @ q).astype(np.float64)  # what the exact search computed
+        pos, z = semantic_mod.head_of(sims, sem.candidates, sem.min_cosine)
+        ranked = np.argsort(pos, kind="stable")
+        nodes, zn, near, cos = sem.evidence_and_nearest(q, None, 40)
+        assert np.array_equal(nodes, pos[ranked]) and np.array_equal(zn, z[ranked])
+        want = np.argpartition(-sims, 39)[:40]
+        assert np.array_equal(near, want) and np.array_equal(cos, sims[want])
+        onodes, oz = _oracle(x, q, sem.candidates, sem.min_cosine)
+        assert np.array_equal(np.sort(sims[nodes]), np.sort(sims[onodes]))  # ties may swap equal skills
+        np.testing.assert_array_equal(np.sort(zn), np.sort(oz))
+        # a patch replaces the skill's cosine in place, as the exact search did
+        patch = {int(nodes[0]): -q, 5: q}
+        sims[list(patch)] = [float(v @ q) for v in patch.values()]
+        pos, z = semantic_mod.head_of(sims, sem.candidates, sem.min_cosine)
+        ranked = np.argsort(pos, kind="stable")
+        got = sem.evidence_nodes_of(q, patch)
+        assert np.array_equal(got[0], pos[ranked]) and np.array_equal(got[1], z[ranked])
 
 
-def _paths(x: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> dict[str, SemanticIndex]:
-    monkeypatch.setattr(semantic_mod, "FUNNEL_MIN_SKILLS", 1_000)
-    monkeypatch.setattr(semantic_mod, "FUNNEL_MIN_SHORTLIST", 500)
-    monkeypatch.setattr(semantic_mod, "FUNNEL_FACTOR", 1)
-    monkeypatch.setattr(semantic_mod, "COARSE_DIMS", 16)
-    small = _index(x[:900], None, 0)
-    funnel = _index(x, None, 0)
-    lists = _index(x, build_lists(x), scan_rows=700)
-    assert small.shortlist(x[0]) is None and len(funnel.shortlist(x[0])) == 500 and lists.lists is not None
-    return {"exact": small, "funnel": funnel, "lists": lists}
+def test_many_lists_read_whole_are_the_exact_search_and_read_in_part_hold_most_of_it():
+    """Past one list, a budget of every row gives the oracle's evidence; the default budget over a tenth
+    of the rows keeps most of the exact head (the price of a bounded read)."""
+    x = _clustered(20_000)
+    lists = build_lists(x, semantic_mod.lists_count(len(x)))
+    assert len(lists.centroids) == list_count(20_000) > 1
+    everything, part = _index(x, lists, scan_rows=len(x)), _index(x, lists, scan_rows=2_000)
+    rng = np.random.default_rng(0)
+    recall = []
+    for i in rng.integers(0, len(x), 20):
+        q = x[i]
+        want = _oracle(x, q, 20, 0.1)
+        got = everything.evidence_nodes_of(q)
+        assert np.array_equal(got[0], want[0])
+        np.testing.assert_allclose(got[1], want[1], rtol=0, atol=1e-6)  # block products round apart
+        recall.append(np.isin(want[0], part.evidence_nodes_of(q)[0]).mean())
+    assert np.mean(recall) >= 0.9
+
+
+def _paths(x: np.ndarray) -> dict[str, SemanticIndex]:
+    return {"one list": _index(x, build_lists(x, 1), IVF_SCAN_ROWS), "lists": _index(x, build_lists(x), 700)}
 
 
 def _reference(sem: SemanticIndex, q: np.ndarray, patch: dict[int, np.ndarray]) -> np.ndarray:
-    """The evidence restated: exact similarities (patched) over the skills the path scores, -inf for the
+    """The evidence restated: exact similarities (patched) over the skills the search scores, -inf for the
     rest, one head over them."""
     n = sem.matrix.shape[0]
-    if sem.lists is not None:
-        rows = sem.lists.scan(q, sem.scan_rows)[0]
-    else:
-        rows = sem.shortlist(q)
-        rows = np.arange(n) if rows is None else rows
+    rows = sem.lists.scan(q, sem.scan_rows)[0]
     scored = np.zeros(n, dtype=bool)
     scored[rows] = True
     scored[list(patch)] = True
@@ -176,10 +220,10 @@ def _reference(sem: SemanticIndex, q: np.ndarray, patch: dict[int, np.ndarray]) 
     return head_scores(np.where(scored, sims, -np.inf), sem.candidates, sem.min_cosine)
 
 
-@pytest.mark.parametrize("path", ["exact", "funnel", "lists"])
-def test_evidence_nodes_equals_the_dense_evidence_on_every_path_with_and_without_patch(path, monkeypatch):
+@pytest.mark.parametrize("path", ["one list", "lists"])
+def test_evidence_nodes_equals_the_dense_evidence_with_and_without_patch(path):
     x = _clustered(4_000, d=32, clusters=40, seed=5)
-    sem = _paths(x, monkeypatch)[path]
+    sem = _paths(x)[path]
     n = sem.matrix.shape[0]
     rng = np.random.default_rng(2)
     for i in rng.integers(0, n, 8):
@@ -208,12 +252,12 @@ def test_evidence_nodes_equals_the_dense_evidence_on_every_path_with_and_without
 
 @pytest.fixture
 def ivf_everywhere(monkeypatch):
-    """The large-library path on the 60-skill demo (with `LISTS`: lists from 20 skills): a query reads
-    about half of its 8 lists."""
+    """The large-library path on the 60-skill demo: past 30 skills, 15 lists, and a query reads about half
+    of the rows."""
     monkeypatch.setattr(semantic_mod, "IVF_SCAN_ROWS", 30)
 
 
-LISTS = RetrievalConfig(semantic_lists_min_skills=20)
+LISTS = RetrievalConfig()
 QUERIES = ("convert a pdf to text", "train a model on tabular data", "deploy a container", "resize photos")
 
 
@@ -235,7 +279,7 @@ def test_semantic_evidence_through_inverted_lists_is_the_exact_pass_over_the_row
         rows, _ = ivf.lists.scan(ivf.query_vector(q), ivf.scan_rows)
         assert 30 <= len(rows) < 60
         sims = np.full(60, -np.inf)
-        sims[rows] = ivf.similarities(q)[rows]  # skills the scan did not read get nothing
+        sims[rows] = (ivf.matrix[rows] @ ivf.query_vector(q)).astype(np.float64)  # the rest get nothing
         z_ivf = ivf.evidence(q)
         assert np.count_nonzero(z_ivf) > 0
         np.testing.assert_allclose(
@@ -315,8 +359,18 @@ def test_a_damaged_or_foreign_lists_cache_entry_is_rebuilt(demo_store, ivf_every
     assert semantic_mod._load_lists(_entry(demo_store), again.matrix) is not None
 
 
-def test_lists_are_off_when_the_setting_is_zero_or_the_library_smaller(demo_store, ivf_everywhere):
+def test_the_demo_is_one_list_with_the_exact_evidence_and_nothing_cached(demo_store):
+    """At the default budget the 60-skill demo is one list: no k-means, no list cache entry, and every
+    query's evidence is the argsort oracle's over all its cosines, bit for bit."""
+    cache = demo_store / "cache" / "semantic-lists"
+    before = sorted(cache.iterdir()) if cache.is_dir() else []  # other tests' lists of 30 rows
+    semantic_mod._RECENT_LISTS.clear()
     snap = SnapshotStore(demo_store).load()
-    assert Retriever(snap, RetrievalConfig(semantic_lists_min_skills=0)).semantic.lists is None
-    assert Retriever(snap, RetrievalConfig(semantic_lists_min_skills=60)).semantic.lists is None
-    assert Retriever(snap, RetrievalConfig(semantic_lists_min_skills=59)).semantic.lists is not None
+    sem = Retriever(snap).semantic
+    assert sem is not None and len(sem.lists.centroids) == 1 and sem.lists.vectors is sem.matrix
+    assert (sorted(cache.iterdir()) if cache.is_dir() else []) == before
+    for q in QUERIES:
+        qv = sem.query_vector(q)
+        nodes, z = sem.evidence_nodes(q)
+        want, wz = _oracle(sem.matrix, qv, sem.candidates, sem.min_cosine)
+        assert len(nodes) > 0 and np.array_equal(nodes, want) and np.array_equal(z, wz)

@@ -203,26 +203,6 @@ def test_paper_preset_is_recorded_and_retrieval_follows_it(tmp_path):
     assert bad.exit_code != 0 and "nope" in bad.output
 
 
-def test_two_pass_search_of_a_large_library_gives_the_exact_evidence(demo_store, monkeypatch):
-    """The coarse shortlist (leading dimensions) then exact re-ranking equals one exact pass; thresholds
-    are lowered so the project's 60-skill demo library takes the large-library path."""
-    snap = SnapshotStore(demo_store).load()
-    exact = Retriever(snap).semantic
-    monkeypatch.setattr(semantic_mod, "FUNNEL_MIN_SKILLS", 10)
-    monkeypatch.setattr(semantic_mod, "FUNNEL_MIN_SHORTLIST", 50)  # of 60: the head is on it
-    monkeypatch.setattr(semantic_mod, "FUNNEL_FACTOR", 1)
-    funnel = Retriever(snap).semantic
-    assert funnel._coarse is not None and exact._coarse is None
-    for q in (
-        "convert a pdf to text",
-        "train a model on tabular data",
-        "deploy a container",
-        "resize photos",
-    ):
-        np.testing.assert_allclose(funnel.evidence(q), exact.evidence(q), rtol=0, atol=1e-6)
-        assert np.count_nonzero(funnel.evidence(q)) > 0
-
-
 def test_relevance_is_absolute_and_the_floor_empties_a_bundle_of_nothing(store):
     """Evidence is normalised per query (the best of nothing scores 1); relevance is not. A query whose
     words no skill has gets no skills and no_match, with or without an embedding; the floor judges the
