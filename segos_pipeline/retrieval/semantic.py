@@ -290,7 +290,7 @@ class SemanticIndex:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """`evidence_nodes_of`, and the m skills most similar to `q` with their cosines (what experience
         votes against), from one search."""
-        rows, sims = self.scored(q, patch)
+        rows, sims = self._scored(q, patch)
         # Skills not scored rank below every one that was: the head is taken among the scored ones.
         pos, z = head_of(sims, self.candidates, self.min_cosine)
         nodes = rows[pos]
@@ -303,9 +303,7 @@ class SemanticIndex:
             near = np.arange(len(sims))
         return nodes[ranked], z[ranked], rows[near], sims[near]
 
-    def scored(
-        self, q: np.ndarray, patch: dict[int, np.ndarray] | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def _scored(self, q: np.ndarray, patch: dict[int, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray]:
         """(node ids, similarities) of the skills the search scores: the rows of the lists nearest `q`
         (every skill, in order, when there is one list). A patched skill is always scored, with its new
         vector: in its place when its list was read (so one list stays the exact search), else appended."""
@@ -329,12 +327,9 @@ class SemanticIndex:
 
 def _positions(rows: np.ndarray, nodes: np.ndarray) -> np.ndarray:
     """The position of each of `nodes` in `rows` (distinct ids), -1 where it is not there."""
-    out = np.full(len(nodes), -1, dtype=np.int64)
     hit = np.flatnonzero(np.isin(rows, nodes))
     where = {int(r): int(i) for r, i in zip(rows[hit], hit, strict=True)}
-    for j, node in enumerate(nodes.tolist()):
-        out[j] = where.get(node, -1)
-    return out
+    return np.array([where.get(node, -1) for node in nodes.tolist()], dtype=np.int64)
 
 
 # Inverted lists recently built or loaded in this process, by their cache entry's name.

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from segos_pipeline import RetrievalConfig, Retriever, SnapshotStore, build_cold_start
+from segos_pipeline.config import retrieval_for
 from segos_pipeline.graph.incremental import apply_change
 from segos_pipeline.retrieval import semantic as semantic_mod
 from segos_pipeline.retrieval.embeddings import SemanticUnavailable, WordLlamaBackend, backend_for
@@ -225,3 +226,13 @@ def test_relevance_is_absolute_and_the_floor_empties_a_bundle_of_nothing(store):
     assert not lexical.retrieve("compress frobnicate").no_match
     assert lexical.retrieve("compress frobnicate", min_score=0.6).no_match
     assert lexical.retrieve("xyzzy quux", min_score=0).skills == []  # no evidence at all: nothing to list
+
+
+def test_a_manifest_recording_the_removed_lists_setting_still_gives_its_retrieval():
+    """Rounds before issue 30 recorded `semantic_lists_min_skills` in their manifests' retrieval settings;
+    a version's retrieval comes from its preset, so such a manifest loads as any other, and asking for
+    the setting now is a clear error."""
+    old = {"config": {"preset": "default", "retrieval": {"semantic_lists_min_skills": 200_000}}}
+    assert retrieval_for(old) == RetrievalConfig()
+    with pytest.raises(ValueError, match=r"unknown setting.*semantic_lists_min_skills"):
+        RetrievalConfig().with_overrides(semantic_lists_min_skills=0)
