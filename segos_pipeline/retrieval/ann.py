@@ -66,8 +66,10 @@ class InvertedLists:
     def scan(self, q: np.ndarray, min_rows: int) -> tuple[np.ndarray, np.ndarray]:
         """(row ids, their similarity to `q`) over the rows of the lists `choose` picks, read span by span
         (row ids ascending by list position, not by id)."""
-        starts, ends = self.spans(self.choose(q, min_rows))
         q = np.asarray(q, dtype=self.vectors.dtype)
+        if min_rows >= len(self.order):  # every list, one span: what the spans below come to, without them
+            return self.order, self.vectors @ q
+        starts, ends = self.spans(self.choose(q, min_rows))
         sims = [self.vectors[s:e] @ q for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
         lengths = ends - starts
         total = int(lengths.sum())

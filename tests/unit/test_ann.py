@@ -65,6 +65,10 @@ def test_a_scan_reads_the_nearest_lists_whole_until_it_has_enough_rows():
     np.testing.assert_allclose(sims, x[rows] @ q, rtol=1e-5, atol=1e-6)
     assert 600 <= len(rows) < 600 + lists.sizes.max()
     assert np.array_equal(np.sort(lists.scan(q, 10**9)[0]), np.arange(5_000))  # more than there are: all
+    every, sims = lists.scan(q, 5_000)  # every row: every list, in list order, one product
+    assert np.array_equal(every, lists.order) and np.array_equal(sims, lists.vectors @ q)
+    starts, ends = lists.spans(lists.choose(q, 5_000))  # what the general path would read: the same span
+    assert starts.tolist() == [0] and ends.tolist() == [5_000]
 
 
 def test_adjacent_chosen_lists_are_read_as_one_span():
