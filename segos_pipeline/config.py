@@ -76,8 +76,8 @@ class GraphConfig:
     """Cold-start semantic graph (SPEC §4)."""
 
     # (paper). On the dev sets k = 2 adds a little more (docs/algorithms.md, "the graph"), but on a 100k
-    # synthetic library it joins most skills into one component that power-iteration PPR runs over (89 ms
-    # a query against 28.5 ms with k = 1); k = 1 stays the default until PPR's cost stops following
+    # synthetic library it joins most skills into one component that power-iteration PPR runs over (about
+    # three times the query time of k = 1); k = 1 stays the default until PPR's cost stops following
     # component size.
     knn_k: int = 1
     # Tokens above this document frequency are skipped in the similarity join only (they still count in
@@ -175,15 +175,14 @@ class RetrievalConfig(_Overridable):
     semantic_candidates: int = 20  # skills per query that may get semantic evidence
     semantic_min_cosine: float = 0.1  # below this a skill gets none, whatever its place
     # Past this many skills the semantic search reads only the rows of the inverted lists nearest the
-    # query (retrieval/ann.py, 16,384 rows): 3.9 ms p50 at a million synthetic skills against 66 ms for the
-    # coarse funnel, whose cost grows with the library (about 7, 14 and 20 ms at 100k, 200k and 300k).
-    # The price is recall of the exact top 20 (0.82 at 100k, 0.73 at 200k, 0.50 at 1M against the
-    # funnel's 0.91-0.97); end to end, hit@5 was equal within a query or two (benchmarks/results/semantic.md).
-    # Up to 200k the funnel's better recall costs at most about 10 ms more; past it, the funnel alone would
-    # take most of a query's 20 ms. 0: never.
+    # query (retrieval/ann.py, IVF_SCAN_ROWS rows), whose cost stays flat, where the coarse funnel's grows
+    # with the library. The price is recall of the exact top 20, lower than the funnel's; end to end, hit@5
+    # was equal within a query or two (benchmarks/results/semantic.md). Up to 200k the funnel's better
+    # recall costs a few ms more; past it, the funnel alone would take most of a query's 20 ms bar
+    # (figures: docs/benchmarks.md, "Design measurements quoted from the code"). 0: never.
     semantic_lists_min_skills: int = 200_000
     # Below this λ the query is not embedded: a long task text (λ < 0.05 past about 130 tokens) is decided
-    # by its words, and its embedding would cost more than the rest of the query (about 1 ms).
+    # by its words, and its embedding would cost more than the rest of the query.
     semantic_min_weight: float = 0.05
     # Experience evidence (SPEC §8; segos' own, retrieval/experience.py), added to ρ: the semantic kernel vote
     # of the query's neighbours among every skill's text and every witnessing request (temperature T over
@@ -226,9 +225,9 @@ class EvolutionConfig(_Overridable):
     # characters kept of each, and the share of the window's traces (by trace-id hash) held out to check the
     # round before it commits, at most `experience_gate_traces` of them replayed. 64 a skill (was 32): a
     # large window holds more requests for a busy skill than that (MetaTool's 250 two-tool traces give 10 of
-    # their 15 tools 33-53), and on dev keeping fewer than a skill has costs transfer (2 of about 5 a tool:
-    # other requests .790 against .812); 64 cost the query 1.41× cold on MetaTool at the bound, against
-    # 1.39× at 32 and 1.55× at 128 (benchmarks/results/learning.md).
+    # their 15 tools 33-53), and on dev keeping fewer than a skill has costs transfer; 64 cost the query
+    # about what 32 did against the evolved/cold bound, 128 clearly more (benchmarks/results/learning.md;
+    # figures: docs/benchmarks.md).
     experience: bool = True
     experience_per_skill: int = 64
     experience_chars: int = 1_000

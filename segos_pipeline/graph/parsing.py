@@ -45,7 +45,7 @@ ENTRYPOINT_SUFFIXES = (".py", ".sh", ".js", ".ts")
 # scripts would make every reply about it megabytes. The rest are reported, not listed.
 MAX_ENTRYPOINTS = 256
 # Packages a duplicate-name warning names besides its own: the report stays linear in the packages however
-# many share one name (8,000 packages under one name made a 769 MB report when each named all the others).
+# many share one name (a report in which each named all the others grew with the square of their number).
 MAX_NAMED_DUPLICATES = 5
 
 NODE_SCHEMA: dict[str, pl.DataType] = {
@@ -374,7 +374,7 @@ def _parse_chunk(args: tuple[_Chunk, str, ParseConfig, ChunkWork | None]) -> _Ch
 
 
 def _frame(columns: dict[str, list[Any]]) -> pl.DataFrame:
-    """Python columns → node frame through Arrow, which converts list-of-string columns ~30x faster than
+    """Python columns → node frame through Arrow, which converts list-of-string columns far faster than
     polars' Python-object path."""
     arrays = {
         name: pa.array(

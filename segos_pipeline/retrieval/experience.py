@@ -277,16 +277,16 @@ class ExperienceIndex:
 
 # Witnesses a query reads: all of them up to `_EXACT_WITNESSES`, else the nearest lists' rows up to about
 # `_SCAN_WITNESSES`. The vote's weight falls by e^-2 for every 0.1 of cosine below the best neighbour, so
-# only the nearest few witnesses count, which the nearest lists hold. Reading 4,096 rows (4 MB of vectors)
-# cost a query on a 199-tool library with 6k witnesses 0.7 ms, more than the whole experience evidence may
-# (evolved/cold ≤ 1.5): 1,024 rows cost 0.2-0.3 ms and changed 1 top-5 of 1,000 there, 21 of 500 (none of
-# their hits) on 20k generated skills (benchmarks/results/learning.md).
+# only the nearest few witnesses count, which the nearest lists hold. Reading 4,096 rows cost a
+# query more than the whole experience evidence may (evolved/cold ≤ 1.5); 1,024 rows fit in it and changed
+# very few top-5s and none of their hits (benchmarks/results/learning.md; figures: docs/benchmarks.md,
+# "Design measurements quoted from the code").
 _EXACT_WITNESSES = 2_048
 _SCAN_WITNESSES = 1_024
-# Skills whose witnesses measure the register gap: enough for a stable median, a few ms once per version.
+# Skills whose witnesses measure the register gap: enough for a stable median, cheap once per version.
 _GAP_SKILLS = 2_048
 # Witnesses whose best cosine to other skills' texts measures the background, and the skill texts read at
-# once: about 0.1 s and 64 MB at a million skills, once per version.
+# once: bounded time and memory at a million skills, once per version.
 _BACKGROUND_WITNESSES = 256
 _BACKGROUND_CHUNK = 65_536
 # A vote below this share of the neighbourhood's weight is no evidence: it keeps the candidate set to the

@@ -47,7 +47,7 @@ BODY_CHARS = 500  # body characters in a skill's second text: its opening, where
 # The two-pass search of large libraries (SemanticIndex): above FUNNEL_MIN_SKILLS skills, a shortlist of
 # max(FUNNEL_FACTOR·(candidates + 1), FUNNEL_MIN_SHORTLIST, FUNNEL_SHARE·skills) by the leading COARSE_DIMS
 # dimensions, re-ranked exactly. Approximate: on the synthetic 100k library (whose generated texts make
-# similarities unusually flat) the shortlist holds 91% of the exact top 20; 7.5 ms against 14-20 ms.
+# similarities unusually flat) it holds most of the exact top 20 in about half the time (docs/benchmarks.md).
 FUNNEL_MIN_SKILLS = 20_000
 COARSE_DIMS = 64
 FUNNEL_FACTOR = 20

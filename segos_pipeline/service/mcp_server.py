@@ -158,9 +158,9 @@ def _tool_errors(
     A result is one text block holding the JSON object (compact), and no `structured_content`. Clients
     that receive both show the model only one of them (Claude Code and VS Code pass on the structured
     copy, text-only clients the text), so a second copy of a bundle is never read, yet it doubled the
-    response (about 31k → 16k characters) and cost both ends a validation and serialization pass over it:
-    0.3-0.7 ms of a 1.7-3.0 ms MCP overhead per `retrieve_skill_bundle`, in A/B runs against a server that
-    sent both. The text form reaches every client. Programs parse it with `json.loads`, or call
+    response and cost both ends a validation and serialization pass over it: a sizeable share of the MCP
+    overhead per `retrieve_skill_bundle` in A/B runs against a server that sent both (docs/benchmarks.md).
+    The text form reaches every client. Programs parse it with `json.loads`, or call
     `api.SegosService` directly.
 
     `model_construct` skips validating what was just built here; the SDK validates the wire shape of every
@@ -193,7 +193,7 @@ async def _off_loop(call: Callable[[], _T]) -> _T:
     """Run a service call on a worker thread. Name lookups with near-miss suggestions, loading a version a
     request names, and a trace's fsync take milliseconds to seconds; the event loop serves every other
     session meanwhile. A search or bundle of the served version stays on the loop (it is the latency
-    that matters, and a thread hop costs about 0.1 ms)."""
+    that matters, and a thread hop adds to it)."""
     return await anyio.to_thread.run_sync(call)
 
 
