@@ -41,7 +41,6 @@ from .locations import (
     PROJECT_ROOT,
     cache_base,
     library_location,
-    local_root,
     queries_location,
     resolve_landing,
     store_location,
@@ -70,10 +69,6 @@ class SegosPaths(ConfigurableResource):
 
     def library(self) -> Path:
         return library_location(self.library_root)
-
-    def store_path(self) -> Path:
-        """The store's folder on this machine (for a store at a URI: its local cache)."""
-        return local_root(self.store_root, self.cache_dir)
 
     def store_location(self) -> str | Path:
         """The store as `--store` names it: a folder, or a URI."""

@@ -130,7 +130,6 @@ _KEY = re.compile(r"([A-Za-z_][A-Za-z0-9_-]{0,127}):(?: +(.*))?$")
 # A plain scalar may not start with an indicator (quotes and `[` are handled before this check).
 _INDICATORS = frozenset("-?:,[]{}#&*!|>'\"%@`")
 _FLOW_FORBIDDEN = re.compile(r"[\[\]{},:#'\"]")
-_STR_TAG = "tag:yaml.org,2002:str"
 _RESOLVERS: dict[Any, list[tuple[str, re.Pattern[str]]]] = Resolver.yaml_implicit_resolvers
 
 

@@ -423,7 +423,7 @@ def _units(root: Path, wanted: int, dropped: list[Problem] | None = None) -> lis
     """`root` cut into units in discovery order (see `_Unit`); what the listings pass over is added to
     `dropped` (see `listing`).
 
-    Walking the units in order finds exactly the packages of `discover_packages(root)`, in its order."""
+    Walking the units in order finds exactly the packages of `package_folders(root)`, in its order."""
     units: list[_Unit] = [(str(root), None)]
     for _ in range(_SPLIT_LEVELS):
         if sum(listed is None for _, listed in units) >= wanted:

@@ -93,10 +93,6 @@ class StringIndex:
             self.recent = self.recent[:0]
             self.recent_ids = self.recent_ids[:0]
 
-    @property
-    def n_keys(self) -> int:
-        return len(self.keys) + len(self.recent)
-
     def _by_dict(self, tokens: pl.Series) -> np.ndarray:
         index, before = self.index, len(self.tokens)
         assert index is not None
