@@ -17,6 +17,7 @@ import numpy as np
 import polars as pl
 
 from ..text.lexicon import Signature
+from .durable import link_or_copy
 from .layout import MANIFEST, SIGNATURE, VOCAB, content_id, sha256_file
 from .lock import stage_lock, sweep_stale_stages
 from .parts import PartPlan, part_files
@@ -79,11 +80,7 @@ class Stage:
     def link(self, name: str, source: Path, meta: Mapping[str, Any]) -> None:
         """Add an unchanged file of another version under `name`, keeping that version's recorded hash (so
         damage to the shared file stays detectable here too). Copies when the filesystem cannot link."""
-        target = self.at(name)
-        try:
-            os.link(source, target)
-        except OSError:
-            shutil.copyfile(source, target)
+        link_or_copy(source, self.at(name))
         self.linked[name] = {"sha256": meta["sha256"], "bytes": meta["bytes"]}
 
     def add_parts(self, plan: PartPlan) -> None:
