@@ -138,10 +138,9 @@ class RetrievalConfig(_Overridable):
     # with `no_match`, instead of the per-query best of nothing. A member's relevance is absolute
     # (retrieval/ranker.py `Relevance`): the share of the query's word weight its text or closest witness
     # holds, or `relevance_cosine_weight` × its cosine to the query when it shares a word with it (the
-    # plain cosine when it shares none: an embedding finds 0.2-0.25 in nonsense). On the dev sets (44
-    # SkillsBench tasks and their keyword forms, 1,000 MetaTool requests, 250 two-tool requests, cold
-    # start) it empties 0, 0, 15 and 2 bundles, losing 0, 0, 3 and 2 hits@5, and 9 of 10 off-topic
-    # requests to the demo library ("xyzzy quux", "bake a chocolate cake", ...). Without the query's
+    # plain cosine when it shares none: an embedding finds some similarity in nonsense). On the dev sets
+    # it empties few bundles and loses few hits@5, and it empties most off-topic requests to the demo
+    # library ("xyzzy quux", "bake a chocolate cake", ...; figures: docs/benchmarks.md). Without the query's
     # embedding (semantic "none", or a long task text) it asks only for a word in common (a per-request
     # `min_score` applies to the words share as given). 0 turns it off.
     min_score: float = 0.3
@@ -189,8 +188,8 @@ class RetrievalConfig(_Overridable):
     # cosine), and the lexical share of the query's idf mass the best witness holds, above a floor. Zero on
     # a version without experience. Chosen on MetaTool dev splits (benchmarks/results/learning.md). The
     # floor was 0.2: a two-part request holds at most about half its words in any one past request of
-    # either part, so 0.1 lets a partial witness count (with the vote on every short query: other requests
-    # .818 → .830, two-tool COMP .784 → .792, untraced tools .769 → .761 against a cold .765).
+    # either part, so 0.1 lets a partial witness count (with the vote on every short query it raised other
+    # requests and two-tool COMP and cost untraced tools little; figures: docs/benchmarks.md).
     experience_weight: float = 2.0
     experience_temperature: float = 0.05
     experience_lexical_weight: float = 1.0
