@@ -93,6 +93,11 @@ def _set(**values: Any) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
 
 
+def _given(resource: ConfigurableResource) -> dict[str, Any]:
+    """`_set` of every field of an overrides resource."""
+    return _set(**{name: getattr(resource, name) for name in type(resource).model_fields})
+
+
 class BuildSettings(ConfigurableResource):
     """Cold-start overrides (None keeps the published default of `segos_pipeline.config`)."""
 
@@ -129,10 +134,7 @@ class EvolutionSettings(ConfigurableResource):
     auto_promote: bool | None = None  # False: a round on the served version is not served by itself
 
     def config(self) -> EvolutionConfig:
-        return EvolutionConfig().with_overrides(**_set(**self._fields()))
-
-    def _fields(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in type(self).model_fields}
+        return EvolutionConfig().with_overrides(**_given(self))
 
 
 class EngineSettings(ConfigurableResource):
@@ -182,9 +184,8 @@ class RetrievalSettings(ConfigurableResource):
 
     def config(self, manifest: dict[str, Any] | None = None) -> RetrievalConfig:
         """The overrides on top of the version's preset (`manifest`), or of the defaults without one."""
-        values = {name: getattr(self, name) for name in type(self).model_fields}
         base = retrieval_for(manifest) if manifest is not None else RetrievalConfig()
-        return base.with_overrides(**_set(**values))
+        return base.with_overrides(**_given(self))
 
 
 def build_resources(
