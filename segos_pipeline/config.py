@@ -137,11 +137,12 @@ class RetrievalConfig(_Overridable):
     # The relevance floor (segos' choice): a bundle none of whose members reaches `min_score` is empty,
     # with `no_match`, instead of the per-query best of nothing. A member's relevance is absolute
     # (retrieval/ranker.py `Relevance`): the share of the query's word weight its text or closest witness
-    # holds, or `relevance_cosine_weight` × its cosine to the query when it shares a word with it (the
-    # plain cosine when it shares none: an embedding finds 0.2-0.25 in nonsense). On the dev sets (44
-    # SkillsBench tasks and their keyword forms, 1,000 MetaTool requests, 250 two-tool requests, cold
-    # start) it empties 0, 0, 15 and 2 bundles, losing 0, 0, 3 and 2 hits@5, and 9 of 10 off-topic
-    # requests to the demo library ("xyzzy quux", "bake a chocolate cake", ...). Without the query's
+    # holds, or `relevance_cosine_weight` × the cosine to the query of a text (its own, a witness's) that
+    # shares a word with it (the plain cosine when it shares none: an embedding finds 0.2-0.25 in
+    # nonsense). On the dev sets (44 SkillsBench tasks and their keyword forms, 1,000 MetaTool requests,
+    # 250 two-tool requests, cold start) it empties 0, 0, 15 and 2 bundles, losing 0, 0, 3 and 2 hits@5,
+    # and 9 of 10 off-topic requests to the demo library ("xyzzy quux", "bake a chocolate cake", ...,
+    # evolved versions too). Without the query's
     # embedding (semantic "none", or a long task text) it asks only for a word in common (a per-request
     # `min_score` applies to the words share as given). 0 turns it off.
     min_score: float = 0.3
