@@ -137,10 +137,11 @@ class RetrievalConfig(_Overridable):
     # The relevance floor (segos' choice): a bundle none of whose members reaches `min_score` is empty,
     # with `no_match`, instead of the per-query best of nothing. A member's relevance is absolute
     # (retrieval/ranker.py `Relevance`): the share of the query's word weight its text or closest witness
-    # holds, or `relevance_cosine_weight` × its cosine to the query when it shares a word with it (the
-    # plain cosine when it shares none: an embedding finds some similarity in nonsense). On the dev sets
-    # it empties few bundles and loses few hits@5, and it empties most off-topic requests to the demo
-    # library ("xyzzy quux", "bake a chocolate cake", ...; figures: docs/benchmarks.md). Without the query's
+    # holds, or `relevance_cosine_weight` × the cosine to the query of a text (its own, a witness's) that
+    # shares a word with it (the plain cosine when it shares none: an embedding finds some similarity in
+    # nonsense). On the dev sets it empties few bundles and loses few hits@5, and it empties most off-topic
+    # requests to the demo library ("xyzzy quux", "bake a chocolate cake", ..., evolved versions too;
+    # figures: docs/benchmarks.md). Without the query's
     # embedding (semantic "none", or a long task text) it asks only for a word in common (a per-request
     # `min_score` applies to the words share as given). 0 turns it off.
     min_score: float = 0.3

@@ -263,16 +263,23 @@ class ExperienceIndex:
     def witnesses_of(self, node: int) -> np.ndarray:
         return self._by_skill[self._start[node] : self._start[node + 1]]
 
-    def closest(self, nodes: np.ndarray, evidence: ExperienceEvidence) -> tuple[np.ndarray, np.ndarray]:
-        """(share, cosine) of the given skills' closest witnesses to the query (0 without experience)."""
-        words, cosine = np.zeros(len(nodes)), np.zeros(len(nodes))
+    def closest(
+        self, nodes: np.ndarray, evidence: ExperienceEvidence, cosine_weight: float
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(share, cosine, meaning) of the given skills' closest witnesses to the query (0 without
+        experience). `meaning` is the best witness's cosine, times `cosine_weight` when that same witness
+        shares a word with the query (`Relevance`): a word the skill's own text shares with the query
+        ("bake" in a Dockerfile's "bake secrets") must not weigh a witness's unrelated cosine."""
+        words, cosine, meaning = np.zeros(len(nodes)), np.zeros(len(nodes)), np.zeros(len(nodes))
         if not len(evidence.shares):
-            return words, cosine
+            return words, cosine, meaning
         for k, node in enumerate(nodes.tolist()):
             rows = self.witnesses_of(node)
             if len(rows):
-                words[k], cosine[k] = evidence.shares[rows].max(), evidence.cosines[rows].max()
-        return words, cosine
+                shares, cosines = evidence.shares[rows], evidence.cosines[rows]
+                words[k], cosine[k] = shares.max(), cosines.max()
+                meaning[k] = np.where(shares > 0, cosine_weight * cosines, cosines).max()
+        return words, cosine, meaning
 
 
 # Witnesses a query reads: all of them up to `_EXACT_WITNESSES`, else the nearest lists' rows up to about

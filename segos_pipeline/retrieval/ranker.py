@@ -50,8 +50,8 @@ class Relevance:
     `words`: the share of the query's word weight that the skill's text, or its closest witnessing
     request, holds (`Evidence.words`). `cosine`: the embedding similarity of the text or closest
     witness to the query (None when the query was not embedded). `value`: the larger of the words share and
-    `relevance_cosine_weight` × cosine, the cosine counting alone (unweighted) for a skill that shares no
-    word with the query, at most 1."""
+    `relevance_cosine_weight` × a text's cosine, the cosine counting alone (unweighted) for a text (the
+    skill's, or a witnessing request's) that shares no word with the query, at most 1."""
 
     words: np.ndarray
     cosine: np.ndarray | None
@@ -418,11 +418,12 @@ class Retriever:
         was ranked without its embedding because its words matched a skill's fully (a short one) is embedded
         here when those words leave every skill below `floor`; a long task text stays decided by its words
         (embedding it would cost more than the rest of the query)."""
-        words = ranking.evidence.words(nodes)
+        own = words = ranking.evidence.words(nodes)
         xp = ranking.experience
-        witnessed = None  # the closest witnesses' (share, cosine)
+        weight = self.config.relevance_cosine_weight
+        witnessed = None  # the closest witnesses' (share, cosine, meaning)
         if self.experience is not None and xp is not None:
-            witnessed = self.experience.closest(nodes, xp)
+            witnessed = self.experience.closest(nodes, xp, weight)
             words = np.maximum(words, witnessed[0])
         q = ranking.query_vector
         if (
@@ -436,11 +437,13 @@ class Retriever:
         if q is None or self.semantic is None:
             return Relevance(words, None, words)
         cosine = (self.semantic.matrix[nodes] @ q).astype(np.float64)
+        # An embedding finds some similarity in anything (nonsense scores 0.2-0.4 against real skills), so
+        # a cosine counts in full only where the text it measures (the skill's, or a witness's) also shares
+        # a word with the query: each source's words weigh its own cosine only.
+        meaning = np.where(own > 0, weight * cosine, cosine)
         if witnessed is not None:
             cosine = np.maximum(cosine, witnessed[1])
-        # An embedding finds some similarity in anything (nonsense scores 0.2-0.4 against real skills), so
-        # a cosine counts in full only where the skill also shares a word with the query.
-        meaning = np.where(words > 0, self.config.relevance_cosine_weight * cosine, cosine)
+            meaning = np.maximum(meaning, witnessed[2])
         return Relevance(words, cosine, np.clip(np.maximum(words, meaning), 0.0, 1.0))
 
     def rank_of(self, query: str, node: int, patch: RowPatch | None = None) -> int | None:

@@ -65,7 +65,7 @@ from ..config import (
     MAX_TOP,
     RetrievalConfig,
 )
-from .compact import bundle_text, search_text
+from .compact import brief_bundle, brief_neighbors, brief_status, bundle_text, search_text
 from .mcp_quota import TraceQuota, session_key
 from .mcp_slot import ServiceSlot
 
@@ -114,6 +114,13 @@ Form = Annotated[
     Field(
         description='"json" (default): every figure, for programs; "text": the skills in order with one line '
         "of why each, for a model to read (about half the size)."
+    ),
+]
+Details = Annotated[
+    bool,
+    Field(
+        description="true: also the figures behind the answer (per-evidence scores, weighted reasons, the "
+        "ordering's rule, the configuration, edge priors), for auditing; false (default) leaves them out."
     ),
 ]
 MinScore = Annotated[
@@ -390,6 +397,7 @@ def build_server(
         min_score: MinScore = None,
         version: Version = None,
         format: Form = "json",
+        details: Details = False,
     ) -> dict[str, Any] | str:
         """The skills to use for a task, hydrated under the character budgets and listed in execution order
         (prerequisites first), with the edges among them and why each one is included; none, with
@@ -399,7 +407,9 @@ def build_server(
             return service.retrieve_bundle(query, top_n, max_chars, version=version, min_score=min_score)
 
         bundle = await _off_loop(bundle_of) if version is not None else bundle_of()
-        return bundle_text(bundle) if format == "text" else bundle
+        if format == "text":
+            return bundle_text(bundle)
+        return bundle if details else brief_bundle(bundle)
 
     @app.tool(title="Read skills", annotations=_READ, structured_output=False)
     @tool_errors
@@ -418,9 +428,12 @@ def build_server(
 
     @app.tool(title="Skill neighbours", annotations=_READ, structured_output=False)
     @tool_errors
-    async def get_skill_neighbors(name: SkillRef, version: Version = None) -> dict[str, Any]:
+    async def get_skill_neighbors(
+        name: SkillRef, version: Version = None, details: Details = False
+    ) -> dict[str, Any]:
         """Typed out- and in-edges of one skill (semantic, workflow, dependency, alternative, avoid)."""
-        return await _off_loop(lambda: service.neighbors(name, version=version))
+        found = await _off_loop(lambda: service.neighbors(name, version=version))
+        return found if details else brief_neighbors(found)
 
     @app.tool(title="List graph versions", annotations=_READ, structured_output=False)
     @tool_errors
@@ -430,9 +443,11 @@ def build_server(
 
     @app.tool(title="Server status", annotations=_READ, structured_output=False)
     @tool_errors
-    async def get_status() -> dict[str, Any]:
-        """The version served (and whether pinned), its counts and configuration, and the trace landing."""
-        return service.status()
+    async def get_status(details: Details = False) -> dict[str, Any]:
+        """The version served (and whether pinned), its counts, and the trace landing; with details, the
+        whole configuration too."""
+        status = service.status()
+        return status if details else brief_status(status)
 
     @app.tool(title="Record a trace", annotations=_WRITE, structured_output=False)
     @tool_errors

@@ -24,6 +24,7 @@ from segos_pipeline.evolution.round import evolve
 from segos_pipeline.graph.incremental import apply_change
 from segos_pipeline.store.diff import diff_versions, to_markdown
 from segos_pipeline.store.layout import EXPERIENCE_SCHEMA
+from segos_pipeline.store.served import served
 
 from ..conftest import simple_library
 
@@ -178,6 +179,8 @@ def test_the_held_out_check_refuses_a_round_that_makes_ranks_worse(tmp_path):
     assert c["committed"] is False and c["gate"]["passed"] is False
     assert c["gate"]["traces"] == 10 and c["gate"]["mrr_after"] < c["gate"]["mrr_before"]
     assert store.load(manifest["version"]).experience.height == 0
+    # a round on the served version whose check failed is committed but not served
+    assert manifest["parent"] == store.resolve("v1") and served(store) == manifest["parent"]
     assert _retriever(store, manifest["version"]).ranked_ids(text, 5)[0] == "pdf-merger"
 
 
