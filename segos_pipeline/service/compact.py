@@ -5,10 +5,11 @@ ordering's rule and constraints) for programs and people who audit a ranking. An
 bundle needs less: the skills' texts in the order to use them, and one line of why each is there.
 
 Two compact forms: the text a model reads (`bundle_text`, `search_text`: about half the characters of the
-JSON for the same bundle), and the JSON the MCP tools answer by default (`brief_bundle`, `brief_status`,
-`brief_neighbors`): the full object less its internal figures (per-evidence scores and weighted reasons,
-the ordering's rule, the whole configuration, edge priors and evidence counts). Every key they drop is
-reached again with the tools' `details=true`, which answers the full object `SegosService` returns.
+JSON for the same bundle), and the status and neighbour replies the MCP tools answer by default
+(`brief_status`, `brief_neighbors`): the full object less deployment figures an agent has no use for (the
+whole configuration, edge priors and evidence counts), reached again with `details=true`. A bundle's JSON
+is never trimmed: it is the record `segos retrieve --json` and the Python API give, key for key, and its
+compact form is the text.
 """
 
 from __future__ import annotations
@@ -54,35 +55,14 @@ def search_text(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-# What the default MCP replies leave out (`details=true` gives them): figures for auditing a ranking or a
-# deployment, which an agent neither needs nor should spend its context on, and a member's contract
-# (`source_path`, `inputs`, `outputs`), which the head of its `text` already states (`render_skill`).
-BUNDLE_DETAILS = ("ordering",)
-SKILL_DETAILS = (
-    "lexical",
-    "graph",
-    "semantic",
-    "experience",
-    "co_use",
-    "reasons",
-    "source_path",
-    "inputs",
-    "outputs",
-)
+# What the default status and neighbour replies leave out (`details=true` gives them): figures for auditing
+# a deployment, which an agent neither needs nor should spend its context on.
 STATUS_DETAILS = ("config",)
 EDGE_DETAILS = ("w0", "n_e", "round_created", "round_updated")
 
 
 def _without(obj: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in keys}
-
-
-def brief_bundle(bundle: dict[str, Any]) -> dict[str, Any]:
-    """A `retrieve_skill_bundle` reply without its internal figures: each skill keeps its position, rank,
-    score, relevance, capability, package folder, `why`, `after` and text."""
-    brief = _without(bundle, BUNDLE_DETAILS)
-    brief["skills"] = [_without(s, SKILL_DETAILS) for s in bundle["skills"]]
-    return brief
 
 
 def brief_status(status: dict[str, Any]) -> dict[str, Any]:

@@ -65,7 +65,7 @@ from ..config import (
     MAX_TOP,
     RetrievalConfig,
 )
-from .compact import brief_bundle, brief_neighbors, brief_status, bundle_text, search_text
+from .compact import brief_neighbors, brief_status, bundle_text, search_text
 from .mcp_quota import TraceQuota, session_key
 from .mcp_slot import ServiceSlot
 
@@ -119,8 +119,8 @@ Form = Annotated[
 Details = Annotated[
     bool,
     Field(
-        description="true: also the figures behind the answer (per-evidence scores, weighted reasons, the "
-        "ordering's rule, the configuration, edge priors), for auditing; false (default) leaves them out."
+        description="true: also the deployment figures behind the answer (the whole configuration, edge "
+        "priors and evidence counts), for auditing; false (default) leaves them out."
     ),
 ]
 MinScore = Annotated[
@@ -397,7 +397,6 @@ def build_server(
         min_score: MinScore = None,
         version: Version = None,
         format: Form = "json",
-        details: Details = False,
     ) -> dict[str, Any] | str:
         """The skills to use for a task, hydrated under the character budgets and listed in execution order
         (prerequisites first), with the edges among them and why each one is included; none, with
@@ -407,9 +406,7 @@ def build_server(
             return service.retrieve_bundle(query, top_n, max_chars, version=version, min_score=min_score)
 
         bundle = await _off_loop(bundle_of) if version is not None else bundle_of()
-        if format == "text":
-            return bundle_text(bundle)
-        return bundle if details else brief_bundle(bundle)
+        return bundle_text(bundle) if format == "text" else bundle
 
     @app.tool(title="Read skills", annotations=_READ, structured_output=False)
     @tool_errors

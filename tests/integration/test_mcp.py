@@ -107,7 +107,7 @@ def test_every_tool_errors_and_the_trace_round_trip(store: Path, tmp_path: Path)
             assert [s["id"] for s in bundle["skills"]] == bundle["order"]
             assert [s["position"] for s in bundle["skills"]] == list(range(1, len(bundle["skills"]) + 1))
             for s in bundle["skills"]:
-                assert s["why"] and s["text"]
+                assert s["why"] and s["reasons"] and s["text"]
             members = set(bundle["order"])
             assert all(e["src"] in members and e["dst"] in members for e in bundle["edges"])
 
@@ -195,7 +195,7 @@ def test_every_tool_errors_and_the_trace_round_trip(store: Path, tmp_path: Path)
                 assert status["version"] == v1 and time.monotonic() < deadline, status
                 await anyio.sleep(0.05)
             assert status["switches"] == 1 and status["loading"] is None
-            bundle2 = await call(client, "retrieve_skill_bundle", query=QUERY, details=True)
+            bundle2 = await call(client, "retrieve_skill_bundle", query=QUERY)
             assert bundle2["version"] == v2
             assert bundle2["ordering"]["precedence"]["traces"] == 3  # the three successful traces
             old = await call(client, "search_skills", query=QUERY, top_k=2, version=v1)
@@ -349,30 +349,22 @@ def test_tools_declare_hints_and_bounds_and_argument_errors_are_short(store: Pat
     anyio.run(scenario)
 
 
-def test_default_replies_leave_out_internal_figures_and_details_gives_them(store: Path, tmp_path: Path):
-    """An agent's context is not spent on the figures behind a ranking (per-evidence scores, weighted
-    reasons, the whole configuration, edge priors): `details=true` answers the full object of the
-    Python API, the default that object less those keys."""
+def test_default_replies_leave_out_deployment_figures_and_details_gives_them(store: Path, tmp_path: Path):
+    """An agent's context is not spent on deployment figures (the whole configuration, edge priors):
+    `details=true` answers the full object of the Python API, the default that object less those keys.
+    A bundle is never trimmed: its JSON is the record `segos retrieve --json` gives, key for key, and
+    its compact form is the text."""
     from segos_pipeline.service.api import SegosService
-    from segos_pipeline.service.compact import EDGE_DETAILS, SKILL_DETAILS, STATUS_DETAILS
+    from segos_pipeline.service.compact import EDGE_DETAILS, STATUS_DETAILS
 
     full = SegosService(store, landing=tmp_path)
 
     async def scenario() -> None:
         async with Client(server(store, "--landing", str(tmp_path))) as client:
-            raw = await client.call_tool("retrieve_skill_bundle", {"query": QUERY})
-            brief = json.loads(raw.content[0].text)  # type: ignore[union-attr]
-            detailed = await call(client, "retrieve_skill_bundle", query=QUERY, details=True)
-            assert detailed == full.retrieve_bundle(QUERY)
-            assert brief["order"] == detailed["order"] and "ordering" not in brief
-            for short, whole in zip(brief["skills"], detailed["skills"], strict=True):
-                assert short == {k: v for k, v in whole.items() if k not in SKILL_DETAILS}
-                assert short["why"] and short["text"] and short["folder"] and "reasons" not in short
-                # the contract left out is in the text's head
-                assert whole["source_path"] in short["text"] and all(
-                    i in short["text"] for i in whole["inputs"]
-                )
-            assert len(raw.content[0].text) < 0.85 * len(json.dumps(detailed, separators=(",", ":")))  # type: ignore[union-attr]
+            bundle = await call(client, "retrieve_skill_bundle", query=QUERY)
+            assert bundle == full.retrieve_bundle(QUERY)
+            raw = await client.call_tool("retrieve_skill_bundle", {"query": QUERY, "format": "text"})
+            assert len(raw.content[0].text) < 0.7 * len(json.dumps(bundle, separators=(",", ":")))  # type: ignore[union-attr]
 
             status = await call(client, "get_status")
             assert not set(STATUS_DETAILS) & set(status) and status["counts"]["skills"] == 60
