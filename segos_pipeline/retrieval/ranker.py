@@ -30,7 +30,7 @@ from ..graph.transition import edge_indices, transition_matrix
 from ..store.snapshot import Snapshot
 from ..text.names import SkillNames
 from .bundle import Bundle, BundleSkill, clip, hydrate_texts, render_skill
-from .experience import CoUse, ExperienceEvidence, ExperienceIndex, experience_index
+from .experience import CoUse, ExperienceEvidence, ExperienceIndex, clauses, experience_index
 from .incidence import Incidence
 from .lexical import Evidence, LexicalIndex, index_for
 from .packages import Folders
@@ -338,7 +338,10 @@ class Retriever:
             g_nodes, g_mass = self.graph_mass(seeds, weights)
         else:
             g_nodes, g_mass = seeds[:0], np.zeros(0)
-        xp = self.experience.evidence(query, q_vec, nearest) if self.experience is not None else None
+        xp = None
+        if self.experience is not None:
+            parts = self._clause_views(query, patch) if nearest is not None else []
+            xp = self.experience.evidence(query, q_vec, nearest, parts)
         reached = g_nodes if xp is None else union_positions(g_nodes, xp.nodes)[0]
         extended = self.lexical.extend(ev, reached)  # candidates outside a cut get their evidence
         if extended is not ev:
@@ -360,6 +363,21 @@ class Retriever:
         return Ranking(
             self.n, cand, scores, seeds, g_nodes, g_mass, ev, sem_nodes, sem_z, xp, co_use, q_vec, query
         )
+
+    def _clause_views(
+        self, query: str, patch: RowPatch
+    ) -> list[tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]]:
+        """(unit vector, nearest skills and their cosines) of each sentence of a request that asks for several
+        things (experience.clauses), for the experience vote; none for a request of one sentence."""
+        parts = clauses(query)
+        if not parts or self.semantic is None or self.config.experience_weight <= 0:
+            return []
+        near = self.config.semantic_candidates
+        views = []
+        for v in self.semantic.query_vectors(parts):
+            _, _, nodes, cos = self.semantic.evidence_and_nearest(v, patch.vectors, near)
+            views.append((v, (nodes, cos)))
+        return views
 
     def _complete(self, cand: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, CoUse | None]:
         """Co-use completion (SPEC §8): the best candidate's companions score at least their lift.

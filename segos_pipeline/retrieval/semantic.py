@@ -278,6 +278,10 @@ class SemanticIndex:
     def query_vector(self, query: str) -> np.ndarray:
         return _unit(self.backend.embed([query]))[0]
 
+    def query_vectors(self, queries: Sequence[str]) -> np.ndarray:
+        """Unit vectors of several queries, embedded in one call."""
+        return _unit(self.backend.embed(list(queries)))
+
     def similarities(self, query: str, patch: dict[int, np.ndarray] | None = None) -> np.ndarray:
         """Cosine similarity of every skill to the query; `patch` replaces some skills' vectors."""
         n = self.matrix.shape[0]
