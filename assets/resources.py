@@ -41,7 +41,6 @@ from .locations import (
     PROJECT_ROOT,
     cache_base,
     library_location,
-    local_root,
     queries_location,
     resolve_landing,
     store_location,
@@ -71,10 +70,6 @@ class SegosPaths(ConfigurableResource):
     def library(self) -> Path:
         return library_location(self.library_root)
 
-    def store_path(self) -> Path:
-        """The store's folder on this machine (for a store at a URI: its local cache)."""
-        return local_root(self.store_root, self.cache_dir)
-
     def store_location(self) -> str | Path:
         """The store as `--store` names it: a folder, or a URI."""
         return store_location(self.store_root)
@@ -96,6 +91,11 @@ class SegosPaths(ConfigurableResource):
 def _set(**values: Any) -> dict[str, Any]:
     """Only the settings the user gave: None means "the library's default"."""
     return {k: v for k, v in values.items() if v is not None}
+
+
+def _given(resource: ConfigurableResource) -> dict[str, Any]:
+    """`_set` of every field of an overrides resource."""
+    return _set(**{name: getattr(resource, name) for name in type(resource).model_fields})
 
 
 class BuildSettings(ConfigurableResource):
@@ -134,10 +134,7 @@ class EvolutionSettings(ConfigurableResource):
     auto_promote: bool | None = None  # False: a round on the served version is not served by itself
 
     def config(self) -> EvolutionConfig:
-        return EvolutionConfig().with_overrides(**_set(**self._fields()))
-
-    def _fields(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in type(self).model_fields}
+        return EvolutionConfig().with_overrides(**_given(self))
 
 
 class EngineSettings(ConfigurableResource):
@@ -187,9 +184,8 @@ class RetrievalSettings(ConfigurableResource):
 
     def config(self, manifest: dict[str, Any] | None = None) -> RetrievalConfig:
         """The overrides on top of the version's preset (`manifest`), or of the defaults without one."""
-        values = {name: getattr(self, name) for name in type(self).model_fields}
         base = retrieval_for(manifest) if manifest is not None else RetrievalConfig()
-        return base.with_overrides(**_set(**values))
+        return base.with_overrides(**_given(self))
 
 
 def build_resources(

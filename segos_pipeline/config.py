@@ -76,8 +76,8 @@ class GraphConfig:
     """Cold-start semantic graph (SPEC §4)."""
 
     # (paper). On the dev sets k = 2 adds a little more (docs/algorithms.md, "the graph"), but on a 100k
-    # synthetic library it joins most skills into one component that power-iteration PPR runs over (89 ms
-    # a query against 28.5 ms with k = 1); k = 1 stays the default until PPR's cost stops following
+    # synthetic library it joins most skills into one component that power-iteration PPR runs over (about
+    # three times the query time of k = 1); k = 1 stays the default until PPR's cost stops following
     # component size.
     knn_k: int = 1
     # Tokens above this document frequency are skipped in the similarity join only (they still count in
@@ -137,11 +137,11 @@ class RetrievalConfig(_Overridable):
     # The relevance floor (segos' choice): a bundle none of whose members reaches `min_score` is empty,
     # with `no_match`, instead of the per-query best of nothing. A member's relevance is absolute
     # (retrieval/ranker.py `Relevance`): the share of the query's word weight its text or closest witness
-    # holds, or `relevance_cosine_weight` × its cosine to the query when it shares a word with it (the
-    # plain cosine when it shares none: an embedding finds 0.2-0.25 in nonsense). On the dev sets (44
-    # SkillsBench tasks and their keyword forms, 1,000 MetaTool requests, 250 two-tool requests, cold
-    # start) it empties 0, 0, 15 and 2 bundles, losing 0, 0, 3 and 2 hits@5, and 9 of 10 off-topic
-    # requests to the demo library ("xyzzy quux", "bake a chocolate cake", ...). Without the query's
+    # holds, or `relevance_cosine_weight` × the cosine to the query of a text (its own, a witness's) that
+    # shares a word with it (the plain cosine when it shares none: an embedding finds some similarity in
+    # nonsense). On the dev sets it empties few bundles and loses few hits@5, and it empties most off-topic
+    # requests to the demo library ("xyzzy quux", "bake a chocolate cake", ..., evolved versions too;
+    # figures: docs/benchmarks.md). Without the query's
     # embedding (semantic "none", or a long task text) it asks only for a word in common (a per-request
     # `min_score` applies to the words share as given). 0 turns it off.
     min_score: float = 0.3
@@ -175,15 +175,15 @@ class RetrievalConfig(_Overridable):
     semantic_candidates: int = 20  # skills per query that may get semantic evidence
     semantic_min_cosine: float = 0.1  # below this a skill gets none, whatever its place
     # Below this λ the query is not embedded: a long task text (λ < 0.05 past about 130 tokens) is decided
-    # by its words, and its embedding would cost more than the rest of the query (about 1 ms).
+    # by its words, and its embedding would cost more than the rest of the query.
     semantic_min_weight: float = 0.05
     # Experience evidence (SPEC §8; segos' own, retrieval/experience.py), added to ρ: the semantic kernel vote
     # of the query's neighbours among every skill's text and every witnessing request (temperature T over
     # cosine), and the lexical share of the query's idf mass the best witness holds, above a floor. Zero on
     # a version without experience. Chosen on MetaTool dev splits (benchmarks/results/learning.md). The
     # floor was 0.2: a two-part request holds at most about half its words in any one past request of
-    # either part, so 0.1 lets a partial witness count (with the vote on every short query: other requests
-    # .818 → .830, two-tool COMP .784 → .792, untraced tools .769 → .761 against a cold .765).
+    # either part, so 0.1 lets a partial witness count (with the vote on every short query it raised other
+    # requests and two-tool COMP and cost untraced tools little; figures: docs/benchmarks.md).
     experience_weight: float = 2.0
     experience_temperature: float = 0.05
     experience_lexical_weight: float = 1.0
@@ -218,9 +218,9 @@ class EvolutionConfig(_Overridable):
     # characters kept of each, and the share of the window's traces (by trace-id hash) held out to check the
     # round before it commits, at most `experience_gate_traces` of them replayed. 64 a skill (was 32): a
     # large window holds more requests for a busy skill than that (MetaTool's 250 two-tool traces give 10 of
-    # their 15 tools 33-53), and on dev keeping fewer than a skill has costs transfer (2 of about 5 a tool:
-    # other requests .790 against .812); 64 cost the query 1.41× cold on MetaTool at the bound, against
-    # 1.39× at 32 and 1.55× at 128 (benchmarks/results/learning.md).
+    # their 15 tools 33-53), and on dev keeping fewer than a skill has costs transfer; 64 cost the query
+    # about what 32 did against the evolved/cold bound, 128 clearly more (benchmarks/results/learning.md;
+    # figures: docs/benchmarks.md).
     experience: bool = True
     experience_per_skill: int = 64
     experience_chars: int = 1_000

@@ -24,7 +24,6 @@ DEMO_DIR = demo_dir()
 DEFAULT_LIBRARY = DEMO_DIR / "library"
 DEMO_TRACES = DEMO_DIR / "traces"
 DEFAULT_QUERIES = DEMO_DIR / "queries" / "demo.jsonl"
-HOLDOUT_QUERIES = DEMO_DIR / "queries" / "holdout.jsonl"
 
 
 def default_store() -> Path:

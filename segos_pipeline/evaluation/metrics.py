@@ -136,12 +136,13 @@ def format_ci(c: dict[str, Any]) -> str:
     return f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
 
 
-def overlap_fraction(query_tokens: set[str], gold_tokens: Sequence[set[str]]) -> float:
-    """Leakage measure: mean over gold skills of the share of the skill's signature tokens that the query
-    contains (a query written from a skill's text scores near 1). A skill with no tokens counts 0."""
-    if not gold_tokens:
-        return 0.0
-    return sum(len(g & query_tokens) / len(g) if g else 0.0 for g in gold_tokens) / len(gold_tokens)
+def overlap_fraction(query_tokens: set[str], gold_tokens: Sequence[Sequence[set[str]]]) -> float:
+    """Leakage measure: mean over gold items (each the signature tokens of the skills a gold name names) of
+    the share of the item's tokens that the query contains (a query written from a skill's text scores near
+    1). A duplicated name counts its most echoed skill, a skill with no tokens 0; an item naming no skill
+    (an unknown name, which has no text) is left out."""
+    shares = [max(len(g & query_tokens) / max(len(g), 1) for g in item) for item in gold_tokens if item]
+    return sum(shares) / len(shares) if shares else 0.0
 
 
 LEAKAGE_BUCKETS = ("low", "mid", "high")

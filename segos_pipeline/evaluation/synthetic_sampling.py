@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-# A numpy call per draw costs ~1 µs, which dominates a 100k-skill run; every stream below therefore draws
-# thousands of values per numpy call and hands them out through a generator's __next__ (~50 ns).
+# A numpy call per draw costs far more than the draw, which dominates a large run; every stream below
+# therefore draws thousands of values per numpy call and hands them out through a generator's __next__.
 
 _BLOCK = 4096
 

@@ -297,8 +297,8 @@ class TraceStore:
         fd, tmp = tempfile.mkstemp(dir=folder, suffix=".parquet.tmp")
         os.close(fd)
         try:
-            # zstd level 1: a third less CPU than the default level for about 5% more bytes (a part of
-            # 50,000 simulated traces: 63 instead of 97 ms, 613 instead of 581 kB)
+            # zstd level 1: less CPU than the default level for a few percent more bytes
+            # (figures: docs/benchmarks.md, "Design measurements quoted from the code")
             table.write_parquet(tmp, compression="zstd", compression_level=1)
             with open(tmp, "rb") as fh:
                 os.fsync(fh.fileno())

@@ -18,14 +18,6 @@ SKILL_FILE = "SKILL.md"
 SKIP_DIRS = {"node_modules", "__pycache__"}
 
 
-def discover_packages(root: Path) -> Iterator[Path]:
-    """Folders under `root` that hold a SKILL.md, in sorted order; hidden and vendored dirs skipped.
-
-    Symlinked directories are not descended, so a link can neither leave the root nor loop.
-    """
-    return map(Path, package_folders(str(root)))
-
-
 @dataclass(frozen=True, slots=True)
 class Listed:
     """What a walk's listing of a package folder already tells its parse, which then need not ask the
@@ -78,8 +70,10 @@ def listing(folder: str, dropped: list[Problem] | None = None) -> tuple[Listed |
 
 
 def package_folders(root: str) -> Iterator[str]:
-    """`discover_packages` as path strings: the order of os.walk(root) with sorted folder names, without
-    its per-folder lstat and path objects (a million packages are two million folders to list)."""
+    """Folders under `root` that hold a SKILL.md, in the order of os.walk(root) with sorted folder names;
+    hidden and vendored dirs skipped, symlinked directories not descended (a link can neither leave the
+    root nor loop). Without os.walk's per-folder lstat and path objects (a million packages are two million
+    folders to list)."""
     return (folder for folder, _ in listed_packages(root))
 
 

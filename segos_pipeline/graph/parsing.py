@@ -45,7 +45,7 @@ ENTRYPOINT_SUFFIXES = (".py", ".sh", ".js", ".ts")
 # scripts would make every reply about it megabytes. The rest are reported, not listed.
 MAX_ENTRYPOINTS = 256
 # Packages a duplicate-name warning names besides its own: the report stays linear in the packages however
-# many share one name (8,000 packages under one name made a 769 MB report when each named all the others).
+# many share one name (a report in which each named all the others grew with the square of their number).
 MAX_NAMED_DUPLICATES = 5
 
 NODE_SCHEMA: dict[str, pl.DataType] = {
@@ -374,7 +374,7 @@ def _parse_chunk(args: tuple[_Chunk, str, ParseConfig, ChunkWork | None]) -> _Ch
 
 
 def _frame(columns: dict[str, list[Any]]) -> pl.DataFrame:
-    """Python columns → node frame through Arrow, which converts list-of-string columns ~30x faster than
+    """Python columns → node frame through Arrow, which converts list-of-string columns far faster than
     polars' Python-object path."""
     arrays = {
         name: pa.array(
@@ -423,7 +423,7 @@ def _units(root: Path, wanted: int, dropped: list[Problem] | None = None) -> lis
     """`root` cut into units in discovery order (see `_Unit`); what the listings pass over is added to
     `dropped` (see `listing`).
 
-    Walking the units in order finds exactly the packages of `discover_packages(root)`, in its order."""
+    Walking the units in order finds exactly the packages of `package_folders(root)`, in its order."""
     units: list[_Unit] = [(str(root), None)]
     for _ in range(_SPLIT_LEVELS):
         if sum(listed is None for _, listed in units) >= wanted:

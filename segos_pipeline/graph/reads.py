@@ -74,8 +74,8 @@ def read_limited(
     A file the caller saw as no symlink (`mode` given) is opened with O_NOFOLLOW: swapped for a link since,
     it fails to open. With `root`, the file actually opened must lie under it (its path asked of the kernel
     through the open descriptor, so the check and the read concern the same file, whatever link or
-    swapped folder led there); LeavesRoot otherwise, before a byte is read. That question costs about 5 µs,
-    a few percent of a package's parse, so it is skipped when the opened file is the very inode the walk
+    swapped folder led there); LeavesRoot otherwise, before a byte is read. That question costs a system call,
+    a visible share of a package's parse, so it is skipped when the opened file is the very inode the walk
     listed inside the root (`ino`, on the root's device: no link or swapped folder can have led elsewhere).
     """
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)

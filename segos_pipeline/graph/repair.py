@@ -31,7 +31,7 @@ from typing import Any
 
 from ..config import BuildConfig
 from ..progress import Progress
-from ..store.durable import fsync_dir, fsync_file
+from ..store.durable import fsync_dir, fsync_file, link_or_copy
 from ..store.layout import MANIFEST, sha256_file
 from ..store.lock import stage_lock
 from ..store.snapshot import SnapshotError, SnapshotStore
@@ -164,13 +164,7 @@ def replace_durably(target: Path, source: Path, sha256: str, scratch: Path, link
     """Put `source`'s bytes at `target` in one rename: copied (or, `link`, hard-linked) into `scratch` (on
     the target's filesystem), checked against `sha256`, flushed and made read-only first."""
     tmp = scratch / f"{target.name}.{uuid.uuid4().hex}"
-    if link:
-        try:
-            os.link(source, tmp)
-        except OSError:
-            shutil.copyfile(source, tmp)
-    else:
-        shutil.copyfile(source, tmp)
+    (link_or_copy if link else shutil.copyfile)(source, tmp)
     try:
         if sha256_file(tmp) != sha256:
             raise SnapshotError(f"the copy of {source} for {target} does not match sha256 {sha256[:12]}")

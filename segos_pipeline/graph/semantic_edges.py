@@ -33,9 +33,9 @@ from .edges import EDGE_SCHEMA
 # and its per-pair scratch (Jaccard, row, gathered size, masks: about 14 bytes) live in buffers of this
 # many entries that a process reuses from block to block.
 _PAIRS_PER_BLOCK = 8_000_000
-# Below this many candidate pairs in all (about 6 s of work in one process) a pool costs more than it
-# saves: starting two spawned workers takes 2-3 s here. The 100k synthetic library (156M pairs) joins in
-# 3.3-3.8 s in this process against 5.0-5.4 s with two workers; 1M (1.2G pairs) in 18 s against 33 s.
+# Below this many candidate pairs in all a pool costs more than it saves: starting spawned workers takes
+# seconds, as long as a whole 100k-skill join in one process (figures: docs/benchmarks.md, "Design
+# measurements quoted from the code").
 PARALLEL_MIN_PAIRS = 300_000_000
 # Candidates are ranked on float32 Jaccard when no skill has more signature tokens than this. Two different
 # Jaccards s/(a+b-s) with a, b <= 2048 differ by at least 1/4095² > 2⁻²⁴, wider than any interval of reals
@@ -43,8 +43,8 @@ PARALLEL_MIN_PAIRS = 300_000_000
 # exactly as float64 does (equal fractions round alike in both). Larger sets rank on float64.
 _FLOAT32_EXACT_SIZE = 2048
 # Nodes (columns of X·Xᵀ) one sparse product covers. The product kernel keeps a running sum and a link per
-# column; over 2^18 columns (2 MB) they stay in cache, over a million they miss on most entries: a block
-# of 4,096 rows at 1M skills takes about 0.06 s in four products against 0.12 s in one (2-core EPYC).
+# column; over 2^18 columns (2 MB) they stay in cache, over a million they miss on most entries, so at a
+# million skills a block runs faster as several narrower products than as one.
 _CHUNK_COLUMNS = 1 << 18
 
 try:  # the kernel behind `csr @ csr`: called directly it skips scipy's symbolic pass (the block's size

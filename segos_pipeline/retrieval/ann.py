@@ -23,10 +23,10 @@ TRAIN_ITERATIONS = 8
 ASSIGN_CHUNK = 65_536  # rows scored against the centroids at once: bounds the (chunk × lists) matrix
 SEED = 0
 # Lists per √n rows. Smaller lists let a query's row budget cover more of the nearest clusters: on the
-# synthetic million-skill library at 16,384 rows read, recall of the exact top 20 went 0.46 → 0.51 → 0.56
-# for 1, 2 and 4 lists per √n, while building took 13, 32 and 105 s (and every version whose texts changed
-# builds its own) and a query's time grew with the centroids and the matrix-vector products it makes
-# (benchmarks/results/semantic.md). 2: most of the recall, a third of the build of 4.
+# synthetic million-skill library recall of the exact top 20 rose a little with each doubling of the lists
+# per √n, while the build took several times longer (and every version whose texts changed builds its
+# own) and a query's time grew with the centroids and the matrix-vector products it makes
+# (benchmarks/results/semantic.md, docs/benchmarks.md). 2: most of the recall of 4 at a fraction of its build.
 LISTS_PER_ROOT = 2
 
 

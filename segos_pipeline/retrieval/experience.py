@@ -16,11 +16,18 @@ their own, in two channels, each built once per version:
   pushed aside by skills that merely have more history (the half-traced check of
   benchmarks/bench_learning.py).
 
+A request of several sentences often asks for several things ("Will it rain tomorrow? Also suggest some
+boots."), and its nearest neighbours answer its main part only: the vote of the whole request gives the
+other part's skill next to nothing. Each sentence (`clauses`) also votes on its own, and a skill's semantic
+evidence is its best vote, over the whole request and each of its sentences.
+
 Both channels are zero for every skill of a version without experience: a cold start ranks as before.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -208,9 +215,11 @@ class ExperienceIndex:
         query: str,
         query_vector: np.ndarray | None,
         nearest: tuple[np.ndarray, np.ndarray] | None = None,
+        parts: Sequence[tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]] = (),
     ) -> ExperienceEvidence:
         """Experience evidence of every skill for `query`; `query_vector` (unit) when it was embedded, with
-        `nearest`, the skills whose own text is closest to it and their cosines."""
+        `nearest`, the skills whose own text is closest to it and their cosines; `parts`, the same (vector,
+        nearest) of each of its sentences when it has several (`clauses`)."""
         cfg = self.config
         if not len(self.texts) or (cfg.experience_weight <= 0 and cfg.experience_lexical_weight <= 0):
             return _NO_EVIDENCE
@@ -226,20 +235,30 @@ class ExperienceIndex:
         semantic = np.zeros(n)
         if query_vector is not None and nearest is not None and cfg.experience_weight > 0:
             rows, cos = self.witness_cosines(query_vector)
-            own_nodes, own_cos = nearest
-            own_cos = own_cos + self.register_gap
-            top = max(float(cos.max()) if len(cos) else -1.0, float(own_cos.max()) if len(own_cos) else -1.0)
-            t = cfg.experience_temperature
-            kw, ko = np.exp((cos - top) / t), np.exp((own_cos - top) / t)
-            # the nothing-neighbour: what a request finds among skills it has nothing to do with
-            total = float(kw.sum() + ko.sum()) + float(np.exp((self.background - top) / t))
-            semantic = np.bincount(self.skill[rows], weights=kw, minlength=n) / total
-            semantic[own_nodes] += ko / total
-            semantic[semantic < _MIN_VOTE] = 0.0
-            cosines[rows] = cos
+            semantic = self.vote(rows, cos, *nearest)
+            cosines[rows] = cos  # the whole request's: explanations and relevance read these
+            for clause_vector, clause_nearest in parts:
+                vote = self.vote(*self.witness_cosines(clause_vector), *clause_nearest)
+                semantic = np.maximum(semantic, vote)
         value = cfg.experience_lexical_weight * lexical + cfg.experience_weight * semantic
         nodes = np.flatnonzero(value > 0)
         return ExperienceEvidence(nodes, value[nodes], shares, cosines)
+
+    def vote(
+        self, rows: np.ndarray, cos: np.ndarray, own_nodes: np.ndarray, own_cos: np.ndarray
+    ) -> np.ndarray:
+        """The semantic kernel vote over all n skills of one embedded text: its witnesses `rows` at cosines
+        `cos`, and the skills whose own text is nearest it (`own_nodes` at `own_cos`)."""
+        t = self.config.experience_temperature
+        own_cos = own_cos + self.register_gap
+        top = max(float(cos.max()) if len(cos) else -1.0, float(own_cos.max()) if len(own_cos) else -1.0)
+        kw, ko = np.exp((cos - top) / t), np.exp((own_cos - top) / t)
+        # the nothing-neighbour: what a request finds among skills it has nothing to do with
+        total = float(kw.sum() + ko.sum()) + float(np.exp((self.background - top) / t))
+        semantic = np.bincount(self.skill[rows], weights=kw, minlength=self.n) / total
+        semantic[own_nodes] += ko / total
+        semantic[semantic < _MIN_VOTE] = 0.0
+        return semantic
 
     def companions(self, anchor: int, score: float) -> tuple[np.ndarray, np.ndarray]:
         """(sorted nodes, lift) of the skills that come along with `anchor` scored `score`: its co-use
@@ -263,35 +282,55 @@ class ExperienceIndex:
     def witnesses_of(self, node: int) -> np.ndarray:
         return self._by_skill[self._start[node] : self._start[node + 1]]
 
-    def closest(self, nodes: np.ndarray, evidence: ExperienceEvidence) -> tuple[np.ndarray, np.ndarray]:
-        """(share, cosine) of the given skills' closest witnesses to the query (0 without experience)."""
-        words, cosine = np.zeros(len(nodes)), np.zeros(len(nodes))
+    def closest(
+        self, nodes: np.ndarray, evidence: ExperienceEvidence, cosine_weight: float
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(share, cosine, meaning) of the given skills' closest witnesses to the query (0 without
+        experience). `meaning` is the best witness's cosine, times `cosine_weight` when that same witness
+        shares a word with the query (`Relevance`): a word the skill's own text shares with the query
+        ("bake" in a Dockerfile's "bake secrets") must not weigh a witness's unrelated cosine."""
+        words, cosine, meaning = np.zeros(len(nodes)), np.zeros(len(nodes)), np.zeros(len(nodes))
         if not len(evidence.shares):
-            return words, cosine
+            return words, cosine, meaning
         for k, node in enumerate(nodes.tolist()):
             rows = self.witnesses_of(node)
             if len(rows):
-                words[k], cosine[k] = evidence.shares[rows].max(), evidence.cosines[rows].max()
-        return words, cosine
+                shares, cosines = evidence.shares[rows], evidence.cosines[rows]
+                words[k], cosine[k] = shares.max(), cosines.max()
+                meaning[k] = np.where(shares > 0, cosine_weight * cosines, cosines).max()
+        return words, cosine, meaning
 
 
 # Witnesses a query reads: all of them up to `_EXACT_WITNESSES`, else the nearest lists' rows up to about
 # `_SCAN_WITNESSES`. The vote's weight falls by e^-2 for every 0.1 of cosine below the best neighbour, so
-# only the nearest few witnesses count, which the nearest lists hold. Reading 4,096 rows (4 MB of vectors)
-# cost a query on a 199-tool library with 6k witnesses 0.7 ms, more than the whole experience evidence may
-# (evolved/cold ≤ 1.5): 1,024 rows cost 0.2-0.3 ms and changed 1 top-5 of 1,000 there, 21 of 500 (none of
-# their hits) on 20k generated skills (benchmarks/results/learning.md).
+# only the nearest few witnesses count, which the nearest lists hold. Reading 4,096 rows cost a
+# query more than the whole experience evidence may (evolved/cold ≤ 1.5); 1,024 rows fit in it and changed
+# very few top-5s and none of their hits (benchmarks/results/learning.md; figures: docs/benchmarks.md,
+# "Design measurements quoted from the code").
 _EXACT_WITNESSES = 2_048
 _SCAN_WITNESSES = 1_024
-# Skills whose witnesses measure the register gap: enough for a stable median, a few ms once per version.
+# Skills whose witnesses measure the register gap: enough for a stable median, cheap once per version.
 _GAP_SKILLS = 2_048
 # Witnesses whose best cosine to other skills' texts measures the background, and the skill texts read at
-# once: about 0.1 s and 64 MB at a million skills, once per version.
+# once: bounded time and memory at a million skills, once per version.
 _BACKGROUND_WITNESSES = 256
 _BACKGROUND_CHUNK = 65_536
 # A vote below this share of the neighbourhood's weight is no evidence: it keeps the candidate set to the
 # query's neighbourhood (exp(-0.35 / 0.05) ≈ 1e-3 of the best neighbour's weight).
 _MIN_VOTE = 1e-3
+
+
+def clauses(query: str) -> list[str]:
+    """The sentences of a request that asks for several things, each voting on its own in the experience
+    (none for a request of one sentence, or of more than `_MAX_CLAUSES`: a long task text is one need
+    described at length, and each sentence costs a semantic search). A sentence ends at . ? ! or ; before
+    a space; one of fewer than two tokens ("Thanks!") asks for nothing."""
+    parts = [p for p in _SENTENCE_END.split(query.strip()) if len(tokenize(p)) >= 2]
+    return parts if 2 <= len(parts) <= _MAX_CLAUSES else []
+
+
+_SENTENCE_END = re.compile(r"(?<=[.?!;])\s+")
+_MAX_CLAUSES = 4
 
 
 def experience_index(

@@ -195,8 +195,8 @@ class LexicalIndex:
         those of the version (the exact index is rebuilt once the round's revisions are chosen). Tokens
         outside the vocabulary cannot match any query token of the index and are left out.
         """
-        # One skill's rows against the vocabulary's dict: a join or `is_in` over the whole vocabulary costs
-        # 0.2-0.5 s a call on 100k skills, and L3 makes one call per revision it tries.
+        # One skill's rows against the vocabulary's dict: a join or `is_in` costs time in the whole
+        # vocabulary on every call, and L3 makes one call per revision it tries.
         index = self.vocab.index
         tokens = node_tokens["token"].to_list()
         known = node_tokens.filter(pl.Series([t in index for t in tokens], dtype=pl.Boolean))

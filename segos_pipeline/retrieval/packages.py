@@ -102,8 +102,8 @@ def package_folder(manifest: dict[str, Any], source_path: str | None) -> Package
 
 class Folders:
     """`package_folder` of a version's skills, each looked at again once its answer is `ttl_s` old: a
-    bundle member costs a `stat` at most every `ttl_s` seconds rather than on every request (a stat is
-    10-40 µs here, five a bundle, against a few ms a request), and a moved library shows within `ttl_s`."""
+    bundle member costs a `stat` at most every `ttl_s` seconds rather than on every request (a stat per
+    member on every request is a visible share of it), and a moved library shows within `ttl_s`."""
 
     def __init__(self, manifest: dict[str, Any], ttl_s: float = FOLDER_TTL_S):
         self.manifest, self.ttl_s = manifest, ttl_s

@@ -30,7 +30,7 @@ from ..graph.transition import edge_indices, transition_matrix
 from ..store.snapshot import Snapshot
 from ..text.names import SkillNames
 from .bundle import Bundle, BundleSkill, clip, hydrate_texts, render_skill
-from .experience import CoUse, ExperienceEvidence, ExperienceIndex, experience_index
+from .experience import CoUse, ExperienceEvidence, ExperienceIndex, clauses, experience_index
 from .incidence import Incidence
 from .lexical import Evidence, LexicalIndex, index_for
 from .packages import Folders
@@ -50,8 +50,8 @@ class Relevance:
     `words`: the share of the query's word weight that the skill's text, or its closest witnessing
     request, holds (`Evidence.words`). `cosine`: the embedding similarity of the text or closest
     witness to the query (None when the query was not embedded). `value`: the larger of the words share and
-    `relevance_cosine_weight` × cosine, the cosine counting alone (unweighted) for a skill that shares no
-    word with the query, at most 1."""
+    `relevance_cosine_weight` × a text's cosine, the cosine counting alone (unweighted) for a text (the
+    skill's, or a witnessing request's) that shares no word with the query, at most 1."""
 
     words: np.ndarray
     cosine: np.ndarray | None
@@ -338,7 +338,10 @@ class Retriever:
             g_nodes, g_mass = self.graph_mass(seeds, weights)
         else:
             g_nodes, g_mass = seeds[:0], np.zeros(0)
-        xp = self.experience.evidence(query, q_vec, nearest) if self.experience is not None else None
+        xp = None
+        if self.experience is not None:
+            parts = self._clause_views(query, patch) if nearest is not None else []
+            xp = self.experience.evidence(query, q_vec, nearest, parts)
         reached = g_nodes if xp is None else union_positions(g_nodes, xp.nodes)[0]
         extended = self.lexical.extend(ev, reached)  # candidates outside a cut get their evidence
         if extended is not ev:
@@ -360,6 +363,21 @@ class Retriever:
         return Ranking(
             self.n, cand, scores, seeds, g_nodes, g_mass, ev, sem_nodes, sem_z, xp, co_use, q_vec, query
         )
+
+    def _clause_views(
+        self, query: str, patch: RowPatch
+    ) -> list[tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]]:
+        """(unit vector, nearest skills and their cosines) of each sentence of a request that asks for several
+        things (experience.clauses), for the experience vote; none for a request of one sentence."""
+        parts = clauses(query)
+        if not parts or self.semantic is None or self.config.experience_weight <= 0:
+            return []
+        near = self.config.semantic_candidates
+        views = []
+        for v in self.semantic.query_vectors(parts):
+            _, _, nodes, cos = self.semantic.evidence_and_nearest(v, patch.vectors, near)
+            views.append((v, (nodes, cos)))
+        return views
 
     def _complete(self, cand: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, CoUse | None]:
         """Co-use completion (SPEC §8): the best candidate's companions score at least their lift.
@@ -418,11 +436,12 @@ class Retriever:
         was ranked without its embedding because its words matched a skill's fully (a short one) is embedded
         here when those words leave every skill below `floor`; a long task text stays decided by its words
         (embedding it would cost more than the rest of the query)."""
-        words = ranking.evidence.words(nodes)
+        own = words = ranking.evidence.words(nodes)
         xp = ranking.experience
-        witnessed = None  # the closest witnesses' (share, cosine)
+        weight = self.config.relevance_cosine_weight
+        witnessed = None  # the closest witnesses' (share, cosine, meaning)
         if self.experience is not None and xp is not None:
-            witnessed = self.experience.closest(nodes, xp)
+            witnessed = self.experience.closest(nodes, xp, weight)
             words = np.maximum(words, witnessed[0])
         q = ranking.query_vector
         if (
@@ -436,11 +455,13 @@ class Retriever:
         if q is None or self.semantic is None:
             return Relevance(words, None, words)
         cosine = (self.semantic.matrix[nodes] @ q).astype(np.float64)
+        # An embedding finds some similarity in anything (nonsense scores 0.2-0.4 against real skills), so
+        # a cosine counts in full only where the text it measures (the skill's, or a witness's) also shares
+        # a word with the query: each source's words weigh its own cosine only.
+        meaning = np.where(own > 0, weight * cosine, cosine)
         if witnessed is not None:
             cosine = np.maximum(cosine, witnessed[1])
-        # An embedding finds some similarity in anything (nonsense scores 0.2-0.4 against real skills), so
-        # a cosine counts in full only where the skill also shares a word with the query.
-        meaning = np.where(words > 0, self.config.relevance_cosine_weight * cosine, cosine)
+            meaning = np.maximum(meaning, witnessed[2])
         return Relevance(words, cosine, np.clip(np.maximum(words, meaning), 0.0, 1.0))
 
     def rank_of(self, query: str, node: int, patch: RowPatch | None = None) -> int | None:

@@ -47,6 +47,7 @@ BODY_CHARS = 500  # body characters in a skill's second text: its opening, where
 # The one search (SemanticIndex): inverted lists over the full vectors (ann.py). A query scores the rows
 # of the lists nearest it until it has read IVF_SCAN_ROWS of them, so its cost stops growing with the
 # library. A library of at most IVF_SCAN_ROWS skills is one list, read whole: the exact search, bit for bit.
+# (figures: docs/benchmarks.md, "Design measurements quoted from the code")
 IVF_SCAN_ROWS = 16_384
 _IVF_FORMAT = 2  # 2: lists over the full vectors, with the vectors stored in list order
 # ---------------------------------------------------------------------------------------- skill texts
@@ -260,6 +261,10 @@ class SemanticIndex:
     def query_vector(self, query: str) -> np.ndarray:
         return _unit(self.backend.embed([query]))[0]
 
+    def query_vectors(self, queries: Sequence[str]) -> np.ndarray:
+        """Unit vectors of several queries, embedded in one call."""
+        return _unit(self.backend.embed(list(queries)))
+
     def evidence(self, query: str, patch: dict[int, np.ndarray] | None = None) -> np.ndarray:
         """z ∈ [0, 1] for the `candidates` most similar skills (best = 1, the next one after them = 0),
         0 for every other skill and for any skill below `min_cosine`."""
@@ -343,9 +348,9 @@ def lists_count(n: int) -> int:
 
 def lists_for(snapshot: Snapshot, vectors: SkillVectors) -> InvertedLists:
     """The inverted lists of a version's skill vectors. One list is the vectors themselves, made on the
-    spot. More are read from the store's cache (the list-ordered vectors memory-mapped), else built
-    (seconds at 100k skills, half a minute at a million) and cached like the vectors. A damaged or foreign
-    cache entry is rebuilt and replaced."""
+    spot. More are read from the store's cache (the list-ordered vectors memory-mapped), else built (once
+    per set of skill texts) and cached like the vectors. A damaged or foreign cache entry is rebuilt and
+    replaced."""
     n = vectors.matrix.shape[0]
     k = lists_count(n)
     if k == 1 or not vectors.key:

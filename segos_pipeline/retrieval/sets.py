@@ -1,7 +1,7 @@
 """Sorted sets of node indices (int arrays), the way a query holds the few skills it reaches.
 
-`np.unique` and `np.union1d` take a hash-table path in numpy 2.x that measured tens of milliseconds on
-arrays of tens of thousands of indices here; a sort plus a neighbour comparison, or binary searches into
+`np.unique` and `np.union1d` take a hash-table path in numpy 2.x that is slow on the arrays a query
+holds (tens of thousands of indices); a sort plus a neighbour comparison, or binary searches into
 the larger of two sorted sets, does the same work in a fraction of it.
 """
 

@@ -76,7 +76,7 @@ def sorted_rows(frame: pl.DataFrame, start: int, stop: int) -> TokenRows:
     node = frame["node"].to_numpy().astype(np.int64)
     col = frame["col"].to_numpy().astype(np.int64)
     field = frame["field"].to_numpy().astype(np.int64)
-    # One stable sort of an integer key (node, col, field): about 4x less CPU than a three-column sort,
+    # One stable sort of an integer key (node, col, field): several times less CPU than a three-column sort,
     # and fast on the stored order, which is already sorted by node.
     width = int(col.max()) + 1 if len(col) else 1
     order = np.argsort(((node - start) * width + col) * len(CODED_FIELDS) + field, kind="stable")
@@ -129,7 +129,7 @@ class EncodedTokens:
         """The rows of a string token table held in memory (a draft's, a round's)."""
         vocab = Vocabulary(tokens["token"])
         # Every token is in the vocabulary: its column is its code as an Enum of the sorted vocabulary
-        # (half the CPU of a join; this runs in a round, not on a thread beside requests).
+        # (less CPU than a join; this runs in a round, not on a thread beside requests).
         coded = tokens.select(
             pl.col("node").cast(pl.Int64),
             col=pl.col("token").cast(pl.Enum(vocab.tokens)).to_physical(),

@@ -13,8 +13,8 @@ its pointer read) at most every `poll_s` seconds (`config.REMOTE_POLL_S` by defa
 ask the URI nothing, and a new version is downloaded into the cache (hash-checked) by the same background
 load before it is swapped in.
 
-Loading a version (verify, read, build the retriever) takes seconds on a large library (on 100k skills
-about 2 s, 5-6 s when its lexical index is not cached yet, as after every `segos update`). With
+Loading a version (verify, read, build the retriever) takes seconds on a large library (longer when its
+lexical index is not cached yet, as after every `segos update`). With
 `reload="background"` (the default) a new version is loaded on a thread while requests go on being answered
 from the old one, and it is swapped in at the start of the first request after it is ready; no request
 waits for a load. `reload="sync"` loads it inside the request that notices it.

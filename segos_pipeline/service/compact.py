@@ -1,9 +1,15 @@
-"""The compact form of the service's answers: text a model reads, not JSON a program parses.
+"""The compact forms of the service's answers: what an agent reads, without the figures behind them.
 
 A full bundle carries every figure behind each member (evidence, graph mass, reasons, contracts, the
 ordering's rule and constraints) for programs and people who audit a ranking. An agent acting on the
-bundle needs less: the skills' texts in the order to use them, and one line of why each is there. The
-compact form is that, about half the characters of the JSON for the same bundle.
+bundle needs less: the skills' texts in the order to use them, and one line of why each is there.
+
+Two compact forms: the text a model reads (`bundle_text`, `search_text`: about half the characters of the
+JSON for the same bundle), and the status and neighbour replies the MCP tools answer by default
+(`brief_status`, `brief_neighbors`): the full object less deployment figures an agent has no use for (the
+whole configuration, edge priors and evidence counts), reached again with `details=true`. A bundle's JSON
+is never trimmed: it is the record `segos retrieve --json` and the Python API give, key for key, and its
+compact form is the text.
 """
 
 from __future__ import annotations
@@ -47,3 +53,27 @@ def search_text(result: dict[str, Any]) -> str:
         for r in rows
     ]
     return "\n".join(lines) + "\n"
+
+
+# What the default status and neighbour replies leave out (`details=true` gives them): figures for auditing
+# a deployment, which an agent neither needs nor should spend its context on.
+STATUS_DETAILS = ("config",)
+EDGE_DETAILS = ("w0", "n_e", "round_created", "round_updated")
+
+
+def _without(obj: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if k not in keys}
+
+
+def brief_status(status: dict[str, Any]) -> dict[str, Any]:
+    """A `get_status` reply without the whole configuration (the version, its counts, what is served)."""
+    return _without(status, STATUS_DETAILS)
+
+
+def brief_neighbors(neighbors: dict[str, Any]) -> dict[str, Any]:
+    """A `get_skill_neighbors` reply whose edges keep id, name, relation and weight."""
+    return {
+        **neighbors,
+        "out": [_without(e, EDGE_DETAILS) for e in neighbors["out"]],
+        "in": [_without(e, EDGE_DETAILS) for e in neighbors["in"]],
+    }

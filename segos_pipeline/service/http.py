@@ -381,8 +381,8 @@ class AcceptErrorLog:
     at most every `every_s` seconds, counting those in between, without a traceback; anything else goes to
     the loop's previous handler.
 
-    asyncio (3.11) reports a failed accept once per pending connection, with its traceback, thousands of
-    times a second while descriptors are out (175,869 in 10 s, measured). And the handler must never raise:
+    asyncio (3.11) reports a failed accept once per pending connection, with its traceback, in a tight
+    loop while descriptors are out. And the handler must never raise:
     an exception out of it escapes the event loop and ends the server. That happened with the SDK's rich
     log handler, which imports modules while writing its first line, and fails to without a descriptor;
     so the line goes through `plain_logger`, and a report that cannot be written is dropped (its count is

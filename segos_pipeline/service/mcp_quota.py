@@ -17,7 +17,7 @@ class QuotaExceeded(ValueError):
 class TraceQuota:
     """What one session may record with `record_trace` in any minute: `calls` traces and `bytes_` bytes of
     their content (queries, used names, CTRF report), so one client cannot fill the landing folder's disk
-    (one session wrote 50 MB/s before). Keyed by the session's id (`session_key`: clients without one
+    (one session wrote tens of MB/s before). Keyed by the session's id (`session_key`: clients without one
     share a key); the `SESSIONS` most recently seen are remembered. Defaults: 600 traces and 16 MiB a
     minute, `$SEGOS_MCP_TRACES_PER_MIN` and `$SEGOS_MCP_TRACE_MB_PER_MIN` (docs/mcp.md)."""
 

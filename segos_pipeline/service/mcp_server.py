@@ -65,7 +65,7 @@ from ..config import (
     MAX_TOP,
     RetrievalConfig,
 )
-from .compact import bundle_text, search_text
+from .compact import brief_neighbors, brief_status, bundle_text, search_text
 from .mcp_quota import TraceQuota, session_key
 from .mcp_slot import ServiceSlot
 
@@ -116,6 +116,13 @@ Form = Annotated[
         "of why each, for a model to read (about half the size)."
     ),
 ]
+Details = Annotated[
+    bool,
+    Field(
+        description="true: also the deployment figures behind the answer (the whole configuration, edge "
+        "priors and evidence counts), for auditing; false (default) leaves them out."
+    ),
+]
 MinScore = Annotated[
     float | None,
     Field(
@@ -158,9 +165,9 @@ def _tool_errors(
     A result is one text block holding the JSON object (compact), and no `structured_content`. Clients
     that receive both show the model only one of them (Claude Code and VS Code pass on the structured
     copy, text-only clients the text), so a second copy of a bundle is never read, yet it doubled the
-    response (about 31k → 16k characters) and cost both ends a validation and serialization pass over it:
-    0.3-0.7 ms of a 1.7-3.0 ms MCP overhead per `retrieve_skill_bundle`, in A/B runs against a server that
-    sent both. The text form reaches every client. Programs parse it with `json.loads`, or call
+    response and cost both ends a validation and serialization pass over it: a sizeable share of the MCP
+    overhead per `retrieve_skill_bundle` in A/B runs against a server that sent both (docs/benchmarks.md).
+    The text form reaches every client. Programs parse it with `json.loads`, or call
     `api.SegosService` directly.
 
     `model_construct` skips validating what was just built here; the SDK validates the wire shape of every
@@ -193,7 +200,7 @@ async def _off_loop(call: Callable[[], _T]) -> _T:
     """Run a service call on a worker thread. Name lookups with near-miss suggestions, loading a version a
     request names, and a trace's fsync take milliseconds to seconds; the event loop serves every other
     session meanwhile. A search or bundle of the served version stays on the loop (it is the latency
-    that matters, and a thread hop costs about 0.1 ms)."""
+    that matters, and a thread hop adds to it)."""
     return await anyio.to_thread.run_sync(call)
 
 
@@ -418,9 +425,12 @@ def build_server(
 
     @app.tool(title="Skill neighbours", annotations=_READ, structured_output=False)
     @tool_errors
-    async def get_skill_neighbors(name: SkillRef, version: Version = None) -> dict[str, Any]:
+    async def get_skill_neighbors(
+        name: SkillRef, version: Version = None, details: Details = False
+    ) -> dict[str, Any]:
         """Typed out- and in-edges of one skill (semantic, workflow, dependency, alternative, avoid)."""
-        return await _off_loop(lambda: service.neighbors(name, version=version))
+        found = await _off_loop(lambda: service.neighbors(name, version=version))
+        return found if details else brief_neighbors(found)
 
     @app.tool(title="List graph versions", annotations=_READ, structured_output=False)
     @tool_errors
@@ -430,9 +440,11 @@ def build_server(
 
     @app.tool(title="Server status", annotations=_READ, structured_output=False)
     @tool_errors
-    async def get_status() -> dict[str, Any]:
-        """The version served (and whether pinned), its counts and configuration, and the trace landing."""
-        return service.status()
+    async def get_status(details: Details = False) -> dict[str, Any]:
+        """The version served (and whether pinned), its counts, and the trace landing; with details, the
+        whole configuration too."""
+        status = service.status()
+        return status if details else brief_status(status)
 
     @app.tool(title="Record a trace", annotations=_WRITE, structured_output=False)
     @tool_errors

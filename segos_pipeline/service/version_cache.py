@@ -2,7 +2,7 @@
 
 A request may name any version (`version=` on the MCP tools); a loaded version is kept so that the next
 request naming it does not load it again. Versions differ in size by orders of magnitude (a demo version
-holds a few MB, a 100k-skill one about 1 GiB), so a count bound either held gigabytes or reloaded small
+against a 100k-skill one), so a count bound either held gigabytes or reloaded small
 versions on every call when a client cycled through more than it: the bound is the sum of the loaded
 versions' sizes (`memory_bytes`), least recently used first out, and the version being served and the one
 just loaded are never evicted (they are held by the service anyway, and the budget counts them).
@@ -24,7 +24,7 @@ import scipy.sparse as sp
 from ..retrieval.embeddings import Model2VecBackend, SentenceTransformersBackend, WordLlamaBackend
 
 # Loaded once per process (`embeddings.backend_for`) and shared by every version: evicting a version frees
-# none of it (the demo's word table alone is 32 MB, where a 60-skill version holds about 0.6 MB).
+# none of it (on the demo the model's word table is far larger than a version).
 PROCESS_WIDE = (WordLlamaBackend, Model2VecBackend, SentenceTransformersBackend)
 
 # segos' own choice: loaded versions kept in memory, in MiB (`$SEGOS_VERSION_CACHE_MB`). 2 GiB holds one

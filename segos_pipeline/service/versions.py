@@ -261,7 +261,7 @@ class ServedVersions:
             if ready is None or ready.version == self._served.version:
                 return False
             log.info("now serving %s (was %s)", ready.version, self._served.version)
-            # The replaced version leaves the cache: a version is ~1 GiB in memory on 100k skills, and a
+            # The replaced version leaves the cache: a large version holds much memory, and a
             # server following the newest would otherwise keep as many of them as the budget holds.
             # Asked for by `version=`, it is loaded again.
             self._cache.pop(self._served.version)

@@ -11,10 +11,9 @@ rewritten with values that still parse, or written before entries carried hashes
 any way, is a miss: it is dropped and its reader rebuilds it, never uses it, never crashes on it.
 
 Hashing at load is done on every load: it reads the files the loader reads anyway (then from the page
-cache), and an entry is loaded once per process and version. sha256 runs at ~1.3 GB/s on the 2-core dev
-machine (blake2b ~0.75 GB/s, so sha256 it is). Measured on entries the size of a 100k-skill store's (102 MB
-of vectors, a 121 MB lexical matrix of 10M postings): the check took 0.3-0.9 s against 1.0-1.5 s to load them
-(a shared, busy machine); rebuilding them means re-indexing (seconds at 100k) and re-embedding every skill.
+cache), and an entry is loaded once per process and version. sha256 is faster than blake2b on the dev machine
+(so sha256 it is), and on entries the size of a 100k-skill store's the check costs less than loading them
+(figures: docs/benchmarks.md); rebuilding them means re-indexing and re-embedding every skill.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import uuid
 from pathlib import Path
 
@@ -21,6 +22,15 @@ def fsync_dir(path: Path) -> None:
     """Flush a folder's entries to disk (after a rename into it), where the filesystem allows it."""
     with contextlib.suppress(OSError):  # not every filesystem lets a directory be opened for fsync
         fsync_file(path)
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """`source`'s file at `target` too: hard-linked, or copied where the filesystem cannot link it (another
+    device, no hard links)."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
 
 
 def write_atomically(path: Path, data: bytes) -> None:

@@ -14,7 +14,7 @@ import polars as pl
 from .version_files import SamePart, VersionFiles
 
 # Skills per part: small enough that rewriting one part is cheap next to everything else an incremental
-# update does (~20 ms at 100k skills), large enough that a 100k library stays at a few dozen files.
+# update does, large enough that a 100k library stays at a few dozen files.
 PART_ROWS = 4096
 
 

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import WRITER_WAIT_S
-from .durable import write_atomically
+from .durable import link_or_copy, write_atomically
 from .filesystem import (
     Location,
     RemoteStoreError,
@@ -90,13 +90,6 @@ def open_store(root: str | Path, cache: str | Path | None = None) -> SnapshotSto
     if is_uri(root):
         return RemoteStore(str(root), cache)
     return SnapshotStore(root)
-
-
-def _link_or_copy(source: Path, target: Path) -> None:
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
 
 
 class RemoteStore(SnapshotStore):
@@ -320,7 +313,7 @@ class RemoteStore(SnapshotStore):
 
     def _fetch_file(self, vid: str, name: str, meta: dict[str, Any], dest: Path, cached: Path | None) -> None:
         if cached is not None and cached.stat().st_size == meta["bytes"]:
-            _link_or_copy(cached, dest)  # verified when it entered the cache; `load` verifies it again
+            link_or_copy(cached, dest)  # verified when it entered the cache; `load` verifies it again
             return
         url = self.location.url("versions", vid, name)
         try:

@@ -476,7 +476,7 @@ class SnapshotStore:
                 stage.add_parts(parts)
                 stage.add_signature(signature)
                 edges.write_parquet(stage.at(EDGES))
-                # uncompressed: zlib costs more time than the bytes it saves (the operator is ~1 MB at 100k)
+                # uncompressed: zlib costs more time than the bytes it saves (the operator is small)
                 sp.save_npz(stage.at(TRANSITION), transition.tocsr(), compressed=False)
                 for name, table in (extra_tables or {}).items():
                     table.write_parquet(stage.at(name))

@@ -17,14 +17,15 @@ import numpy as np
 import polars as pl
 
 from ..text.lexicon import Signature
+from .durable import link_or_copy
 from .layout import MANIFEST, SIGNATURE, VOCAB, content_id, sha256_file
 from .lock import stage_lock, sweep_stale_stages
 from .parts import PartPlan, part_files
 from .version_files import SamePart, VersionFiles
 
 PART_WRITERS = 2  # parts written at once (threads)
-# zstd at level 1 rather than polars' default 3: a part is written in ~60% of the time for ~5% more bytes
-# (a 1M-skill version writes 245 of each, the largest stage after the parse and the join).
+# zstd at level 1 rather than polars' default 3: a part is written in less time for a few percent more
+# bytes (a 1M-skill version writes hundreds of parts, the largest stage after the parse and the join).
 PART_PARQUET: dict[str, Any] = {"compression": "zstd", "compression_level": 1}
 
 
@@ -34,7 +35,7 @@ def own_rows(frame: pl.DataFrame) -> pl.DataFrame:
     A slice of a larger table (a part of a whole node table) shares the whole table's list items, and
     polars' Parquet writer judges dictionary encoding over all of them: the same rows were stored in other
     bytes depending on the size of the table they were cut from, and a part of a 1M-skill node table took
-    three times as long to write (~120 ms against ~40 ms).
+    several times as long to write.
     """
     lists = [name for name, dtype in frame.schema.items() if isinstance(dtype, pl.List)]
     return frame.with_columns(pl.col(lists).list.eval(pl.element())) if lists else frame
@@ -79,17 +80,13 @@ class Stage:
     def link(self, name: str, source: Path, meta: Mapping[str, Any]) -> None:
         """Add an unchanged file of another version under `name`, keeping that version's recorded hash (so
         damage to the shared file stays detectable here too). Copies when the filesystem cannot link."""
-        target = self.at(name)
-        try:
-            os.link(source, target)
-        except OSError:
-            shutil.copyfile(source, target)
+        link_or_copy(source, self.at(name))
         self.linked[name] = {"sha256": meta["sha256"], "bytes": meta["bytes"]}
 
     def add_parts(self, plan: PartPlan) -> None:
         # New parts are written PART_WRITERS at a time: polars releases the GIL while it decodes, encodes
-        # and compresses a part, so a second thread keeps the other core busy (a 1M-skill version has 245
-        # parts; 1.15 → 0.84 s for 10 of them). Records are gathered in part order.
+        # and compresses a part, so a second thread keeps the other core busy (a 1M-skill version has
+        # hundreds of parts). Records are gathered in part order.
         with ThreadPoolExecutor(PART_WRITERS) as pool:
             self.parts.extend(pool.map(self._add_part, range(len(plan)), itertools.repeat(plan)))
 
@@ -115,7 +112,7 @@ class Stage:
 
     def _seal(self, name: str) -> None:
         """Flush a finished file to disk and record its hash now, on the writer's thread: a 1M-skill
-        version's parts are most of its 0.9 GB, and flushing and hashing them one after another at the
+        version's parts are most of its bytes, and flushing and hashing them one after another at the
         commit kept the disk and a core busy while nothing else ran."""
         path = self.dir / name
         with path.open("rb") as fh:

@@ -147,7 +147,7 @@ class CompactTokens:
         # numpy over the integer columns, no hashing of (node, token) pairs. The rows are sorted by node, so
         # the CSR row pointers are counts; a token in two signature fields of a skill is one entry once
         # `sum_duplicates` has sorted each (short) row, and is set back to 1. The COO route this replaced
-        # took 6.9 s of a 1M build against 4.5, converting and checking tens of millions of entries.
+        # was slower at a million skills, converting and checking tens of millions of entries.
         wanted = np.zeros(256, dtype=bool)  # indexed by field code (u8)
         wanted[[FIELD_CODE[f] for f in SIGNATURE_FIELDS]] = True
         keep = wanted[self.frame["field"].to_numpy()]

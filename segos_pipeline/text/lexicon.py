@@ -69,14 +69,14 @@ def field_texts(nodes: pl.DataFrame) -> pl.DataFrame:
 # keep it bounded (about 20k skills ≈ a few million words) whatever the library size.
 TOKEN_CHUNK = 20_000
 # Chunks `CompactTokens.of` tokenises at once, one per thread: the machine's two cores (each chunk's word
-# extraction is single-threaded in polars); the peak memory grows with it, a chunk's words each (~100 MB
-# at 20k skills). The gain in wall time needs idle cores: on the shared, loaded machine it was not seen.
+# extraction is single-threaded in polars); the peak memory grows with it, a chunk's words each (much
+# of a build's peak). The gain in wall time needs idle cores: on the shared, loaded machine it was not seen.
 TOKEN_THREADS = 2
 
 
 # Values turned into Python objects per step when a dict is built from a column. Versions load on a
 # background thread while requests are answered (api.SegosService): one `to_list()` of a 100k-entry
-# column holds the GIL for 10-100 ms, and every request waiting meanwhile stalls as long.
+# column holds the GIL for the whole conversion, and every request waiting meanwhile stalls as long.
 _STEP = 8192
 
 
@@ -114,7 +114,7 @@ class Vocabulary:
 
     def column(self, tokens: pl.Series) -> np.ndarray:
         """The column of each token, in order; NaN for a token outside the vocabulary. A join, not a cast to
-        the vocabulary as an Enum: that cast was no faster on 10M tokens and held the GIL for 100 ms at a
+        the vocabulary as an Enum: that cast was no faster and held the GIL for long stretches at a
         time, stalling requests while a version loads in the background."""
         frame = pl.DataFrame({"token": tokens})
         return frame.join(self.lookup, on="token", how="left", maintain_order="left")["col"].to_numpy()

@@ -64,8 +64,8 @@ class SkillNames:
 
 class _Tier:
     """Normalised name → the rows carrying it, in row order: a dict to a group number, and the groups' rows
-    as CSR arrays. A list per name (`to_list()` of the grouped rows) held the GIL for up to 100 ms on 100k
-    skills while a version loaded in the background, stalling every request meanwhile."""
+    as CSR arrays. A list per name (`to_list()` of the grouped rows) held the GIL for long stretches on a
+    large library while a version loaded in the background, stalling every request meanwhile."""
 
     def __init__(self, names: pl.Series):
         rows = pl.DataFrame({"key": normalize_names(names), "row": pl.int_range(names.len(), eager=True)})
@@ -85,8 +85,8 @@ class Suggestions:
 
     A reference's trigrams are looked up rarest first within a fixed budget of postings, candidates are
     scored by shared trigrams (Jaccard), and only the best few are compared character by character, so one
-    suggestion costs the same however large the library is (difflib over every id and name took about
-    0.25 s a name on 20k skills, and a request could ask for many)."""
+    suggestion costs the same however large the library is (difflib over every id and name costs time in
+    proportion to the library for each name, and a request could ask for many)."""
 
     def __init__(self, candidates: list[str]):
         self.candidates = list(dict.fromkeys(c for c in candidates if c))

@@ -24,7 +24,7 @@ class StringIndex:
     Looked up by a u64 hash of each string in a sorted numpy array: per batch, a binary search of the
     batch and an insert of its unseen strings, about 12 bytes a string besides the strings themselves (a
     polars join would hash the whole growing index on every batch; a dictionary costs ~110 bytes a
-    string, 280 MB at the 2.5M tokens of 1M synthetic skills). A found string is compared with the one it
+    string, hundreds of MB at the tokens of a million skills). A found string is compared with the one it
     was found as, so a hash collision is seen, and from then on the index is an exact dictionary."""
 
     def __init__(self, key: Callable[[pl.Series], np.ndarray] = _hash) -> None:
@@ -64,7 +64,7 @@ class StringIndex:
     def _find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(whether each key is indexed, its id where it is). The keys are looked up in ascending order:
         numpy's binary search then starts each key where the last one ended, which at a million-token
-        index is several times faster than jumping about it (6.9 → 1 s over a 1M-skill merge)."""
+        index is several times faster than jumping about it."""
         order = np.argsort(keys)
         ordered = keys[order]
         found = np.zeros(len(keys), dtype=bool)
@@ -81,7 +81,7 @@ class StringIndex:
     def _add(self, keys: np.ndarray, ids: np.ndarray) -> None:
         """Index new keys. They go to a small sorted level first and join the large one only once that
         level holds an eighth of it: inserting every batch into millions of keys copied them each time
-        (3.5 s over a 1M-skill merge)."""
+        (quadratic in the batches of a large merge)."""
         order = np.argsort(keys)
         where = np.searchsorted(self.recent, keys[order])
         self.recent = np.insert(self.recent, where, keys[order])
@@ -92,10 +92,6 @@ class StringIndex:
             self.key_ids = np.insert(self.key_ids, where, self.recent_ids)
             self.recent = self.recent[:0]
             self.recent_ids = self.recent_ids[:0]
-
-    @property
-    def n_keys(self) -> int:
-        return len(self.keys) + len(self.recent)
 
     def _by_dict(self, tokens: pl.Series) -> np.ndarray:
         index, before = self.index, len(self.tokens)

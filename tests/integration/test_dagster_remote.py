@@ -15,7 +15,8 @@ from dagster import AssetKey, AssetSelection, DagsterInstance, materialize
 
 from assets.definitions import ASSETS
 from assets.io_managers import SegosIOManager
-from assets.resources import EngineSettings, SegosPaths, build_resources
+from assets.resources import EngineSettings, EvolutionSettings, RetrievalSettings, SegosPaths, build_resources
+from segos_pipeline.config import EvolutionConfig, RetrievalConfig, retrieval_preset
 from segos_pipeline.paths import DEMO_TRACES
 from segos_pipeline.store.remote import RemoteStore, cache_folder, open_store
 from segos_pipeline.store.snapshot import SnapshotStore
@@ -127,6 +128,15 @@ def test_metadata_checks_and_downstream_assets_on_a_uri_store(runs):
     assert not (remote / "dagster").exists()
 
 
+def test_settings_resources_change_only_the_settings_given():
+    assert EvolutionSettings().config() == EvolutionConfig()
+    assert EvolutionSettings(zeta=0.4, blend=True).config() == EvolutionConfig(zeta=0.4, blend=True)
+    assert RetrievalSettings().config() == RetrievalConfig()
+    # on top of the version's preset, not of the defaults
+    paper = {"config": {"preset": "paper"}}
+    assert RetrievalSettings(alpha=0.3).config(paper) == retrieval_preset("paper").with_overrides(alpha=0.3)
+
+
 def test_segos_store_may_hold_a_uri(tmp_path, monkeypatch):
     uri = (tmp_path / "remote" / "store").as_uri()
     monkeypatch.setenv("SEGOS_STORE", uri)
@@ -136,7 +146,7 @@ def test_segos_store_may_hold_a_uri(tmp_path, monkeypatch):
     store = paths.store()
     cache = cache_folder(uri, tmp_path / "cache")
     assert isinstance(store, RemoteStore) and store.uri == uri and store.root == cache
-    assert paths.store_location() == uri and paths.store_path() == cache
+    assert paths.store_location() == uri
     # the landing folder `segos mcp --store URI` appends to, and the IO manager's folder, in that cache
     assert paths.landing_path() == cache / "landing"
     assert SegosIOManager().base() == cache / "dagster"

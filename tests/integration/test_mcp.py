@@ -173,6 +173,8 @@ def test_every_tool_errors_and_the_trace_round_trip(store: Path, tmp_path: Path)
                     agent="test-agent",
                 )
                 assert rec["unknown_skills"] == [] and Path(rec["file"]).is_file()
+                # what happens next, in a sentence for the agent: no shell command for an operator
+                assert rec["window"] in rec["next"] and "segos " not in rec["next"] and "`" not in rec["next"]
             ctrf = {"results": {"summary": {"tests": 4, "passed": 1}}}
             rec = await call(
                 client, "record_trace", task_id="task-x", queries=[QUERY], used=used[:1], ctrf=ctrf
@@ -279,9 +281,20 @@ BOUNDS = {
     "get_status": {},
     "record_trace": {
         "task_id": {"minLength": 1, "maxLength": 256},  # the trace contract's MAX_ID_CHARS
+        "queries": {"maxItems": 64},  # MAX_QUERIES
+        "used": {"maxItems": 512},  # MAX_SKILLS
         "reward": {"minimum": 0, "maximum": 1},
+        "agent": {"minLength": 1, "maxLength": 256},  # MAX_NAME_CHARS
         "attempt": {"minimum": 1, "maximum": 1_000_000},  # MAX_ATTEMPT
+        "trace_id": {"minLength": 1, "maxLength": 256},
     },
+}
+# The bounds of list items, by tool and parameter (a string item's length; an object item is bounded by
+# the trace contract's 1 MiB line).
+ITEM_BOUNDS = {
+    ("hydrate_skills", "names"): {"minLength": 1, "maxLength": 1000},
+    ("record_trace", "queries"): {"maxLength": 32_768},  # a query's text, MAX_TEXT_CHARS
+    ("record_trace", "used"): {"minLength": 1, "maxLength": 256},  # a skill name, MAX_NAME_CHARS
 }
 
 
@@ -307,12 +320,15 @@ def test_tools_declare_hints_and_bounds_and_argument_errors_are_short(store: Pat
                 props = tool.input_schema["properties"]
                 for param, bounds in BOUNDS[name].items():
                     assert _bounds(props[param]) == bounds, (name, param, props[param])
-                for param, prop in props.items():  # no integer or number without a lower bound
+                for param, prop in props.items():  # every argument that can be too big carries its bound
                     kinds = {prop.get("type")} | {b.get("type") for b in prop.get("anyOf", [])}
                     if kinds & {"integer", "number"}:
                         assert "minimum" in _bounds(prop), (name, param)
-            names = tools["hydrate_skills"].input_schema["properties"]["names"]
-            assert _bounds(names["items"]) == {"minLength": 1, "maxLength": 1000}
+                    if "string" in kinds and "enum" not in prop:
+                        assert "maxLength" in _bounds(prop), (name, param)
+                    if "array" in kinds:
+                        assert "maxItems" in _bounds(prop), (name, param)
+                        assert _bounds(prop["items"]) == ITEM_BOUNDS[name, param], (name, param)
 
             # arguments the schema refuses: one short line per field, without pydantic's dump and URL
             text = await error(client, "search_skills", query="", top_k=500)
@@ -329,6 +345,37 @@ def test_tools_declare_hints_and_bounds_and_argument_errors_are_short(store: Pat
             text = await error(client, "hydrate_skills", names=[])
             assert "names: List should have at least 1 item" in text and "http" not in text
             assert "query: Field required" in await error(client, "search_skills")
+
+    anyio.run(scenario)
+
+
+def test_default_replies_leave_out_deployment_figures_and_details_gives_them(store: Path, tmp_path: Path):
+    """An agent's context is not spent on deployment figures (the whole configuration, edge priors):
+    `details=true` answers the full object of the Python API, the default that object less those keys.
+    A bundle is never trimmed: its JSON is the record `segos retrieve --json` gives, key for key, and
+    its compact form is the text."""
+    from segos_pipeline.service.api import SegosService
+    from segos_pipeline.service.compact import EDGE_DETAILS, STATUS_DETAILS
+
+    full = SegosService(store, landing=tmp_path)
+
+    async def scenario() -> None:
+        async with Client(server(store, "--landing", str(tmp_path))) as client:
+            bundle = await call(client, "retrieve_skill_bundle", query=QUERY)
+            assert bundle == full.retrieve_bundle(QUERY)
+            raw = await client.call_tool("retrieve_skill_bundle", {"query": QUERY, "format": "text"})
+            assert len(raw.content[0].text) < 0.7 * len(json.dumps(bundle, separators=(",", ":")))  # type: ignore[union-attr]
+
+            status = await call(client, "get_status")
+            assert not set(STATUS_DETAILS) & set(status) and status["counts"]["skills"] == 60
+            assert (await call(client, "get_status", details=True))["config"] == full.status()["config"]
+
+            edges = await call(client, "get_skill_neighbors", name="csv-loader")
+            whole = await call(client, "get_skill_neighbors", name="csv-loader", details=True)
+            assert whole == full.neighbors("csv-loader") and edges["out"]
+            for short, e in zip(edges["out"] + edges["in"], whole["out"] + whole["in"], strict=True):
+                assert short == {k: v for k, v in e.items() if k not in EDGE_DETAILS}
+                assert set(EDGE_DETAILS) <= set(e) and {"w0", "n_e"}.isdisjoint(short)
 
     anyio.run(scenario)
 

@@ -7,6 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
+from segos_pipeline import SnapshotStore
 from segos_pipeline.cli.progress import Reporter
 from segos_pipeline.paths import DEMO_TRACES
 from segos_pipeline.progress import StageDone, Tick, stage
@@ -27,10 +28,14 @@ def test_build_ingest_and_evolve_report_their_stages(tmp_path: Path):
         assert f"[segos]   {name}" in built.stderr, built.stderr
     ingested = segos("ingest", str(DEMO_TRACES), "--store", store)
     assert "validate and store" in ingested.stderr and "lines" in ingested.stderr
+    # the demo's 3 broken lines: the quarantine file is named and each reason ends on a whole word
+    assert f"{Path(store, 'traces', 'unplaced', 'quarantine.jsonl')}" in ingested.stdout
+    assert "quarantined x1: line is not valid JSON…" in ingested.stdout
     evolved = segos("evolve", "--window", "2026-11-27", "--store", store)
     assert "[segos] evolve: time by stage" in evolved.stderr and "l1" in evolved.stderr
     quiet = segos("evolve", "--window", "2026-11-28", "--store", store, "--quiet")
     assert quiet.stderr == ""
+    assert quiet.stdout.splitlines() == [SnapshotStore(store).latest()]  # the version id, no counters
 
 
 def test_reporter_counts_stages_and_is_silent_when_quiet(capsys):

@@ -154,4 +154,8 @@ def test_readme_shell_block_runs(block: str, tmp_path: Path):
         assert "claude-stand-in: tools" in proc.stdout and "retrieve_skill_bundle" in proc.stdout
     if "quickstart.sh" in block:
         assert "held-out" in proc.stdout or "recall" in proc.stdout
+        # it ends with the before/after of one task's bundle, then where to go next
+        assert "== before / after" in proc.stdout and "== next steps" in proc.stdout
+        assert proc.stdout.index("== before / after") < proc.stdout.index("== next steps")
+        assert "dagster dev" in proc.stdout and "mcp --print-config" in proc.stdout
     shutil.rmtree(scratch / "data", ignore_errors=True)

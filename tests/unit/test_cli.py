@@ -92,6 +92,32 @@ def test_nothing_relevant_is_an_empty_bundle_not_the_best_of_nothing(built, quer
     assert all(0 <= s["words"] <= 1 and 0 <= s["relevance"] <= 1 for s in real["skills"])
 
 
+def test_nothing_relevant_on_the_evolved_demo_versions_too(tmp_path):
+    """After the quick start the served version is evolved: its skills' witnessing requests must not
+    make an off-topic request relevant. "bake a chocolate cake" shares "bake" with dockerfile-author's
+    text ("bake secrets"); a docker request that witnessed it is a little closer to the cake (cosine 0.12)
+    than the text is, and that cosine, weighed as if it came with the word, gave relevance 0.36."""
+    from segos_pipeline.service.api import SegosService
+
+    store = tmp_path / "store"
+    run("build", "--store", store, "--quiet")
+    run("ingest", DEMO_DIR / "traces", "--store", store, "--quiet")
+    for window in ("2026-11-27", "2026-11-28"):
+        run("evolve", "--window", window, "--store", store, "--quiet")
+    service = SegosService(store, landing=tmp_path / "landing")
+    for version in ("v2", "v3"):
+        for query in ("xyzzy quux", "bake a chocolate cake"):
+            out = json.loads(run("retrieve", query, "--store", store, "--version", version, "--json").output)
+            assert out["skills"] == [] and out["no_match"] is True, (version, query)
+            found = service.search(query, version=version)
+            assert found["results"] == [] and found["no_match"] is True, (version, query)
+            bundle = service.retrieve_bundle(query, version=version)
+            assert bundle["skills"] == [] and bundle["no_match"] is True, (version, query)
+        real = service.retrieve_bundle("load the sales csv and chart revenue by month", version=version)
+        assert not real["no_match"] and "data-wrangling/csv-loader" in real["order"]
+    assert service.status()["version"] == service.status()["latest"]  # v3 served: what agents get
+
+
 def test_replay_json_shape(built):
     store, _ = built
     out = json.loads(

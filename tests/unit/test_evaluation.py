@@ -173,9 +173,11 @@ def test_overlay_without_induced_edges_adds_no_reach():
 
 
 def test_overlap_fraction_and_buckets_by_hand():
-    gold = [{"pdf", "tabl", "extract"}, {"csv", "load"}]
+    gold = [[{"pdf", "tabl", "extract"}], [{"csv", "load"}]]
     # first skill: 2 of 3 tokens in the query; second: 0 of 2 → mean (2/3 + 0) / 2
     assert overlap_fraction({"pdf", "tabl", "invoice"}, gold) == pytest.approx(1 / 3)
+    # a duplicated name counts its most echoed skill, a skill without tokens 0; an unknown name not at all
+    assert overlap_fraction({"csv"}, [[{"pdf"}, {"csv", "load"}], [set()], []]) == pytest.approx(1 / 4)
     assert overlap_fraction({"x"}, []) == 0.0
     assert [leakage_bucket(x) for x in (0.0, 0.33, 1 / 3, 0.5, 2 / 3, 1.0)] == [
         "low",

@@ -24,6 +24,7 @@ from segos_pipeline.evolution.round import evolve
 from segos_pipeline.graph.incremental import apply_change
 from segos_pipeline.store.diff import diff_versions, to_markdown
 from segos_pipeline.store.layout import EXPERIENCE_SCHEMA
+from segos_pipeline.store.served import served
 
 from ..conftest import simple_library
 
@@ -178,6 +179,8 @@ def test_the_held_out_check_refuses_a_round_that_makes_ranks_worse(tmp_path):
     assert c["committed"] is False and c["gate"]["passed"] is False
     assert c["gate"]["traces"] == 10 and c["gate"]["mrr_after"] < c["gate"]["mrr_before"]
     assert store.load(manifest["version"]).experience.height == 0
+    # a round on the served version whose check failed is committed but not served
+    assert manifest["parent"] == store.resolve("v1") and served(store) == manifest["parent"]
     assert _retriever(store, manifest["version"]).ranked_ids(text, 5)[0] == "pdf-merger"
 
 
@@ -273,6 +276,47 @@ def test_many_witnesses_are_searched_by_inverted_lists_with_the_same_answer(tmp_
         assert got.ids == bundle.ids
         assert [s.score for s in got.skills] == pytest.approx([s.score for s in bundle.skills], rel=1e-9)
     assert listed.experience is not None and listed.experience._lists is not None
+
+
+def test_each_sentence_of_a_request_votes_for_the_skill_it_asks_for(tmp_path, monkeypatch):
+    from segos_pipeline.retrieval import experience as experience_module
+
+    learned = _learned_ids(40, 0.1, held=False)[:12]
+    traces = [_trace(i, LEARNED, ["pdf-merger"]) for i in learned[:6]]
+    traces += [_trace(i, "graph my monthly ledger", ["chart-plotter"]) for i in learned[6:]]
+    store, _ = _store_with(tmp_path, traces)
+    version = evolve(store, "w1")["version"]
+    # the semantic vote alone: the words of the ledger sentence would also reach the plotter's witness
+    config = RetrievalConfig(semantic="wordllama", experience_lexical_weight=0.0)
+    two = "Could you stitch these scanned dossiers into one booklet for me? Also I want my ledger drawn."
+    one = "stitch these scanned dossiers into one booklet for me"
+
+    def ranked(query: str) -> tuple[list[str], float, list[float]]:
+        r = Retriever(store.load(version), config)
+        ranking = r.rank(query)
+        plotter = ranking.experience_of(int(r.names.row_of("chart-plotter")))
+        return [str(r.ids[i]) for i in ranking.order[:2]], plotter, ranking.scores.tolist()
+
+    top, plotter, _ = ranked(two)
+    one_scores = ranked(one)[2]
+    assert top == ["pdf-merger", "chart-plotter"] and plotter > 1.0
+    # the whole request's nearest neighbours are the merger's: without the sentences' own votes the plotter
+    # learns nothing from this request
+    monkeypatch.setattr(experience_module, "_MAX_CLAUSES", 1)
+    assert ranked(two)[1] == 0.0
+    assert ranked(one)[2] == one_scores  # a one-sentence request has no sentences to vote
+
+
+def test_clauses_are_the_sentences_of_a_request_that_asks_for_several_things():
+    from segos_pipeline.retrieval.experience import _MAX_CLAUSES, clauses
+
+    assert clauses("Will it rain tomorrow? Also, suggest some boots; thanks!") == [
+        "Will it rain tomorrow?",
+        "Also, suggest some boots;",
+    ]
+    assert clauses("Merge my pdf files into one. Thanks!") == []  # one sentence asks for something
+    assert clauses("merge v1.2 of my pdfs") == []
+    assert clauses(" ".join(["Do this thing now."] * (_MAX_CLAUSES + 1))) == []  # a task text
 
 
 # ------------------------------------------------------------------------------- co-use completion

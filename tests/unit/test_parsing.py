@@ -344,7 +344,7 @@ def test_planned_chunks_find_exactly_the_walk_of_the_library(tmp_path, monkeypat
             dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "node_modules")
             if "SKILL.md" in filenames:
                 walk.append(dirpath)
-        assert [str(p) for p in discovery.discover_packages(tmp_path)] == walk
+        assert list(discovery.package_folders(str(tmp_path))) == walk
         for minimum, per_worker, levels in [(1, 1, 1), (1, 16, 3), (3, 4, 2), (10_000, 16, 3), (5, 2, 0)]:
             monkeypatch.setattr(parsing, "_PARALLEL_MIN", minimum)
             monkeypatch.setattr(parsing, "_UNITS_PER_WORKER", per_worker)

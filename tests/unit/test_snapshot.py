@@ -61,8 +61,9 @@ def test_resolve_by_id_prefix_seq_and_latest(store):
 
 
 def test_unknown_version_is_a_clear_error(store, tmp_path):
-    with pytest.raises(UnknownVersion, match=r"no such version.*segos versions"):
+    with pytest.raises(UnknownVersion, match=r"no such version.*segos versions") as unknown:
         store.load("v9999")
+    assert f"`segos versions --store {store.address}`" in str(unknown.value)  # the store, not "..."
     with pytest.raises(UnknownVersion, match="has no versions yet"):
         SnapshotStore(tmp_path / "empty").load()
 

@@ -12,7 +12,7 @@ from ...store.snapshot import Snapshot
 from ...text.lexicon import SIGNATURE_FIELDS
 from ...text.names import SkillNames
 from ...text.tokens import token_set
-from ..metrics import leakage_bucket
+from ..metrics import leakage_bucket, overlap_fraction
 from ..replay import EvalQuery, gold_sets
 
 
@@ -72,14 +72,7 @@ def prepare_queries(
             (sa, sb), miss = gold_sets(names, [a, b])
             unknown.update(miss)
             pairs.append((sa, sb))
-        qtok = token_set(q.query)
-        # A duplicated gold name is as leaky as its most echoed package; unknown names have no text.
-        per_item = [
-            max(len(sigs.get(s, set()) & qtok) / max(len(sigs.get(s, set())), 1) for s in item)
-            for item in gold
-            if item
-        ]
-        overlap = sum(per_item) / len(per_item) if per_item else 0.0
+        overlap = overlap_fraction(token_set(q.query), [[sigs.get(s, set()) for s in item] for item in gold])
         task = q.task or f"line-{q.line or i + 1}"
         out.append(StudyQuery(i, task, q.query, list(q.gold), gold, pairs, overlap, leakage_bucket(overlap)))
     return out, sorted(unknown)

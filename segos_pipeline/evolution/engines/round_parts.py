@@ -8,7 +8,7 @@ as an empty table. B = ceil(window rows / ROUND_BUCKET_TRACES), at least 1 (`buc
 Why this layout. The buckets depend on the window only (its row count and its trace ids), never on how an
 engine cut the window into partitions (a hash of `task_id`, a count that is an engine setting), so the
 local engine and the Spark engine write the same files byte for byte. A bucket holds at most about
-`ROUND_BUCKET_TRACES` rows (~54 MB at 1M): whoever writes one (a local process, a Spark task) holds one
+`ROUND_BUCKET_TRACES` rows (tens of MB): whoever writes one (a local process, a Spark task) holds one
 bucket, and no process ever holds the whole table: the Spark driver only moves the files into the version.
 
 The files are written to a scratch folder on the store before the commit (`RoundParts`) and moved or
@@ -38,7 +38,7 @@ from ...store.snapshot import Snapshot
 from ..evidence import ADDED_SCHEMA
 from .scratch import Scratch
 
-# Window traces per round bucket: a bucket holds at most this many rows (~54 MB of Parquet), whatever the
+# Window traces per round bucket: a bucket holds at most this many rows (tens of MB), whatever the
 # window's size, so that whoever writes or reads one holds one bucket. Part of the version's bytes (the
 # bucket count follows from it): both engines read it here.
 ROUND_BUCKET_TRACES = 1_000_000
