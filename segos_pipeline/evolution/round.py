@@ -35,6 +35,7 @@ from ..retrieval.token_rows import EncodedTokens
 from ..store.layout import EXPERIENCE, REVISIONS, WINDOW_FILES, window_refs
 from ..store.served import advance
 from ..store.snapshot import Snapshot, SnapshotStore
+from ..text.lexicon import Signature
 from .descriptions import REVISION_SCHEMA, Editor, description_update
 from .engines import Engine, TraceInput, make_engine
 from .engines.round_parts import RoundParts, bucket_count, buckets_of_table, round_scratch
@@ -105,10 +106,12 @@ class RoundState:
     round_parts: RoundParts | None = None  # the version's round bucket files, written by the engine
     experience: pl.DataFrame | None = None  # the next version's experience (None: the parent's, unchanged)
     # What a stage built that a later one needs again, kept so that it is built once (pure speed): the
-    # operator of an edge table, and the lexical index of a token table (each with the table it was built
-    # from, matched by identity: a stage that changes a table makes a new one).
+    # operator of an edge table, the lexical index of a token table (the parent's and the latest revised
+    # one), and the integer rows of the latest revised table (its signature), each with the table it was
+    # built from, matched by identity: a stage that changes a table makes a new one.
     built_operator: tuple[pl.DataFrame, sp.csr_matrix] | None = None
     built_lexical: list[tuple[pl.DataFrame, LexicalIndex]] = field(default_factory=list)
+    built_rows: tuple[pl.DataFrame, EncodedTokens] | None = None
 
     def transition(self) -> sp.csr_matrix:
         """The transition operator of the round's current edges (built on first use)."""
@@ -119,6 +122,12 @@ class RoundState:
     def lexical_of(self, tokens: pl.DataFrame) -> LexicalIndex | None:
         """The lexical index a stage built of exactly this token table, if any."""
         return next((index for table, index in self.built_lexical if table is tokens), None)
+
+    def signature_of(self, tokens: pl.DataFrame) -> Signature | None:
+        """The signature of this token table when a stage holds its integer rows (a revised table)."""
+        if self.built_rows is None or self.built_rows[0] is not tokens:
+            return None
+        return self.built_rows[1].signature()
 
     @property
     def added(self) -> pl.DataFrame:
@@ -225,8 +234,13 @@ def l3_stage(
             if not encoded:
                 encoded.append(EncodedTokens.of_table(state.tokens, state.nodes.height))
             fresh = new_tokens.filter(pl.col("node").is_in(pl.Series(changed, dtype=pl.UInt32).implode()))
-            lexical = LexicalIndex.of(encoded[0].revised(fresh), retrieval)
-            state.built_lexical.append((new_tokens, lexical))  # the gate's index when this set is kept
+            rows = encoded[0].revised(fresh)
+            lexical = LexicalIndex.of(rows, retrieval)
+            # the gate's index and the commit's signature when this set is kept (a set reverted on
+            # verification is let go: a smaller one is rebuilt)
+            state.built_lexical = [(t, x) for t, x in state.built_lexical if t is state.tokens]
+            state.built_lexical.append((new_tokens, lexical))
+            state.built_rows = (new_tokens, rows)
             revised = replace(
                 draft,
                 version=f"{parent.version}+revised",
@@ -340,6 +354,7 @@ def commit_round(
             **({EXPERIENCE: state.experience} if state.experience is not None else {}),
         },
         transition=state.transition(),
+        signature=state.signature_of(state.tokens),
     )
     if parts is not None:
         parts.remove()  # in the version now; a failed commit leaves them to the round's end

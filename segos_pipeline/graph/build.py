@@ -245,11 +245,13 @@ def commit_derived(
     extra: dict[str, Any] | None = None,
     extra_tables: dict[str, pl.DataFrame] | None = None,
     transition: sp.csr_matrix | None = None,
+    signature: Signature | None = None,
 ) -> dict[str, Any]:
     """Commit a child of `parent` with a new edge table (and optionally new nodes/tokens).
 
     The operator is built here, once per version, with the parent's transition config, unless the caller
-    already built it (`transition`: an evolution round's, of these edges and nodes). Node and token parts
+    already built it (`transition`: an evolution round's, of these edges and nodes); so is the signature
+    of `tokens` (`signature`: `Signature.of` them, when the caller derived it faster). Node and token parts
     equal to the parent's are linked from it rather than written again.
     """
     nodes = parent.nodes if nodes is None else nodes
@@ -282,6 +284,7 @@ def commit_derived(
         manifest=manifest,
         base=parent,
         extra_tables=extra_tables,
+        signature=signature,
     )
 
 
