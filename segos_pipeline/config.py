@@ -76,9 +76,9 @@ class GraphConfig:
     """Cold-start semantic graph (SPEC §4)."""
 
     # (paper). On the dev sets k = 2 adds a little more (docs/algorithms.md, "the graph"), but on a 100k
-    # synthetic library it joins most skills into one component that power-iteration PPR runs over (about
-    # three times the query time of k = 1); k = 1 stays the default until PPR's cost stops following
-    # component size.
+    # synthetic library it joins most skills into one component that power-iteration PPR ran over then
+    # (about three times the query time of k = 1). PPR is local push now, whose cost does not follow
+    # component size; k = 1 stays the default until k = 2 is measured again.
     knn_k: int = 1
     # Tokens above this document frequency are skipped in the similarity join only (they still count in
     # set sizes); the effective cap is max(df_cap_min, df_cap_fraction * n_skills). A fixed cap of 1,000

@@ -335,3 +335,15 @@ def test_index_read_a_part_at_a_time_equals_the_index_of_the_whole_table(tmp_pat
     _same_index(retriever.lexical, streamed)
     _same_index(streamed, LexicalIndex(snap.tokens, snap.nodes.height, cfg))
     _same_index(index_for(st_.load(), cfg), streamed)  # and as the cache holds it
+
+
+def test_a_manifest_with_the_removed_ppr_settings_still_gives_its_retrieval_settings():
+    """Evolved manifests record the round's retrieval settings, which held the power iteration's `tol`,
+    `max_iter` and `ppr_push_min_nodes` until issue 30: retrieval over such a version starts from its
+    preset, as before, and does not read them back."""
+    from segos_pipeline.config import retrieval_for, retrieval_preset
+
+    old = {"tol": 1e-6, "max_iter": 50, "ppr_epsilon": 3e-5, "ppr_push_min_nodes": 2_000, "seed_k": 4}
+    for preset in ("default", "paper"):
+        manifest = {"config": {"preset": preset, "retrieval": old}}
+        assert retrieval_for(manifest) == retrieval_preset(preset)
