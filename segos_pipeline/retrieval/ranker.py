@@ -2,7 +2,7 @@
 
 lexical seeds → reverse-aware PPR → rerank ρ = s* + μ·m → top-N with avoid-pair pruning → hydration under
 per-skill and global character budgets. Everything that does not depend on the query (lexical matrix,
-operator, its transpose, connected components, avoid adjacency) is built once in `Retriever.__init__`.
+operator and its push rows, avoid adjacency) is built once in `Retriever.__init__`.
 
 Query cost follows the query, not the library: lexical evidence is read from the postings of the query's
 tokens (lexical.py), and PPR runs by local push (push.py) with residual threshold ε, whose work is at most
