@@ -76,9 +76,9 @@ class GraphConfig:
     """Cold-start semantic graph (SPEC §4)."""
 
     # (paper). On the dev sets k = 2 adds a little more (docs/algorithms.md, "the graph"), but on a 100k
-    # synthetic library it joins most skills into one component that power-iteration PPR runs over (about
-    # three times the query time of k = 1); k = 1 stays the default until PPR's cost stops following
-    # component size.
+    # synthetic library it joins most skills into one component that power-iteration PPR ran over then
+    # (about three times the query time of k = 1). PPR is local push now, whose cost does not follow
+    # component size; k = 1 stays the default until k = 2 is measured again.
     knn_k: int = 1
     # Tokens above this document frequency are skipped in the similarity join only (they still count in
     # set sizes); the effective cap is max(df_cap_min, df_cap_fraction * n_skills). A fixed cap of 1,000
@@ -122,16 +122,10 @@ class RetrievalConfig(_Overridable):
     seed_k: int = 4  # (paper)
     top_n: int = 5  # (paper)
     alpha: float = 0.2  # PPR restart (GoS)
-    tol: float = 1e-6  # L1 change that stops PPR
-    max_iter: int = 50
-    # PPR on a large component (segos' choice, SPEC §11): when the seeds' weakly connected components hold
-    # more than `ppr_push_min_nodes` skills, PPR runs by local push (retrieval/push.py) with residual
-    # threshold ε: at most 1/(α·ε) edges read per query however large the component, and an L1 distance
-    # to the exact vector of at most the residual it reports. Smaller components keep the exact power
-    # iteration, which is cheaper there. ε = 0 always runs the exact iteration. Both chosen by measurement
-    # (docs/algorithms.md, benchmarks/results/latency.md).
+    # PPR runs by local push (retrieval/push.py, segos' choice, SPEC §11) with residual threshold ε > 0: at
+    # most 1/(α·ε) edges read per query however large the seeds' component, and an L1 distance to the
+    # exact vector of at most the residual it reports. Chosen by measurement (docs/algorithms.md).
     ppr_epsilon: float = 3e-5
-    ppr_push_min_nodes: int = 2_000
     per_skill_chars: int = 1_800  # (paper)
     total_chars: int = 9_000  # (paper)
     # The relevance floor (segos' choice): a bundle none of whose members reaches `min_score` is empty,

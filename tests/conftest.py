@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 import scipy.sparse as sp
@@ -248,3 +249,12 @@ def mcp_http_server(
     finally:
         proc.terminate()
         proc.wait(timeout=30)  # a clean stop, even after descriptors ran out
+
+
+def dense_ppr(t: sp.spmatrix | np.ndarray, p: np.ndarray, alpha: float) -> np.ndarray:
+    """The PPR oracle (SPEC §6.2), independent of every solver in the package: the linear system
+    s = α·p + (1−α)·(Tᵀs + (Σ_{u dangling} s_u)·p) solved densely, for small row-stochastic T."""
+    t = t.toarray() if sp.issparse(t) else np.asarray(t)
+    dangling = (t.sum(axis=1) == 0).astype(float)
+    m = t.T + np.outer(p, dangling)  # column-stochastic: a dangling column teleports to p
+    return np.linalg.solve(np.eye(len(p)) - (1 - alpha) * m, alpha * p)

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import scipy.sparse as sp
 
 from ..config import EngineConfig, EvolutionConfig, RetrievalConfig, TransitionConfig, retrieval_for
 from ..graph.build import commit_derived
@@ -34,6 +35,7 @@ from ..retrieval.token_rows import EncodedTokens
 from ..store.layout import EXPERIENCE, REVISIONS, WINDOW_FILES, window_refs
 from ..store.served import advance
 from ..store.snapshot import Snapshot, SnapshotStore
+from ..text.lexicon import Signature
 from .descriptions import REVISION_SCHEMA, Editor, description_update
 from .engines import Engine, TraceInput, make_engine
 from .engines.round_parts import RoundParts, bucket_count, buckets_of_table, round_scratch
@@ -53,10 +55,12 @@ def draft_snapshot(
     tokens: pl.DataFrame,
     edges: pl.DataFrame,
     experience: pl.DataFrame | None = None,
+    transition: sp.csr_matrix | None = None,
 ) -> Snapshot:
     """An in-memory version (not committed) for replaying queries inside a round (with the parent's
-    experience unless given)."""
-    tconf = TransitionConfig(**parent.manifest.get("config", {}).get("transition", {}))
+    experience unless given; `transition`: the operator of `edges` when the caller has it)."""
+    if transition is None:
+        transition = round_transition(parent, edges)
     return Snapshot(
         version=f"{parent.version}+draft",
         path=None,
@@ -64,9 +68,16 @@ def draft_snapshot(
         nodes=nodes,
         token_table=tokens,
         edges=edges,
-        transition=transition_matrix(edges, nodes["id"], tconf),
+        transition=transition,
         experience_table=parent.experience if experience is None else experience,
     )
+
+
+def round_transition(parent: Snapshot, edges: pl.DataFrame) -> sp.csr_matrix:
+    """The transition operator of a round's edge table over the parent's nodes (a round never changes
+    the node set), with the parent's transition config: what the committed version stores."""
+    tconf = TransitionConfig(**parent.manifest.get("config", {}).get("transition", {}))
+    return transition_matrix(edges, parent.nodes["id"], tconf)
 
 
 @dataclass
@@ -94,6 +105,29 @@ class RoundState:
     window_refs: list[dict[str, Any]] | None = None  # those files as hashed by an engine that read a URI
     round_parts: RoundParts | None = None  # the version's round bucket files, written by the engine
     experience: pl.DataFrame | None = None  # the next version's experience (None: the parent's, unchanged)
+    # What a stage built that a later one needs again, kept so that it is built once (pure speed): the
+    # operator of an edge table, the lexical index of a token table (the parent's and the latest revised
+    # one), and the integer rows of the latest revised table (its signature), each with the table it was
+    # built from, matched by identity: a stage that changes a table makes a new one.
+    built_operator: tuple[pl.DataFrame, sp.csr_matrix] | None = None
+    built_lexical: list[tuple[pl.DataFrame, LexicalIndex]] = field(default_factory=list)
+    built_rows: tuple[pl.DataFrame, EncodedTokens] | None = None
+
+    def transition(self) -> sp.csr_matrix:
+        """The transition operator of the round's current edges (built on first use)."""
+        if self.built_operator is None or self.built_operator[0] is not self.edges:
+            self.built_operator = (self.edges, round_transition(self.parent, self.edges))
+        return self.built_operator[1]
+
+    def lexical_of(self, tokens: pl.DataFrame) -> LexicalIndex | None:
+        """The lexical index a stage built of exactly this token table, if any."""
+        return next((index for table, index in self.built_lexical if table is tokens), None)
+
+    def signature_of(self, tokens: pl.DataFrame) -> Signature | None:
+        """The signature of this token table when a stage holds its integer rows (a revised table)."""
+        if self.built_rows is None or self.built_rows[0] is not tokens:
+            return None
+        return self.built_rows[1].signature()
 
     @property
     def added(self) -> pl.DataFrame:
@@ -184,11 +218,12 @@ def l3_stage(
     t = time.perf_counter()
     if config.l3_descriptions:
         parent, edges = state.parent, state.edges
-        draft = draft_snapshot(parent, state.nodes, state.tokens, edges)
+        draft = draft_snapshot(parent, state.nodes, state.tokens, edges, transition=state.transition())
         if state.nodes is parent.nodes and state.tokens is parent.tokens and parent.path is not None:
             # The same text as the stored parent: its derived caches (keyed by content) hold for the draft.
             draft = replace(draft, path=parent.path, manifest=parent.manifest, _cache={})
         retriever = Retriever(draft, retrieval)
+        state.built_lexical.append((state.tokens, retriever.lexical))
 
         encoded: list[EncodedTokens] = []  # the round's token rows, coded once, on the first rebuild
 
@@ -199,7 +234,13 @@ def l3_stage(
             if not encoded:
                 encoded.append(EncodedTokens.of_table(state.tokens, state.nodes.height))
             fresh = new_tokens.filter(pl.col("node").is_in(pl.Series(changed, dtype=pl.UInt32).implode()))
-            lexical = LexicalIndex.of(encoded[0].revised(fresh), retrieval)
+            rows = encoded[0].revised(fresh)
+            lexical = LexicalIndex.of(rows, retrieval)
+            # the gate's index and the commit's signature when this set is kept (a set reverted on
+            # verification is let go: a smaller one is rebuilt)
+            state.built_lexical = [(t, x) for t, x in state.built_lexical if t is state.tokens]
+            state.built_lexical.append((new_tokens, lexical))
+            state.built_rows = (new_tokens, rows)
             revised = replace(
                 draft,
                 version=f"{parent.version}+revised",
@@ -228,10 +269,13 @@ def experience_stage(state: RoundState, config: EvolutionConfig, retrieval: Retr
         learned = merged_experience(
             parent.experience, ev.experience, state.nodes["id"], state.round, config.experience_per_skill
         )
-        before = Retriever(parent, retrieval)
-        same_text = state.tokens is parent.tokens
-        draft = draft_snapshot(parent, state.nodes, state.tokens, state.edges, learned)
-        after = Retriever(draft, retrieval, lexical=before.lexical if same_text else None)
+        # The parent's text and the round's (L3's revisions applied) were both indexed by L3: reused.
+        before = Retriever(parent, retrieval, lexical=state.lexical_of(parent.tokens))
+        draft = draft_snapshot(parent, state.nodes, state.tokens, state.edges, learned, state.transition())
+        lexical = state.lexical_of(state.tokens)
+        if lexical is None and state.tokens is parent.tokens:
+            lexical = before.lexical
+        after = Retriever(draft, retrieval, lexical=lexical)
         depth = max(_GATE_DEPTH, retrieval.top_n)
         pairs = held_out_pairs(ev.holdout, config.experience_gate_traces)
         checked = gate(
@@ -309,6 +353,8 @@ def commit_round(
             REVISIONS: state.revisions,
             **({EXPERIENCE: state.experience} if state.experience is not None else {}),
         },
+        transition=state.transition(),
+        signature=state.signature_of(state.tokens),
     )
     if parts is not None:
         parts.remove()  # in the version now; a failed commit leaves them to the round's end

@@ -244,16 +244,21 @@ def commit_derived(
     tokens: pl.DataFrame | None = None,
     extra: dict[str, Any] | None = None,
     extra_tables: dict[str, pl.DataFrame] | None = None,
+    transition: sp.csr_matrix | None = None,
+    signature: Signature | None = None,
 ) -> dict[str, Any]:
     """Commit a child of `parent` with a new edge table (and optionally new nodes/tokens).
 
-    The operator is rebuilt here, once per version, with the parent's transition config. Node and token
-    parts equal to the parent's are linked from it rather than written again.
+    The operator is built here, once per version, with the parent's transition config, unless the caller
+    already built it (`transition`: an evolution round's, of these edges and nodes); so is the signature
+    of `tokens` (`signature`: `Signature.of` them, when the caller derived it faster). Node and token parts
+    equal to the parent's are linked from it rather than written again.
     """
     nodes = parent.nodes if nodes is None else nodes
     tokens = parent.tokens if tokens is None else tokens
-    tconf = BuildConfig.of_manifest(parent.manifest).transition
-    transition = transition_matrix(edges, nodes["id"], tconf)
+    if transition is None:
+        tconf = BuildConfig.of_manifest(parent.manifest).transition
+        transition = transition_matrix(edges, nodes["id"], tconf)
     inherited = {k: parent.manifest[k] for k in ("library", "config") if k in parent.manifest}
     manifest = {
         "kind": kind,
@@ -279,6 +284,7 @@ def commit_derived(
         manifest=manifest,
         base=parent,
         extra_tables=extra_tables,
+        signature=signature,
     )
 
 

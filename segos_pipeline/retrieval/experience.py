@@ -94,12 +94,18 @@ class ExperienceIndex:
         self.n = len(node_ids)
         self._by_skill = np.argsort(self.skill, kind="stable")
         self._start = np.searchsorted(self.skill[self._by_skill], np.arange(self.n + 1))
+        # A request that several skills served is one text: tokenised and embedded once (a window's
+        # witnesses repeat: 25,804 rows held 9,694 texts on 20k generated skills).
+        distinct = pl.Series(self.texts, dtype=pl.String).unique(maintain_order=True)
+        self._distinct: list[str] = distinct.to_list()
+        where = {t: k for k, t in enumerate(self._distinct)}
+        self._text_of = np.fromiter((where[t] for t in self.texts), np.int64, len(self.texts))
         vocab: dict[str, int] = {}
+        token_cols = [[vocab.setdefault(tok, len(vocab)) for tok in set(tokenize(t))] for t in self._distinct]
         rows, cols = [], []
-        for r, text in enumerate(self.texts):
-            for tok in set(tokenize(text)):
-                rows.append(r)
-                cols.append(vocab.setdefault(tok, len(vocab)))
+        for r, k in enumerate(self._text_of.tolist()):
+            rows.extend([r] * len(token_cols[k]))
+            cols.extend(token_cols[k])
         self.vocab = vocab
         shape = (len(self.texts), len(vocab))
         data = np.ones(len(rows))
@@ -117,7 +123,7 @@ class ExperienceIndex:
             assert self.semantic is not None
             dim = self.semantic.matrix.shape[1]
             self._vectors = (
-                _unit(self.semantic.backend.embed(self.texts)).astype(np.float32)
+                _unit(self.semantic.backend.embed(self._distinct)).astype(np.float32)[self._text_of]
                 if self.texts
                 else np.zeros((0, dim), dtype=np.float32)
             )

@@ -1,6 +1,7 @@
-"""Local push Personalized PageRank (forward push, Andersen–Chung–Lang), vectorised by frontier.
+"""Personalized PageRank by local push (forward push, Andersen–Chung–Lang), vectorised by frontier: the
+one PPR solver a query runs, on a closed component of a few skills as on one that holds most of a library.
 
-It solves the equation the ranker's power iteration solves (SPEC §6.2),
+It solves (SPEC §6.2)
 
     s = α·p + (1−α)·(Tᵀs + (Σ_{u dangling} s_u)·p),
 
@@ -18,8 +19,10 @@ A node is pushed while r_u ≥ ε·d_u (d_u its number of out-edges, at least 1)
 graph or its components are: the cost of a query follows ε, not the size of the seeds' component.
 
 Pushes are synchronous by frontier: every node above its threshold is pushed at once, its out-rows read
-with one ragged gather, and the mass they send summed per target with one sort. The ACL bound holds for
-any push order, so it holds for this one.
+with one ragged gather, and the mass they send summed per target with one scatter-add. The ACL bound holds
+for any push order, so it holds for this one. On a small component a round costs a fixed number of numpy
+calls whatever the frontier holds, so a round does only what the push needs: x is summed once at the end
+from the amounts each round pushed, and the thresholds ε·d are kept between queries.
 """
 
 from __future__ import annotations
@@ -53,60 +56,71 @@ class PushOperator:
         self.indptr = t.indptr.astype(np.int64)
         self.indices = t.indices
         self.data = t.data.astype(np.float64)
-        self.ends = self.indptr[1:]
-        degree = np.diff(self.indptr)
-        self.dangling = degree == 0
+        self.degree = np.diff(self.indptr)
+        self.dangling = self.degree == 0
         self.any_dangling = bool(self.dangling.any())
-        self.unit = np.maximum(degree, 1).astype(np.float64)  # the push threshold is ε·unit
+        self.unit = np.maximum(self.degree, 1).astype(np.float64)  # the push threshold is ε·unit
+        self._limit = (0.0, self.unit)  # (ε, ε·unit) of the last query: ε is a setting, rarely changed
+
+    def limit(self, epsilon: float) -> np.ndarray:
+        """Each node's push threshold ε·d_u."""
+        eps, limit = self._limit
+        if eps != epsilon:
+            limit = epsilon * self.unit
+            self._limit = (epsilon, limit)  # one tuple: a concurrent reader sees a matching pair
+        return limit
 
     def ppr(self, seeds: np.ndarray, weights: np.ndarray, alpha: float, epsilon: float) -> PushResult:
-        """Approximate PPR from `seeds` (p ∝ weights); see the module docstring for the guarantee."""
-        if epsilon <= 0:
-            raise ValueError("local push needs a residual threshold ε > 0 (ε = 0 is the exact iteration)")
+        """Approximate PPR from `seeds` (distinct; p ∝ weights); see the module docstring for the
+        guarantee."""
+        if not epsilon > 0:
+            raise ValueError(f"local push needs a residual threshold ε > 0 (got {epsilon})")
         seeds = np.asarray(seeds, dtype=np.int64)
         p = np.asarray(weights, dtype=np.float64)
         p = p / p.sum()
-        # Dense buffers are allocated zeroed and untouched pages stay unmapped, so their cost follows the
+        limit = self.limit(epsilon)
+        keep = 1.0 - alpha
+        # A dense residual is allocated zeroed and untouched pages stay unmapped, so its cost follows the
         # nodes the push reaches, not n; every read and write below goes through index arrays.
-        x = np.zeros(self.n)
         r = np.zeros(self.n)
         r[seeds] = p
-        frontier = seeds[r[seeds] >= epsilon * self.unit[seeds]]
+        frontier = seeds[p >= limit[seeds]]
         pushed: list[np.ndarray] = []
+        amounts: list[np.ndarray] = []
         pushes = work = rounds = 0
         while len(frontier):
             rounds += 1
             pushes += len(frontier)
-            pushed.append(frontier)
             rf = r[frontier]
-            x[frontier] += alpha * rf
             r[frontier] = 0.0
-            out = (1.0 - alpha) * rf
-            targets, sent = self._spread(frontier, out)
+            pushed.append(frontier)
+            amounts.append(rf)
+            targets, sent = self._spread(frontier, keep * rf)
             work += len(targets)
-            teleport = float(out[self.dangling[frontier]].sum()) if self.any_dangling else 0.0
-            if teleport > 0:  # dangling rows send their mass back to the personalisation vector
-                targets = np.concatenate([targets, seeds])
-                sent = np.concatenate([sent, teleport * p])
+            if self.any_dangling:
+                teleport = keep * float(rf[self.dangling[frontier]].sum())
+                if teleport > 0:  # dangling rows send their mass back to the personalisation vector
+                    targets = np.concatenate([targets, seeds])
+                    sent = np.concatenate([sent, teleport * p])
             np.add.at(r, targets, sent)
             # Only nodes that just received mass can have crossed their threshold.
-            crossed = targets[r[targets] >= epsilon * self.unit[targets]]
-            frontier = unique(crossed)
-        nodes = unique(np.concatenate(pushed)) if pushed else seeds[:0]
+            frontier = unique(targets[r[targets] >= limit[targets]])
+        if not pushed:
+            return PushResult(seeds[:0], np.zeros(0), 1.0, 0, 0, 0)
+        every = np.concatenate(pushed)
+        x = np.zeros(self.n)
+        np.add.at(x, every, alpha * np.concatenate(amounts))
+        nodes = unique(every)
         mass = x[nodes]
         # A push keeps Σx + Σr = 1 (T's rows and p each sum to 1), so the residual is what x lacks.
         residual = max(0.0, 1.0 - float(mass.sum()))
         return PushResult(nodes, mass, residual, pushes, work, rounds)
 
-    def _rows(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Positions of the stored entries of `nodes`' rows (a ragged arange) and each row's length."""
-        starts = self.indptr[nodes]
-        lengths = self.ends[nodes] - starts
-        total = int(lengths.sum())
-        offsets = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
-        return np.arange(total, dtype=np.int64) + offsets, lengths
-
     def _spread(self, frontier: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(target, mass) of every out-edge of the frontier, carrying `out` split by T's row weights."""
-        pos, lengths = self._rows(frontier)
+        """(target, mass) of every out-edge of the frontier, carrying `out` split by T's row weights: the
+        positions of the frontier's stored entries are one ragged arange."""
+        starts = self.indptr[frontier]
+        lengths = self.degree[frontier]
+        ends = np.cumsum(lengths)
+        pos = np.repeat(starts - ends + lengths, lengths) + np.arange(int(ends[-1]), dtype=np.int64)
         return self.indices[pos], self.data[pos] * np.repeat(out, lengths)

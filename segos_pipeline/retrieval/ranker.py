@@ -2,14 +2,12 @@
 
 lexical seeds → reverse-aware PPR → rerank ρ = s* + μ·m → top-N with avoid-pair pruning → hydration under
 per-skill and global character budgets. Everything that does not depend on the query (lexical matrix,
-operator, its transpose, connected components, avoid adjacency) is built once in `Retriever.__init__`.
+operator and its push rows, avoid adjacency) is built once in `Retriever.__init__`.
 
 Query cost follows the query, not the library: lexical evidence is read from the postings of the query's
-tokens (lexical.py), and PPR runs either exactly, by power iteration over the union of the seeds' weakly
-connected components (the only nodes its mass can reach) while that union is small, or by local push
-(push.py) with residual threshold ε, whose work is at most 1/(α·ε) edges however large the component is
-(an evolved graph joins most of a library into one). Scores are held over the skills with evidence; the
-dense arrays a Ranking exposes are filled only there.
+tokens (lexical.py), and PPR runs by local push (push.py) with residual threshold ε, whose work is at most
+1/(α·ε) edges however large the seeds' component is (an evolved graph joins most of a library into one).
+Scores are held over the skills with evidence; the dense arrays a Ranking exposes are filled only there.
 """
 
 from __future__ import annotations
@@ -23,7 +21,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 import scipy.sparse as sp
-from scipy.sparse.csgraph import connected_components
 
 from ..config import AVOID, RetrievalConfig, TransitionConfig, retrieval_for
 from ..graph.transition import edge_indices, transition_matrix
@@ -34,8 +31,7 @@ from .experience import CoUse, ExperienceEvidence, ExperienceIndex, clauses, exp
 from .incidence import Incidence
 from .lexical import Evidence, LexicalIndex, index_for
 from .packages import Folders
-from .ppr import closed_submatrix, power_iteration
-from .push import PushOperator
+from .push import PushOperator, PushResult
 from .semantic import SemanticIndex, semantic_index
 from .sets import scattered, top_k, union_positions, value_at
 from .why import headline, learned, reasons
@@ -199,13 +195,6 @@ class Retriever:
             tconf = TransitionConfig(gamma=gamma) if gamma else TransitionConfig()
             operator = transition_matrix(snapshot.edges, nodes["id"], tconf, reverse=False)
         self.operator = operator.tocsr()
-        self.operator_t = self.operator.T.tocsr()  # PPR iterates s ← α·p + (1−α)·Tᵀs
-        self.dangling = np.asarray(self.operator.sum(axis=1)).ravel() == 0
-        n_comp, labels = connected_components(self.operator, directed=True, connection="weak")
-        self._comp_labels = labels
-        self._comp_order = np.argsort(labels, kind="stable")
-        self._comp_start = np.searchsorted(labels[self._comp_order], np.arange(n_comp + 1))
-        self._comp_size = np.diff(self._comp_start)
         self._push = PushOperator(self.operator)
         self.avoid = self._avoid_matrix(snapshot.edges)
         self._cards: dict[int, tuple[dict[str, Any], str]] = {}
@@ -220,11 +209,6 @@ class Retriever:
         m = sp.csr_matrix((data, (np.concatenate([u, v]), np.concatenate([v, u]))), shape=(self.n, self.n))
         m.sum_duplicates()
         return m
-
-    def _component_nodes(self, seeds: np.ndarray) -> np.ndarray:
-        comps = np.unique(self._comp_labels[seeds])
-        parts = [self._comp_order[self._comp_start[c] : self._comp_start[c + 1]] for c in comps]
-        return np.sort(np.concatenate(parts))
 
     def _card(self, i: int) -> tuple[dict[str, Any], str]:
         """A skill's bundle fields and its rendered text clipped to the per-skill budget, kept for the
@@ -249,39 +233,17 @@ class Retriever:
         return out
 
     def graph_mass(self, seeds: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """PPR from `seeds` (p ∝ weights) on the nodes that get mass: (sorted node indices, mass).
+        """PPR from `seeds` (p ∝ weights) on the nodes that get mass: (sorted node indices, mass), by local
+        push (SPEC §6.2), within an L1 distance of the exact vector that the push reports (at most
+        1/(α·ε) edges read)."""
+        pushed = self.push(seeds, weights)
+        return pushed.nodes, pushed.mass
 
-        Exact (power iteration, SPEC §6.2) when the seeds' components hold at most `ppr_push_min_nodes`
-        nodes or ε = 0; local push otherwise, within an L1 distance of the exact vector that the push
-        reports (at most 1/(α·ε) edges read)."""
-        cfg = self.config
+    def push(self, seeds: np.ndarray, weights: np.ndarray) -> PushResult:
+        """The local push from `seeds` at the configured α and ε, with its residual and work."""
         if len(seeds) == 0:
-            return seeds[:0], np.zeros(0)
-        reach = int(self._comp_size[np.unique(self._comp_labels[seeds])].sum())
-        if cfg.ppr_epsilon > 0 and reach > cfg.ppr_push_min_nodes:
-            pushed = self._push.ppr(seeds, weights, cfg.alpha, cfg.ppr_epsilon)
-            return pushed.nodes, pushed.mass
-        return self.exact_ppr(seeds, weights, reach)
-
-    def exact_ppr(
-        self, seeds: np.ndarray, weights: np.ndarray, reach: int | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Power-iteration PPR over the union of the seeds' components: (sorted nodes with mass, mass)."""
-        cfg = self.config
-        if reach is None:
-            reach = int(self._comp_size[np.unique(self._comp_labels[seeds])].sum())
-        if reach > self.n // 2:
-            sub = np.arange(self.n)
-            tt, dangling = self.operator_t, self.dangling
-        else:
-            sub = self._component_nodes(seeds)
-            tt = closed_submatrix(self.operator_t, sub)
-            dangling = self.dangling[sub]
-        p = np.zeros(len(sub))
-        p[np.searchsorted(sub, seeds)] = weights / weights.sum()
-        s = power_iteration(tt, p, np.flatnonzero(dangling), cfg.alpha, cfg.tol, cfg.max_iter)
-        has = s > 0
-        return sub[has], s[has]
+            return PushResult(seeds[:0], np.zeros(0), 0.0, 0, 0, 0)
+        return self._push.ppr(seeds, weights, self.config.alpha, self.config.ppr_epsilon)
 
     def embeds(self, evidence: Evidence, lam: float) -> bool:
         """Whether the query is embedded: when its embedding weighs in the fusion (λ), and, on a version with

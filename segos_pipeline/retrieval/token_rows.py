@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from ..text.lexicon import CODED_FIELDS, FIELD_CODE, OTHER_FIELD, Vocabulary
+from ..text.lexicon import CODED_FIELDS, FIELD_CODE, OTHER_FIELD, SIGNATURE_FIELDS, Signature, Vocabulary
 
 if TYPE_CHECKING:
     from ..store.version_files import VersionFiles
@@ -194,3 +194,30 @@ class EncodedTokens:
             vocab = Vocabulary(vocab.tokens.filter(pl.Series(held)))
             out = [replace(c, col=remap[c.col]) for c in out]
         return EncodedTokens(out, vocab, self.n_nodes)
+
+    def signature(self) -> Signature:
+        """`Signature.of` the table these rows encode, from the integer rows: a round that revised some
+        descriptions commits the signature of its revised table without coding the library's strings
+        again (15 s of a 100k round's commit)."""
+        wanted = np.zeros(len(CODED_FIELDS), dtype=bool)
+        wanted[[FIELD_CODE[f] for f in SIGNATURE_FIELDS]] = True
+        nodes, cols = [], []
+        for c in self.chunks:
+            keep = wanted[c.field]
+            node, col = c.node[keep], c.col[keep]
+            # rows are sorted by (node, column): a token in two signature fields of a skill is one entry
+            first = np.ones(len(node), dtype=bool)
+            first[1:] = (node[1:] != node[:-1]) | (col[1:] != col[:-1])
+            nodes.append(node[first])
+            cols.append(col[first])
+        node = np.concatenate(nodes) if nodes else np.zeros(0, dtype=np.int32)
+        col = np.concatenate(cols) if cols else np.zeros(0, dtype=np.int32)
+        present = np.zeros(len(self.vocab), dtype=bool)
+        present[col] = True
+        # the signature's vocabulary is the tokens some signature field holds, in the same sorted order
+        compact = (np.cumsum(present) - 1).astype(np.int32)
+        indptr = np.zeros(self.n_nodes + 1, dtype=np.int64)
+        np.cumsum(np.bincount(node, minlength=self.n_nodes), out=indptr[1:])
+        data = np.ones(len(node), dtype=np.float32)
+        matrix = sp.csr_matrix((data, compact[col], indptr), shape=(self.n_nodes, int(present.sum())))
+        return Signature(matrix, self.vocab.tokens.filter(pl.Series(present)).alias("token"))

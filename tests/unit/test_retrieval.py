@@ -11,7 +11,7 @@ from segos_pipeline import RetrievalConfig, Retriever, SnapshotStore, build_cold
 from segos_pipeline.graph.build import commit_derived
 from segos_pipeline.graph.edges import EDGE_SCHEMA
 
-from ..conftest import simple_library, write_skill
+from ..conftest import dense_ppr, simple_library, write_skill
 
 SKILLS = {
     "csv-loader": "Load comma separated csv files into a dataframe with typed columns.",
@@ -111,27 +111,19 @@ def test_budgets_bound_every_bundle(tmp_path):
     assert text.startswith("### s") and "Source: s" in text
 
 
-def _dense_ppr(t, p, alpha, iters=500):
-    dangling = np.asarray(t.sum(axis=1)).ravel() == 0
-    s = p.copy()
-    for _ in range(iters):
-        s = alpha * p + (1 - alpha) * (t.T @ s + s[dangling].sum() * p)
-    return s
-
-
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.integers(0, len(SKILLS) - 1), min_size=1, max_size=4, unique=True))
-def test_component_restricted_ppr_equals_full_iteration(tmp_path_factory, seeds):
+def test_retriever_ppr_equals_the_dense_solve(tmp_path_factory, seeds):
     tmp = tmp_path_factory.mktemp("ppr")
     st_ = SnapshotStore(tmp / "store")
     build_cold_start(simple_library(tmp / "lib", SKILLS), st_)
     snap = _with_edges(st_, [_edge("feature-builder", "booster-trainer", "workflow", 2.0)])
-    r = Retriever(snap, RetrievalConfig(tol=1e-13, max_iter=500))
+    r = Retriever(snap, RetrievalConfig(ppr_epsilon=1e-13))
     seeds_arr = np.array(sorted(seeds))
     weights = np.arange(1, len(seeds_arr) + 1, dtype=float)
     p = np.zeros(r.n)
     p[seeds_arr] = weights / weights.sum()
-    expected = _dense_ppr(r.operator.toarray(), p, r.config.alpha)
+    expected = dense_ppr(r.operator, p, r.config.alpha)
     np.testing.assert_allclose(r.ppr(seeds_arr, weights), expected, atol=1e-9)
     assert r.ppr(seeds_arr, weights).sum() == pytest.approx(1.0)
 
@@ -207,52 +199,34 @@ def test_lexical_index_cache_is_used_equal_and_self_healing(store):
     assert other.matrix.nnz == fresh.matrix.nnz
 
 
-@pytest.mark.parametrize("kernel", [True, False], ids=["sparsetools-kernel", "public-operator"])
-def test_power_iteration_is_the_textbook_loop_bit_for_bit(kernel, monkeypatch):
-    import segos_pipeline.retrieval.ppr as retrieval_mod
+def test_push_is_within_its_residual_of_a_dense_linear_solve():
+    """The one PPR solver against an independent oracle (np.linalg.solve) on small random graphs, with and
+    without dangling rows: the L1 distance is the residual the push reports, which ε bounds."""
+    from segos_pipeline.retrieval.push import PushOperator
 
-    if not kernel:
-        monkeypatch.setattr(retrieval_mod, "_csr_matvec", None)
     rng = np.random.default_rng(7)
     seen_dangling = set()
     for n, density in ((1, 1.0), (5, 0.8), (40, 0.1), (40, 1.0), (300, 4 / 300)):
         a = sp.random(n, n, density=density, random_state=rng, format="csr")
         a.data[:] = rng.random(a.nnz)
         sums = np.asarray(a.sum(axis=1)).ravel()
-        t = sp.diags(np.divide(1.0, sums, out=np.zeros(n), where=sums > 0)) @ a  # row-stochastic or empty
-        tt = t.T.tocsr()
-        dangling = sums == 0
+        t = (sp.diags(np.divide(1.0, sums, out=np.zeros(n), where=sums > 0)) @ a).tocsr()  # or empty rows
+        seeds = np.sort(rng.choice(n, size=min(n, 3), replace=False))
+        weights = rng.random(len(seeds))
         p = np.zeros(n)
-        p[rng.choice(n, size=min(n, 3), replace=False)] = rng.random(min(n, 3))
-        p /= p.sum()
-        s = p.copy()
-        for _ in range(50):
-            nxt = 0.2 * p + (1 - 0.2) * (tt @ s + s[dangling].sum() * p)
-            delta = np.abs(nxt - s).sum()
-            s = nxt
-            if delta < 1e-6:
-                break
-        got = retrieval_mod.power_iteration(tt, p, np.flatnonzero(dangling), 0.2, 1e-6, 50)
-        assert np.array_equal(got, s)
-        seen_dangling.add(bool(dangling.any()))
+        p[seeds] = weights / weights.sum()
+        exact = dense_ppr(t, p, 0.2)
+        residuals = []
+        for eps in (1e-3, 3e-5, 1e-9):
+            got = PushOperator(t).ppr(seeds, weights, 0.2, eps)
+            s = np.zeros(n)
+            s[got.nodes] = got.mass
+            assert np.abs(s - exact).sum() == pytest.approx(got.residual, abs=1e-12)
+            assert got.residual <= eps * np.maximum(np.diff(t.indptr), 1).sum() + 1e-12
+            residuals.append(got.residual)
+        assert residuals == sorted(residuals, reverse=True) and residuals[-1] < 1e-5
+        seen_dangling.add(bool((sums == 0).any()))
     assert seen_dangling == {True, False}  # both paths: with dangling rows and without
-
-
-def test_closed_submatrix_equals_the_fancy_index():
-    from segos_pipeline.retrieval.ppr import closed_submatrix
-
-    rng = np.random.default_rng(3)
-    # three components (blocks) of a random sparse matrix; any union of whole blocks is closed
-    blocks = [sp.random(k, k, density=0.3, random_state=rng, format="csr") for k in (4, 7, 5)]
-    m = sp.block_diag(blocks, format="csr")
-    m.sort_indices()
-    bounds = np.cumsum([0, 4, 7, 5])
-    for chosen in ([0], [1], [0, 2], [1, 2], [0, 1, 2]):
-        sub = np.concatenate([np.arange(bounds[b], bounds[b + 1]) for b in chosen])
-        got, want = closed_submatrix(m, sub), m[sub][:, sub]
-        assert got.shape == want.shape
-        assert np.array_equal(got.indptr, want.indptr) and np.array_equal(got.indices, want.indices)
-        assert np.array_equal(got.data, want.data)
 
 
 def test_per_field_bm25_matrix_equals_the_formula_row_by_row():
@@ -361,3 +335,15 @@ def test_index_read_a_part_at_a_time_equals_the_index_of_the_whole_table(tmp_pat
     _same_index(retriever.lexical, streamed)
     _same_index(streamed, LexicalIndex(snap.tokens, snap.nodes.height, cfg))
     _same_index(index_for(st_.load(), cfg), streamed)  # and as the cache holds it
+
+
+def test_a_manifest_with_the_removed_ppr_settings_still_gives_its_retrieval_settings():
+    """Evolved manifests record the round's retrieval settings, which held the power iteration's `tol`,
+    `max_iter` and `ppr_push_min_nodes` until issue 30: retrieval over such a version starts from its
+    preset, as before, and does not read them back."""
+    from segos_pipeline.config import retrieval_for, retrieval_preset
+
+    old = {"tol": 1e-6, "max_iter": 50, "ppr_epsilon": 3e-5, "ppr_push_min_nodes": 2_000, "seed_k": 4}
+    for preset in ("default", "paper"):
+        manifest = {"config": {"preset": preset, "retrieval": old}}
+        assert retrieval_for(manifest) == retrieval_preset(preset)

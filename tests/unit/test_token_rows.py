@@ -9,6 +9,7 @@ from segos_pipeline.evolution.descriptions import patch_tokens
 from segos_pipeline.retrieval.lexical import LexicalIndex
 from segos_pipeline.retrieval.token_rows import EncodedTokens
 from segos_pipeline.text.compact_tokens import token_table
+from segos_pipeline.text.lexicon import Signature
 
 from ..conftest import SHARED_DATA
 from .test_retrieval import _same_index
@@ -71,6 +72,32 @@ def test_revised_rows_give_the_index_of_the_revised_table(request, library, step
     shared = sum(a is b for a, b in zip(again.chunks, encoded.chunks, strict=True))
     assert shared == len(encoded.chunks) - 1
     _same_index(LexicalIndex.of(again, cfg), LexicalIndex(own_tokens, n, cfg))
+
+
+@pytest.mark.parametrize("library", ["demo", "real"])
+def test_signature_of_revised_rows_is_the_signature_of_the_revised_table(request, library):
+    """A round that revised descriptions commits the signature of its spliced rows: it must be the one
+    `Signature.of` the revised table gives, entry for entry and column for column (the version's files,
+    and so its id, depend on it), with the tokens a revision brings or takes away."""
+    nodes, tokens = _library_tokens(request, library)
+    n = nodes.height
+    rows = [0, n // 2, n - 1]
+    revised_nodes = nodes.with_columns(
+        description=nodes["description"].scatter(rows, list(REVISIONS.values()))
+    )
+    revised_tokens = patch_tokens(tokens, revised_nodes, rows)
+    encoded = EncodedTokens.of_table(tokens, n, step=5)
+    for mine, table in (
+        (encoded, tokens),
+        (encoded.revised(revised_tokens.filter(pl.col("node").is_in(rows))), revised_tokens),
+    ):
+        got, want = mine.signature(), Signature.of(table, n)
+        assert got.matrix.shape == want.matrix.shape
+        assert (got.matrix.indptr == want.matrix.indptr).all()
+        assert (got.matrix.indices == want.matrix.indices).all()
+        assert got.matrix.dtype == want.matrix.dtype and (got.matrix.data == 1).all()
+        assert got.vocab.equals(want.vocab) and got.vocab.name == want.vocab.name
+    assert "zyxglorp" in got.vocab.to_list() and "zyxglorp" not in encoded.signature().vocab.to_list()
 
 
 def test_row_patch_of_a_skills_own_rows_is_its_row_of_the_index(demo_store):
