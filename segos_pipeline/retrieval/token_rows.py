@@ -130,9 +130,12 @@ class EncodedTokens:
     n_nodes: int
 
     @classmethod
-    def of_table(cls, tokens: pl.DataFrame, n_nodes: int, step: int = CHUNK_NODES) -> EncodedTokens:
-        """The rows of a string token table held in memory (a draft's, a round's)."""
-        vocab = Vocabulary(tokens["token"])
+    def of_table(
+        cls, tokens: pl.DataFrame, n_nodes: int, step: int = CHUNK_NODES, vocab: Vocabulary | None = None
+    ) -> EncodedTokens:
+        """The rows of a string token table held in memory (a draft's, a round's). `vocab`: the table's
+        vocabulary when the caller has it (an index built of this very table), not sorted again."""
+        vocab = Vocabulary(tokens["token"]) if vocab is None else vocab
         # Every token is in the vocabulary: its column is its code as an Enum of the sorted vocabulary
         # (less CPU than a join; this runs in a round, not on a thread beside requests).
         coded = tokens.select(
