@@ -231,8 +231,9 @@ def l3_stage(
             # Only the text changed: the draft with the revised text keeps its edges and operator. Its
             # lexical index is built from the round's integer token rows with the revised skills' rows
             # spliced in: the index the revised table gives, without coding the library's strings again.
-            if not encoded:
-                encoded.append(EncodedTokens.of_table(state.tokens, state.nodes.height))
+            if not encoded:  # the round's index holds this table's vocabulary: not sorted again
+                vocab = retriever.lexical.vocab
+                encoded.append(EncodedTokens.of_table(state.tokens, state.nodes.height, vocab=vocab))
             fresh = new_tokens.filter(pl.col("node").is_in(pl.Series(changed, dtype=pl.UInt32).implode()))
             rows = encoded[0].revised(fresh)
             lexical = LexicalIndex.of(rows, retrieval)

@@ -43,6 +43,30 @@ def test_any_chunking_gives_the_same_index(request, library):
 
 
 @pytest.mark.parametrize("library", ["demo", "real"])
+def test_rows_in_any_order_give_the_same_rows(request, library):
+    """Chunks are cut by node and sorted each on its own: a table not in node order (a draft's) must give
+    the very rows the node-ordered table gives, chunk for chunk and array for array."""
+    nodes, tokens = _library_tokens(request, library)
+    n = nodes.height
+    want = EncodedTokens.of_table(tokens, n, step=7)
+    shuffled = tokens.sample(fraction=1.0, shuffle=True, seed=3)
+    assert not shuffled["node"].is_sorted()
+    _same_rows(EncodedTokens.of_table(shuffled, n, step=7), want)
+    # L3 passes the vocabulary of the round's index instead of sorting the table's tokens again
+    vocab = LexicalIndex(tokens, n, RetrievalConfig()).vocab
+    _same_rows(EncodedTokens.of_table(tokens, n, step=7, vocab=vocab), want)
+
+
+def _same_rows(got: EncodedTokens, want: EncodedTokens) -> None:
+    assert got.vocab.tokens.equals(want.vocab.tokens)
+    assert [(c.start, c.stop) for c in got.chunks] == [(c.start, c.stop) for c in want.chunks]
+    for g, w in zip(got.chunks, want.chunks, strict=True):
+        for name in ("node", "field", "col", "tf"):
+            a, b = getattr(g, name), getattr(w, name)
+            assert a.dtype == b.dtype and (a == b).all(), name
+
+
+@pytest.mark.parametrize("library", ["demo", "real"])
 @pytest.mark.parametrize("step", [5, 4096])
 def test_revised_rows_give_the_index_of_the_revised_table(request, library, step):
     """L3's exact verification splices the revised skills' rows into the round's coded rows (new tokens
