@@ -161,8 +161,8 @@ class ExperienceIndex:
         nearest neighbours are no closer than that (nothing in the library or its experience is about it)
         gives no skill a large share: the shares are relative, and the nearest of weak neighbours would
         otherwise take most of the vote. On the demo's held-out tasks a lease-redaction request gave 0.49 to
-        release-notes-writer (its text at cosine 0.24) and ranked it first; MetaTool dev moved by at most
-        .004 (benchmarks/results/learning.md)."""
+        release-notes-writer (its text at cosine 0.24) and ranked it first. It is a cosine to a skill's own
+        text, so the vote lifts it by the register gap like the own texts (benchmarks/results/learning.md)."""
         assert self.semantic is not None  # the vote that reads it runs on embedded queries only
         rows = np.unique(np.linspace(0, len(self.texts) - 1, _BACKGROUND_WITNESSES).astype(np.int64))
         vectors, own = self.vectors[rows], self.semantic.matrix
@@ -257,10 +257,13 @@ class ExperienceIndex:
         `cos`, and the skills whose own text is nearest it (`own_nodes` at `own_cos`)."""
         t = self.config.experience_temperature
         own_cos = own_cos + self.register_gap
+        # The nothing-neighbour: what a request finds among skills it has nothing to do with. It is a cosine
+        # to a skill's own text, so it is lifted by the register gap like the own texts it stands for;
+        # unlifted, a request about nothing in the library gave most of its vote to the nearest own text.
+        nothing = self.background + self.register_gap
         top = max(float(cos.max()) if len(cos) else -1.0, float(own_cos.max()) if len(own_cos) else -1.0)
         kw, ko = np.exp((cos - top) / t), np.exp((own_cos - top) / t)
-        # the nothing-neighbour: what a request finds among skills it has nothing to do with
-        total = float(kw.sum() + ko.sum()) + float(np.exp((self.background - top) / t))
+        total = float(kw.sum() + ko.sum()) + float(np.exp((nothing - top) / t))
         semantic = np.bincount(self.skill[rows], weights=kw, minlength=self.n) / total
         semantic[own_nodes] += ko / total
         semantic[semantic < _MIN_VOTE] = 0.0

@@ -77,3 +77,14 @@ def test_compare_needs_a_query_or_a_query_file(evolved):
     assert result.exit_code == 2 and "--query" in result.output
     missing = run("compare", "v1", "v2", "--store", evolved, "--queries", evolved / "nope.jsonl", ok=False)
     assert missing.exit_code == 2 and "nope.jsonl" in missing.output
+
+
+def test_the_quick_starts_windows_make_no_held_out_metric_worse(evolved):
+    """What the quick start prints last: the two demo windows must not make any held-out number worse.
+    A lease-redaction task about nothing the windows taught once lost two needed skills to release notes
+    and a container scanner, whose own texts took the experience vote of a request close to no skill."""
+    out = json.loads(run("compare", "v1", "v3", "--store", evolved, "--queries", HOLDOUT, "--json").stdout)
+    by_key = {m["key"]: m for m in out["replay"]["metrics"]}
+    for key in ("hit", "recall", "comp", "mrr"):
+        assert by_key[key]["after"] >= by_key[key]["before"], by_key[key]
+    assert by_key["recall"]["after"] > by_key["recall"]["before"]
