@@ -112,7 +112,7 @@ def _damaged_parts(st: SnapshotStore) -> list[tuple[str, str]]:
 
     out = []
     for p, why in TraceStore(st).damaged_parts():
-        window = p.parent.parent.name if p.parent.name == "parts" else p.parent.name
+        window = p.parent.parent.name  # STORE/traces/<window>/parts/<part>
         rel = p.relative_to(st.root) if p.is_relative_to(st.root) else p
         out.append((str(rel), f"{why}; {repair_hint(p, window, st.root)}"))
     return out

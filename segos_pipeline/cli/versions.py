@@ -301,9 +301,7 @@ def verify(version: str | None, store: Path | None, every: bool, as_json: bool) 
         for vid, why in sorted(problems.items()):
             click.echo(f"{vid}: DAMAGED: {why}")
         if traces is not None:
-            damaged_in = {
-                p.parent.parent.name if p.parent.name == "parts" else p.parent.name for p, _ in parts
-            }
+            damaged_in = {p.parent.parent.name for p, _ in parts}  # STORE/traces/<window>/parts/<part>
             for window in traces.windows():
                 if window not in damaged_in:
                     click.echo(f"traces/{window}: ok")
@@ -317,7 +315,7 @@ def verify(version: str | None, store: Path | None, every: bool, as_json: bool) 
         )
     if parts:
         first = parts[0][0]
-        window = first.parent.parent.name if first.parent.name == "parts" else first.parent.name
+        window = first.parent.parent.name
         click.echo(f"to repair a damaged trace part: {repair_hint(first, window, st.root)}", err=True)
     damaged = [f"{len(problems)} damaged version(s)"] if problems else []
     damaged += [f"{len(parts)} damaged trace part(s)"] if parts else []
