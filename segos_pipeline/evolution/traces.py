@@ -39,7 +39,6 @@ import json
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from importlib import resources
 from typing import Annotated, Any
 
 import numpy as np
@@ -72,7 +71,6 @@ from ..text.names import SkillNames
 TIMESTAMP_MIN = datetime(1970, 1, 1, tzinfo=UTC)
 TIMESTAMP_MAX = datetime(2100, 1, 1, tzinfo=UTC)  # exclusive
 TIMESTAMP_MAX_CHARS = 64  # longer is no ISO-8601 date-time; refused before it is parsed
-SCHEMA_FILE = "trace.schema.json"
 
 NATIVE_KEYS = {
     "trace_id",
@@ -231,11 +229,6 @@ NATIVE_DEFAULTS = {k: NativeTrace.model_fields[k].default for k in ("agent", "at
 def trace_json_schema() -> dict[str, Any]:
     """The JSON Schema of a native trace line, generated from the model."""
     return NativeTrace.model_json_schema()
-
-
-def shipped_json_schema() -> dict[str, Any]:
-    """The schema file shipped in the package (a test keeps it equal to `trace_json_schema()`)."""
-    return json.loads(resources.files(__package__).joinpath(SCHEMA_FILE).read_text(encoding="utf-8"))
 
 
 # ------------------------------------------------------------------------------------------ records
