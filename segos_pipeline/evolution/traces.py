@@ -471,24 +471,10 @@ def native_row(model: NativeTrace, source: str = "") -> dict[str, Any]:
 
 
 def record_of_row(row: dict[str, Any]) -> TraceRecord:
-    return TraceRecord(
-        trace_id=row["trace_id"],
-        task_id=row["task_id"],
-        used=row["used"],
-        reward=row["reward"],
-        queries=[QueryRecord(q["text"], q["retrieved"], q["seeds"]) for q in row["queries"]],
-        agent=row["agent"],
-        attempt=row["attempt"],
-        timestamp=row["timestamp"],
-        window=row["window"],
-        used_ordered=row["used_ordered"],
-        reward_source=row["reward_source"],
-        unknown_skills=row["unknown_skills"],
-        source=row["source"],
-        source_format=row["source_format"],
-        simulated=row["simulated"],
-        extra=json.loads(row["extra"]) if row["extra"] else {},
-    )
+    """A row of TRACE_SCHEMA (whose columns are TraceRecord's fields) as a record."""
+    queries = [QueryRecord(q["text"], q["retrieved"], q["seeds"]) for q in row["queries"]]
+    extra = json.loads(row["extra"]) if row["extra"] else {}
+    return TraceRecord(**{**row, "queries": queries, "extra": extra})
 
 
 def parse_native(obj: Any, source: str = "") -> TraceRecord:
