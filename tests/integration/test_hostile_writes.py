@@ -249,7 +249,7 @@ def test_ingest_reads_a_complete_last_line_without_newline(store: Path, tmp_path
     path.write_bytes(line(1) + b"\n" + line(2))
     for report in (
         TraceStore(store).ingest_path(path),
-        TraceStore(store).ingest(iter_records(path, "native")),  # the Dagster landing asset's way in
+        TraceStore(store).ingest(iter_records(path, "native")),  # the record adapters' way in
     ):
         assert report.skipped == [] and report.rejected == 0
     assert sorted(stored_ids(store)) == ["w-1", "w-2"]
