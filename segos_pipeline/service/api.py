@@ -225,31 +225,12 @@ class SegosService(ServedVersions):
         bundle = r.retrieve(query, top_n, max_chars=total, min_score=checked_min_score(min_score))
         rows = [r.names.row_of(s.id) for s in bundle.skills]
         contracts = lo.snapshot.nodes[rows].select("inputs", "outputs").to_dicts()
-        kept: list[dict[str, Any]] = []
-        for s, contract in zip(bundle.skills, contracts, strict=True):
-            kept.append(
-                {
-                    "id": s.id,
-                    "name": s.name,
-                    "rank": s.rank,
-                    "score": round(s.score, 6),
-                    "seed": s.seed,
-                    "lexical": round(s.lexical, 6),
-                    "graph": round(s.graph, 6),
-                    "semantic": round(s.semantic, 6),
-                    "experience": round(s.experience, 6),
-                    "co_use": round(s.co_use, 6),
-                    "relevance": round(s.relevance, 6),
-                    "capability": s.capability,
-                    "source_path": s.source_path,
-                    "folder": s.folder,
-                    "folder_error": s.folder_error,
-                    **contract,
-                    "chars": s.chars,
-                    "text": s.text,
-                }
-            )
-        why = {s.id: (s.why, s.reasons) for s in bundle.skills}
+        # Each skill's record is the one `segos retrieve --json` prints (its figures rounded), with the
+        # skill's contract; its position and prerequisites in the execution order are added below.
+        kept = [
+            {**{k: round(v, 6) if isinstance(v, float) else v for k, v in asdict(s).items()}, **contract}
+            for s, contract in zip(bundle.skills, contracts, strict=True)
+        ]
         seed_ids, pruned, over = bundle.seeds, bundle.pruned, bundle.over_budget
         members = [s["id"] for s in kept]
         among = lo.edges_among(members)
@@ -260,11 +241,14 @@ class SegosService(ServedVersions):
             lo.precedence,
         )
         by_id = {s["id"]: s for s in kept}
-        skills = []
-        for pos, sid in enumerate(order.order, start=1):
-            headline, reasons = why[sid]
-            skills.append({"position": pos, **by_id[sid], "why": headline, "reasons": reasons})
-            skills[-1]["after"] = sorted(c.before for c in order.constraints if c.after == sid)
+        skills = [
+            {
+                "position": pos,
+                **by_id[sid],
+                "after": sorted(c.before for c in order.constraints if c.after == sid),
+            }
+            for pos, sid in enumerate(order.order, start=1)
+        ]
         return {
             "version": lo.version,
             "query": echoed(query),
