@@ -129,6 +129,8 @@ def eval_cmd(
         for src in traces.sources:
             if src.get("rejected"):
                 click.echo(f"warning: {src['source']}: {src['rejected']} record(s) rejected", err=True)
+            if src.get("skipped"):
+                click.echo(f"warning: {src['source']}: {src['skipped']} input(s) left unread", err=True)
     config = StudyConfig(
         k=k,
         rounds=rounds,

@@ -25,7 +25,7 @@ from segos_pipeline.evaluation.study.evolving import evolve_cells
 from segos_pipeline.evaluation.study.measuring import Hydration, QueryResult, summarize
 from segos_pipeline.evaluation.study.overlay import overlay_test
 from segos_pipeline.evaluation.study.queries import prepare_queries, split_tasks
-from segos_pipeline.evaluation.study.traces import parse_trace_spec
+from segos_pipeline.evaluation.study.traces import load_traces, parse_trace_spec
 from segos_pipeline.evolution.adapters import iter_records
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.traces import resolve_skills, trace_frame
@@ -235,6 +235,15 @@ def test_parse_trace_spec():
     assert parse_trace_spec("x/dev.jsonl:skillsbench-trials") == (Path("x/dev.jsonl"), "skillsbench-trials")
     assert parse_trace_spec("x/traces") == (Path("x/traces"), "native")
     assert parse_trace_spec("C:/weird:name.jsonl") == (Path("C:/weird:name.jsonl"), "native")
+
+
+def test_study_traces_skip_a_torn_last_line(demo_store: Path, tmp_path: Path):
+    source = tmp_path / "t.jsonl"
+    line = {"task_id": "a", "used": ["csv-loader"], "reward": 1.0, "timestamp": "2026-11-29T00:00:00Z"}
+    source.write_text(json.dumps(line) + '\n{"task_id": "b", "us')  # an append cut short
+    store = SnapshotStore(demo_store)
+    [src] = load_traces([str(source)], [], store, store.load(), None).sources
+    assert (src["accepted"], src["rejected"], src["skipped"]) == (1, 0, 1)
 
 
 def test_the_probe_appends_the_requests_of_successful_traces_only():

@@ -10,7 +10,7 @@ from typing import Any
 import polars as pl
 
 from ...evolution.adapters import FORMATS, iter_records
-from ...evolution.adapters.common import Rejected
+from ...evolution.adapters.common import Rejected, Skipped
 from ...evolution.ingest import TraceStore
 from ...evolution.traces import TRACE_SCHEMA, TraceRecord, resolve_skills, trace_frame
 from ...retrieval.ranker import Retriever
@@ -57,10 +57,12 @@ def load_traces(
     for spec in specs:
         path, fmt = parse_trace_spec(spec)
         accepted: list[TraceRecord] = []
-        rejected: list[str] = []
+        rejected, skipped = 0, 0
         for item in iter_records(path, fmt, queries=queries_path):
             if isinstance(item, Rejected):
-                rejected.append(item.reason)
+                rejected += 1
+            elif isinstance(item, Skipped):  # a link, or a torn last line: left unread, as ingest does
+                skipped += 1
             else:
                 accepted.append(resolve_skills(item, names))
         frame = trace_frame(accepted) if accepted else pl.DataFrame(schema=TRACE_SCHEMA)
@@ -70,7 +72,8 @@ def load_traces(
                 "source": str(path),
                 "format": fmt,
                 "accepted": frame.height,
-                "rejected": len(rejected),
+                "rejected": rejected,
+                "skipped": skipped,
                 "simulated": int(frame["simulated"].sum()) if frame.height else 0,
             }
         )
