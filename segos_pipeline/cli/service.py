@@ -149,12 +149,9 @@ def mcp_command(
 
 
 def _exit_unservable(exc: BaseException) -> None:
-    from ..store.snapshot import SnapshotError
+    from ..service.mcp_server import expected_failure
 
-    if isinstance(exc, SnapshotError | ValueError | KeyError | FileNotFoundError):
-        message = str(exc)
-    else:
-        message = f"{type(exc).__name__}: {exc}"
+    message = str(exc) if expected_failure(exc) else f"{type(exc).__name__}: {exc}"
     sys.stderr.write(f"error: {message}\n")
     sys.stderr.flush()
     os._exit(2)

@@ -217,9 +217,9 @@ def test_full_disk_acknowledges_nothing_and_leaves_the_file_unchanged(store: Pat
 
 
 def test_mcp_turns_a_failed_write_into_an_error_reply():
-    from segos_pipeline.service.mcp_server import _expected
+    from segos_pipeline.service.mcp_server import expected_failure
 
-    assert _expected(TraceNotWritten("trace not recorded: ..."))
+    assert expected_failure(TraceNotWritten("trace not recorded: ..."))
 
 
 # ------------------------------------------------------------------------------- ingest: torn tails
