@@ -65,7 +65,6 @@ from ..config import (  # the contract's bounds live in config: the MCP schema a
     MAX_SKILLS,
     MAX_TEXT_CHARS,
 )
-from ..text.names import SkillNames
 
 # ------------------------------------------------------------------------------------ contract bounds
 TIMESTAMP_MIN = datetime(1970, 1, 1, tzinfo=UTC)
@@ -511,30 +510,4 @@ def check_record(record: TraceRecord) -> TraceRecord:
     record.trace_id, record.task_id, record.agent = row["trace_id"], row["task_id"], row["agent"]
     record.timestamp, record.used, record.reward = row["timestamp"], row["used"], row["reward"]
     record.queries = [QueryRecord(q["text"], q["retrieved"], q["seeds"]) for q in row["queries"]]
-    return record
-
-
-def resolve_skills(record: TraceRecord, names: SkillNames) -> TraceRecord:
-    """Replace skill names by ids of the version; unknown names are moved to `unknown_skills`.
-
-    A name shared by several packages resolves to the first id (sorted), deterministically.
-    """
-    unknown: list[str] = []
-
-    def ids(refs: list[str] | None) -> list[str] | None:
-        if refs is None:
-            return None
-        out = []
-        for ref in refs:
-            found = names.resolve_one(ref)
-            if found is None:
-                unknown.append(ref)
-            else:
-                out.append(names.ids[found])
-        return list(dict.fromkeys(out))
-
-    record.used = ids(record.used) or []
-    for q in record.queries:
-        q.retrieved, q.seeds = ids(q.retrieved), ids(q.seeds)
-    record.unknown_skills = sorted(set(unknown))
     return record

@@ -44,8 +44,6 @@ from ..evolution.traces import (
     TraceError,
     native_line,
     native_row,
-    record_of_row,
-    resolve_skills,
     validate_line,
 )
 from ..paths import default_landing
@@ -469,11 +467,13 @@ class SegosService(ServedVersions):
         obj.setdefault("served_version", lo.version)
         try:
             line = native_line(obj)
-            record = record_of_row(native_row(validate_line(line), source="mcp"))
+            row = native_row(validate_line(line), source="mcp")
         except TraceError as exc:
             raise TraceRejected(f"trace rejected: {exc}") from None
-        window = (record.timestamp or "")[:10]
-        check = resolve_skills(record_of_row(record.row()), lo.names)  # a copy: resolving rewrites it
+        window = (row["timestamp"] or "")[:10]
+        # what ingestion will report as unknown: the names no skill of this version answers to
+        listed = [r for q in row["queries"] for key in ("retrieved", "seeds") for r in q[key] or []]
+        unknown = sorted({ref for ref in [*row["used"], *listed] if lo.names.resolve_one(ref) is None})
         self.landing.mkdir(parents=True, exist_ok=True)
         path = self.landing / f"{window}.jsonl"
         try:  # under a lock, whole and fsynced, a torn tail moved aside first: only then acknowledged
@@ -488,15 +488,11 @@ class SegosService(ServedVersions):
                 done.torn_file,
             )
         return {
-            "trace_id": record.trace_id,
-            "task_id": record.task_id,
-            "agent": record.agent,
-            "reward": record.reward,
-            "reward_source": record.reward_source,
+            **{key: row[key] for key in ("trace_id", "task_id", "agent", "reward", "reward_source")},
             "window": window,
             "file": str(path),
-            "unknown_skills": check.unknown_skills[:MAX_REPLY_UNKNOWN],
-            "unknown_skills_count": len(check.unknown_skills),
+            "unknown_skills": unknown[:MAX_REPLY_UNKNOWN],
+            "unknown_skills_count": len(unknown),
             "bytes": len(line) + 1,
             "version": lo.version,
             # for the agent that recorded it, not an operator's shell: what happens to the trace next

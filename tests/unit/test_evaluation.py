@@ -28,7 +28,8 @@ from segos_pipeline.evaluation.study.queries import prepare_queries, split_tasks
 from segos_pipeline.evaluation.study.traces import load_traces, parse_trace_spec
 from segos_pipeline.evolution.adapters import iter_records
 from segos_pipeline.evolution.ingest import TraceStore
-from segos_pipeline.evolution.traces import resolve_skills, trace_frame
+from segos_pipeline.evolution.trace_names import NameLookup, resolve_frame
+from segos_pipeline.evolution.traces import trace_frame
 from segos_pipeline.paths import DEMO_DIR
 from segos_pipeline.text.names import SkillNames
 
@@ -288,13 +289,13 @@ def test_factorial_has_eight_cells_from_the_same_traces(demo_store):
         "L1+L2+L3",
     ]
     snap = SnapshotStore(demo_store).load()
-    names = SkillNames(snap.nodes)
     records = [
-        resolve_skills(r, names)
+        r
         for r in iter_records(DEMO_DIR / "traces" / "2026-11-27.jsonl", "native")
         if not hasattr(r, "reason")
     ]
-    cells = evolve_cells(snap, trace_frame(records), StudyConfig(), CELLS, "t")
+    traces, _unknown = resolve_frame(trace_frame(records), NameLookup(SkillNames(snap.nodes)))
+    cells = evolve_cells(snap, traces, StudyConfig(), CELLS, "t")
     assert len(cells) == 8
     assert cells["static"].snapshot is snap
     assert {c.traces["traces"] for c in cells.values()} == {len(records)}
