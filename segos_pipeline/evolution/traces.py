@@ -476,15 +476,6 @@ def record_of_row(row: dict[str, Any]) -> TraceRecord:
     return TraceRecord(**{**row, "queries": queries, "extra": extra})
 
 
-def parse_native(obj: Any, source: str = "") -> TraceRecord:
-    """Validate one native-format object into a record (skill names not yet resolved).
-
-    The object is written as the JSON line it stands for and that line validated, so a Python caller
-    (`record_trace`) and a file line meet exactly the same contract."""
-    line = native_line(obj)
-    return record_of_row(native_row(validate_line(line), source))
-
-
 def native_dict(record: TraceRecord) -> dict[str, Any]:
     """A record in the native line's JSON form (the contract's keys; `extra` and flags left out)."""
     return {

@@ -23,7 +23,6 @@ from segos_pipeline.evolution.traces import (
     MAX_LINE_BYTES,
     TRACE_SCHEMA,
     TraceError,
-    parse_native,
     trace_json_schema,
     validate_line,
 )
@@ -154,7 +153,7 @@ def test_integer_and_string_zero_ids_cannot_collide(store: Path, tmp_path: Path)
     report = TraceStore(store).ingest_path(path)
     assert (report.accepted, report.rejected, report.duplicates) == (1, 1, 0)
     with pytest.raises(TraceError, match="integer ids are rejected"):
-        parse_native({**GOOD, "task_id": 7})
+        validate_line(json.dumps({**GOOD, "task_id": 7}))
 
 
 # ---------------------------------------------------------------------------- streaming and the layout
