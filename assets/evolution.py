@@ -45,7 +45,6 @@ from dagster import (
 from segos_pipeline.evaluation.replay import load_queries
 from segos_pipeline.evaluation.study.headline import headline_numbers
 from segos_pipeline.evaluation.study.run import resolve_base
-from segos_pipeline.evolution.adapters import iter_records
 from segos_pipeline.evolution.descriptions import REVISION_SCHEMA
 from segos_pipeline.evolution.engines import make_engine
 from segos_pipeline.evolution.ingest import TraceStore
@@ -118,10 +117,9 @@ def traces(
     landing = segos.landing_file(window)
     meta: dict[str, Any] = {"landing_file": MetadataValue.path(str(landing))}
     if landing.is_file():
-        # Skill names resolve against the cold-start version: the node set never changes in evolution.
-        report = trace_store.ingest(
-            iter_records(landing, "native"), window=window, version=cold_start_snapshot["version"]
-        )
+        # As `segos ingest` reads it (the streaming columnar path). Skill names resolve against the
+        # cold-start version: the node set never changes in evolution.
+        report = trace_store.ingest_path(landing, window=window, version=cold_start_snapshot["version"])
         counts = {
             "read": report.read,
             "accepted": report.accepted,

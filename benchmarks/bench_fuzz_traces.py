@@ -19,11 +19,13 @@ from pathlib import Path
 import harness
 
 from segos_pipeline import SnapshotStore, build_cold_start
-from segos_pipeline.evaluation.trace_fuzz import ingest_and_account, write_corpus
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.paths import DEFAULT_LIBRARY
 
-RESULTS = Path(__file__).resolve().parent / "results"
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT))
+from tests.trace_fuzz import ingest_and_account, write_corpus  # noqa: E402
 
 
 def main() -> None:

@@ -20,7 +20,7 @@
   until it answers from the new version, and the request latencies meanwhile (no bar; issue 6 asks that a
   new version is served without a restart, and no request should wait for the load).
 * `ordering`: Kendall-τ and Set-F1 on API-Bank level-3 for execution order vs retrieval-score order,
-  same-task and transfer protocols (see `segos_pipeline.evaluation.ordering_study.apibank_study`).
+  same-task and transfer protocols (see `tests/ordering_study.py`).
 
 Writes benchmarks/results/service.json and service.md.
 """
@@ -685,7 +685,8 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (OUT / "stores").mkdir(parents=True, exist_ok=True)
     if "ordering" in parts:
-        from segos_pipeline.evaluation.ordering_study import apibank_study
+        sys.path.insert(0, str(ROOT))
+        from tests.ordering_study import apibank_study
 
         say("ordering on API-Bank")
         study = apibank_study(APIBANK, OUT / "service-apibank")

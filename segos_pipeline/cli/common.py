@@ -203,6 +203,11 @@ def _store(path: str | Path | None, create: bool = False) -> SnapshotStore:
     return open_cli_store(root, given_cache())
 
 
+def in_store(st: SnapshotStore, path: Path) -> str:
+    """A path inside the store, relative to it (as `verify` and `repair` name trace parts)."""
+    return str(path.relative_to(st.root)) if path.is_relative_to(st.root) else str(path)
+
+
 @contextlib.contextmanager
 def _writing(store: Path | None, wait: float, create: bool = False) -> Iterator[SnapshotStore]:
     """The store, with its writer lock held for the whole command (read parent, compute, commit): a

@@ -15,16 +15,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import click
 
 from ..config import EvolutionConfig, retrieval_for
-from .common import _emit_json, _store, friendly_errors, k_option, require_extra, store_option
-
-
-def _say(quiet: bool) -> Any:
-    return None if quiet else (lambda msg: click.echo(f"[segos eval] {msg}", err=True))
+from .common import _emit_json, _store, friendly_errors, k_option, reporter, require_extra, store_option
 
 
 @click.command(name="eval")
@@ -107,7 +102,7 @@ def eval_cmd(
     if n_simulate < 0 or rounds < 0 or n_boot < 1:
         raise ValueError("--simulate and --rounds must be >= 0 and --bootstrap >= 1")
     require_extra("eval", ["bm25s"] + ([] if no_charts else ["matplotlib"]), "segos eval")
-    say = _say(quiet)
+    say = reporter("eval", quiet)  # the study's messages, as every long command shows them
     st = _store(store)
     # the study's modules (matplotlib among them) load only when the command runs: `segos` starts fast
     from ..evaluation.replay import load_queries
@@ -129,6 +124,8 @@ def eval_cmd(
         for src in traces.sources:
             if src.get("rejected"):
                 click.echo(f"warning: {src['source']}: {src['rejected']} record(s) rejected", err=True)
+            if src.get("skipped"):
+                click.echo(f"warning: {src['source']}: {src['skipped']} input(s) left unread", err=True)
     config = StudyConfig(
         k=k,
         rounds=rounds,

@@ -13,6 +13,7 @@ from .common import (
     _fail,
     _store,
     friendly_errors,
+    in_store,
     json_option,
     reporter,
     store_option,
@@ -112,7 +113,6 @@ def _damaged_parts(st: SnapshotStore) -> list[tuple[str, str]]:
 
     out = []
     for p, why in TraceStore(st).damaged_parts():
-        window = p.parent.parent.name if p.parent.name == "parts" else p.parent.name
-        rel = p.relative_to(st.root) if p.is_relative_to(st.root) else p
-        out.append((str(rel), f"{why}; {repair_hint(p, window, st.root)}"))
+        window = p.parent.parent.name  # STORE/traces/<window>/parts/<part>
+        out.append((in_store(st, p), f"{why}; {repair_hint(p, window, st.root)}"))
     return out

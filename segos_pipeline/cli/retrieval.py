@@ -49,11 +49,9 @@ def retrieve(
     Example:
       segos retrieve "parse a csv file and plot a chart" --json
     """
-    if not query.strip():
-        _fail("the query is empty; describe the task to retrieve skills for")
-    from ..service.arguments import check_query_length
+    from ..service.arguments import checked_query
 
-    query = check_query_length(query.strip())
+    query = checked_query(query)
     retriever = _load_retriever(store, version, top_n=top_n, total_chars=max_chars)
     bundle = retriever.retrieve(query, min_score=min_score)
     if as_json:

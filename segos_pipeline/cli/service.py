@@ -30,6 +30,7 @@ from .common import (
     store_root,
     wait_option,
 )
+from .versions import still_served
 
 if TYPE_CHECKING:
     from ..service.api import SegosService
@@ -148,12 +149,9 @@ def mcp_command(
 
 
 def _exit_unservable(exc: BaseException) -> None:
-    from ..store.snapshot import SnapshotError
+    from ..service.mcp_server import expected_failure
 
-    if isinstance(exc, SnapshotError | ValueError | KeyError | FileNotFoundError):
-        message = str(exc)
-    else:
-        message = f"{type(exc).__name__}: {exc}"
+    message = str(exc) if expected_failure(exc) else f"{type(exc).__name__}: {exc}"
     sys.stderr.write(f"error: {message}\n")
     sys.stderr.flush()
     os._exit(2)
@@ -220,9 +218,8 @@ def _change(
         result = apply_change(st, action, skill_dir, library=library)
         kept = served_or_none(st)
     if result.changed and not result.served:  # on stderr: stdout keeps the version id last
-        stays = f"{kept} stays served" if kept else "the store's served.json is unreadable"
         click.echo(
-            f"{stays} (the change was made to {result.parent}, which is not served); serve "
+            f"{still_served(kept)} (the change was made to {result.parent}, which is not served); serve "
             f"this version with `segos promote {result.version} --store {st.address}`",
             err=True,
         )

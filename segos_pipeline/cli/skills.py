@@ -10,7 +10,6 @@ import click
 
 from .common import (
     _emit_json,
-    _fail,
     _load_retriever,
     _store,
     friendly_errors,
@@ -20,14 +19,6 @@ from .common import (
     top_n_option,
     version_option,
 )
-
-
-def _query(query: str) -> str:
-    from ..service.arguments import check_query_length
-
-    if not query.strip():
-        _fail("the query is empty; describe the task to retrieve skills for")
-    return check_query_length(query.strip())
 
 
 @click.command(name="skills")
@@ -147,8 +138,9 @@ def explain_command(
       segos explain "parse a csv file and plot a chart" csv-loader --json
     """
     from ..retrieval.explain import explain_rank
+    from ..service.arguments import checked_query
 
-    out = explain_rank(_load_retriever(store, version), _query(query), skill, top_n, min_score)
+    out = explain_rank(_load_retriever(store, version), checked_query(query), skill, top_n, min_score)
     if as_json:
         _emit_json(out)
         return
@@ -213,10 +205,11 @@ def export_command(
     Example:
       segos export "parse a csv file and plot a chart" --to .claude/skills
     """
+    from ..service.arguments import checked_query
     from ..service.export import export_bundle
 
     retriever = _load_retriever(store, version, top_n=top_n)
-    bundle = retriever.retrieve(_query(query), hydrate=False, min_score=min_score)
+    bundle = retriever.retrieve(checked_query(query), hydrate=False, min_score=min_score)
     result = export_bundle(bundle, retriever.snapshot.manifest, dest, force=force)
     if as_json:
         _emit_json(result.to_dict())

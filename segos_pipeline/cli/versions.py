@@ -17,6 +17,7 @@ from .common import (
     _store,
     _writing,
     friendly_errors,
+    in_store,
     json_option,
     reporter,
     store_option,
@@ -291,7 +292,7 @@ def verify(version: str | None, store: Path | None, every: bool, as_json: bool) 
         extra = {}
         if every:
             extra = {
-                "traces": [{"part": _in_store(st, p), "ok": False, "problem": why} for p, why in parts],
+                "traces": [{"part": in_store(st, p), "ok": False, "problem": why} for p, why in parts],
                 "damaged_parts": len(parts),
             }
         _emit_json({"versions": rows, "damaged": len(problems), **extra})
@@ -301,14 +302,12 @@ def verify(version: str | None, store: Path | None, every: bool, as_json: bool) 
         for vid, why in sorted(problems.items()):
             click.echo(f"{vid}: DAMAGED: {why}")
         if traces is not None:
-            damaged_in = {
-                p.parent.parent.name if p.parent.name == "parts" else p.parent.name for p, _ in parts
-            }
+            damaged_in = {p.parent.parent.name for p, _ in parts}  # STORE/traces/<window>/parts/<part>
             for window in traces.windows():
                 if window not in damaged_in:
                     click.echo(f"traces/{window}: ok")
             for p, why in parts:
-                click.echo(f"{_in_store(st, p)}: DAMAGED: {why}")
+                click.echo(f"{in_store(st, p)}: DAMAGED: {why}")
     if problems and not every:
         vid, why = next(iter(problems.items()))
         _fail(
@@ -317,7 +316,7 @@ def verify(version: str | None, store: Path | None, every: bool, as_json: bool) 
         )
     if parts:
         first = parts[0][0]
-        window = first.parent.parent.name if first.parent.name == "parts" else first.parent.name
+        window = first.parent.parent.name
         click.echo(f"to repair a damaged trace part: {repair_hint(first, window, st.root)}", err=True)
     damaged = [f"{len(problems)} damaged version(s)"] if problems else []
     damaged += [f"{len(parts)} damaged trace part(s)"] if parts else []
@@ -328,14 +327,6 @@ def verify(version: str | None, store: Path | None, every: bool, as_json: bool) 
         )
     if parts:
         _fail(f"{damaged[0]}: set each aside and re-ingest its window's source (above)")
-
-
-def _in_store(st: Any, path: Path) -> str:
-    """A path inside the store, relative to it (as `verify` names trace parts)."""
-    try:
-        return str(path.relative_to(st.root))
-    except ValueError:
-        return str(path)
 
 
 COMMANDS = (build, versions, promote, rollback, report, verify)

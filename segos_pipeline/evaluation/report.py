@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from .metrics import LEAKAGE_BUCKETS, format_ci
+from .study.config import CORE
 
 Progress = Callable[[str], None]
-CORE = ("hit", "recall", "comp", "mrr")
 CHARTS = {"methods": "methods.png", "rounds": "rounds.png", "leakage": "leakage.png"}
 
 

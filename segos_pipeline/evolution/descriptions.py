@@ -34,23 +34,8 @@ from ..config import EvolutionConfig
 from ..retrieval.ranker import Retriever, RowPatch
 from ..text.compact_tokens import token_table
 from ..text.tokens import keep_word, stem
-from .editor import Critique, Editor, EditorError, GroundedEditor, OpenAICompatibleEditor, make_editor
+from .editor import Critique, Editor, EditorError, make_editor
 from .evidence import WindowEvidence, l3_partials
-
-__all__ = [
-    "REVISION_SCHEMA",
-    "Critique",
-    "Editor",
-    "EditorError",
-    "GroundedEditor",
-    "L3Result",
-    "OpenAICompatibleEditor",
-    "critique",
-    "description_update",
-    "make_editor",
-    "patch_tokens",
-    "ungrounded_words",
-]
 
 _WORD = re.compile(r"[^\W_]+")
 

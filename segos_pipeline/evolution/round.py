@@ -36,17 +36,16 @@ from ..store.layout import EXPERIENCE, REVISIONS, WINDOW_FILES, window_refs
 from ..store.served import advance
 from ..store.snapshot import Snapshot, SnapshotStore
 from ..text.lexicon import Signature
-from .descriptions import REVISION_SCHEMA, Editor, description_update
+from .descriptions import REVISION_SCHEMA, description_update
+from .editor import Editor
 from .engines import Engine, TraceInput, make_engine
 from .engines.round_parts import RoundParts, bucket_count, buckets_of_table, round_scratch
 from .engines.store_window import store_window
-from .evidence import WindowEvidence, fill_retrieval, select_attempts
+from .evidence import WindowEvidence
 from .experience import gate, held_out_pairs, merged_experience
 from .ingest import TraceStore
 from .topology import topology_update
 from .weights import weight_update
-
-__all__ = ["fill_retrieval", "select_attempts"]  # the kernels live in evidence.py; kept importable here
 
 
 def draft_snapshot(

@@ -39,7 +39,6 @@ import json
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from importlib import resources
 from typing import Annotated, Any
 
 import numpy as np
@@ -66,13 +65,11 @@ from ..config import (  # the contract's bounds live in config: the MCP schema a
     MAX_SKILLS,
     MAX_TEXT_CHARS,
 )
-from ..text.names import SkillNames
 
 # ------------------------------------------------------------------------------------ contract bounds
 TIMESTAMP_MIN = datetime(1970, 1, 1, tzinfo=UTC)
 TIMESTAMP_MAX = datetime(2100, 1, 1, tzinfo=UTC)  # exclusive
 TIMESTAMP_MAX_CHARS = 64  # longer is no ISO-8601 date-time; refused before it is parsed
-SCHEMA_FILE = "trace.schema.json"
 
 NATIVE_KEYS = {
     "trace_id",
@@ -231,11 +228,6 @@ NATIVE_DEFAULTS = {k: NativeTrace.model_fields[k].default for k in ("agent", "at
 def trace_json_schema() -> dict[str, Any]:
     """The JSON Schema of a native trace line, generated from the model."""
     return NativeTrace.model_json_schema()
-
-
-def shipped_json_schema() -> dict[str, Any]:
-    """The schema file shipped in the package (a test keeps it equal to `trace_json_schema()`)."""
-    return json.loads(resources.files(__package__).joinpath(SCHEMA_FILE).read_text(encoding="utf-8"))
 
 
 # ------------------------------------------------------------------------------------------ records
@@ -478,33 +470,10 @@ def native_row(model: NativeTrace, source: str = "") -> dict[str, Any]:
 
 
 def record_of_row(row: dict[str, Any]) -> TraceRecord:
-    return TraceRecord(
-        trace_id=row["trace_id"],
-        task_id=row["task_id"],
-        used=row["used"],
-        reward=row["reward"],
-        queries=[QueryRecord(q["text"], q["retrieved"], q["seeds"]) for q in row["queries"]],
-        agent=row["agent"],
-        attempt=row["attempt"],
-        timestamp=row["timestamp"],
-        window=row["window"],
-        used_ordered=row["used_ordered"],
-        reward_source=row["reward_source"],
-        unknown_skills=row["unknown_skills"],
-        source=row["source"],
-        source_format=row["source_format"],
-        simulated=row["simulated"],
-        extra=json.loads(row["extra"]) if row["extra"] else {},
-    )
-
-
-def parse_native(obj: Any, source: str = "") -> TraceRecord:
-    """Validate one native-format object into a record (skill names not yet resolved).
-
-    The object is written as the JSON line it stands for and that line validated, so a Python caller
-    (`record_trace`) and a file line meet exactly the same contract."""
-    line = native_line(obj)
-    return record_of_row(native_row(validate_line(line), source))
+    """A row of TRACE_SCHEMA (whose columns are TraceRecord's fields) as a record."""
+    queries = [QueryRecord(q["text"], q["retrieved"], q["seeds"]) for q in row["queries"]]
+    extra = json.loads(row["extra"]) if row["extra"] else {}
+    return TraceRecord(**{**row, "queries": queries, "extra": extra})
 
 
 def native_dict(record: TraceRecord) -> dict[str, Any]:
@@ -532,30 +501,4 @@ def check_record(record: TraceRecord) -> TraceRecord:
     record.trace_id, record.task_id, record.agent = row["trace_id"], row["task_id"], row["agent"]
     record.timestamp, record.used, record.reward = row["timestamp"], row["used"], row["reward"]
     record.queries = [QueryRecord(q["text"], q["retrieved"], q["seeds"]) for q in row["queries"]]
-    return record
-
-
-def resolve_skills(record: TraceRecord, names: SkillNames) -> TraceRecord:
-    """Replace skill names by ids of the version; unknown names are moved to `unknown_skills`.
-
-    A name shared by several packages resolves to the first id (sorted), deterministically.
-    """
-    unknown: list[str] = []
-
-    def ids(refs: list[str] | None) -> list[str] | None:
-        if refs is None:
-            return None
-        out = []
-        for ref in refs:
-            found = names.resolve_one(ref)
-            if found is None:
-                unknown.append(ref)
-            else:
-                out.append(names.ids[found])
-        return list(dict.fromkeys(out))
-
-    record.used = ids(record.used) or []
-    for q in record.queries:
-        q.retrieved, q.seeds = ids(q.retrieved), ids(q.seeds)
-    record.unknown_skills = sorted(set(unknown))
     return record

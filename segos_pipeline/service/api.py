@@ -44,8 +44,6 @@ from ..evolution.traces import (
     TraceError,
     native_line,
     native_row,
-    record_of_row,
-    resolve_skills,
     validate_line,
 )
 from ..paths import default_landing
@@ -225,31 +223,12 @@ class SegosService(ServedVersions):
         bundle = r.retrieve(query, top_n, max_chars=total, min_score=checked_min_score(min_score))
         rows = [r.names.row_of(s.id) for s in bundle.skills]
         contracts = lo.snapshot.nodes[rows].select("inputs", "outputs").to_dicts()
-        kept: list[dict[str, Any]] = []
-        for s, contract in zip(bundle.skills, contracts, strict=True):
-            kept.append(
-                {
-                    "id": s.id,
-                    "name": s.name,
-                    "rank": s.rank,
-                    "score": round(s.score, 6),
-                    "seed": s.seed,
-                    "lexical": round(s.lexical, 6),
-                    "graph": round(s.graph, 6),
-                    "semantic": round(s.semantic, 6),
-                    "experience": round(s.experience, 6),
-                    "co_use": round(s.co_use, 6),
-                    "relevance": round(s.relevance, 6),
-                    "capability": s.capability,
-                    "source_path": s.source_path,
-                    "folder": s.folder,
-                    "folder_error": s.folder_error,
-                    **contract,
-                    "chars": s.chars,
-                    "text": s.text,
-                }
-            )
-        why = {s.id: (s.why, s.reasons) for s in bundle.skills}
+        # Each skill's record is the one `segos retrieve --json` prints (its figures rounded), with the
+        # skill's contract; its position and prerequisites in the execution order are added below.
+        kept = [
+            {**{k: round(v, 6) if isinstance(v, float) else v for k, v in asdict(s).items()}, **contract}
+            for s, contract in zip(bundle.skills, contracts, strict=True)
+        ]
         seed_ids, pruned, over = bundle.seeds, bundle.pruned, bundle.over_budget
         members = [s["id"] for s in kept]
         among = lo.edges_among(members)
@@ -260,11 +239,14 @@ class SegosService(ServedVersions):
             lo.precedence,
         )
         by_id = {s["id"]: s for s in kept}
-        skills = []
-        for pos, sid in enumerate(order.order, start=1):
-            headline, reasons = why[sid]
-            skills.append({"position": pos, **by_id[sid], "why": headline, "reasons": reasons})
-            skills[-1]["after"] = sorted(c.before for c in order.constraints if c.after == sid)
+        skills = [
+            {
+                "position": pos,
+                **by_id[sid],
+                "after": sorted(c.before for c in order.constraints if c.after == sid),
+            }
+            for pos, sid in enumerate(order.order, start=1)
+        ]
         return {
             "version": lo.version,
             "query": echoed(query),
@@ -485,11 +467,13 @@ class SegosService(ServedVersions):
         obj.setdefault("served_version", lo.version)
         try:
             line = native_line(obj)
-            record = record_of_row(native_row(validate_line(line), source="mcp"))
+            row = native_row(validate_line(line), source="mcp")
         except TraceError as exc:
             raise TraceRejected(f"trace rejected: {exc}") from None
-        window = (record.timestamp or "")[:10]
-        check = resolve_skills(record_of_row(record.row()), lo.names)  # a copy: resolving rewrites it
+        window = (row["timestamp"] or "")[:10]
+        # what ingestion will report as unknown: the names no skill of this version answers to
+        listed = [r for q in row["queries"] for key in ("retrieved", "seeds") for r in q[key] or []]
+        unknown = sorted({ref for ref in [*row["used"], *listed] if lo.names.resolve_one(ref) is None})
         self.landing.mkdir(parents=True, exist_ok=True)
         path = self.landing / f"{window}.jsonl"
         try:  # under a lock, whole and fsynced, a torn tail moved aside first: only then acknowledged
@@ -504,15 +488,11 @@ class SegosService(ServedVersions):
                 done.torn_file,
             )
         return {
-            "trace_id": record.trace_id,
-            "task_id": record.task_id,
-            "agent": record.agent,
-            "reward": record.reward,
-            "reward_source": record.reward_source,
+            **{key: row[key] for key in ("trace_id", "task_id", "agent", "reward", "reward_source")},
             "window": window,
             "file": str(path),
-            "unknown_skills": check.unknown_skills[:MAX_REPLY_UNKNOWN],
-            "unknown_skills_count": len(check.unknown_skills),
+            "unknown_skills": unknown[:MAX_REPLY_UNKNOWN],
+            "unknown_skills_count": len(unknown),
             "bytes": len(line) + 1,
             "version": lo.version,
             # for the agent that recorded it, not an operator's shell: what happens to the trace next

@@ -13,14 +13,12 @@ MAX_ECHO_CHARS = 200  # of a query, repeated in a reply
 
 
 def checked_query(query: Any) -> str:
+    """`query` stripped, unless it is empty or longer than a trace may record one (MAX_TEXT_CHARS): a query
+    is read in full and echoed in replies, so its length is what bounds a request's work and its reply.
+    The one check of a query, for the service's requests and the CLI's commands alike."""
     if not isinstance(query, str) or not query.strip():
         raise ServiceError("the query is empty; describe the task to retrieve skills for")
-    return check_query_length(query.strip())
-
-
-def check_query_length(query: str) -> str:
-    """`query`, unless it is longer than a trace may record one (MAX_TEXT_CHARS): a query is read in full
-    and echoed in replies, so its length is what bounds a request's work and its reply."""
+    query = query.strip()
     if len(query) > MAX_TEXT_CHARS:
         raise ServiceError(
             f"the query is {len(query):,} characters; at most {MAX_TEXT_CHARS:,} are accepted: "

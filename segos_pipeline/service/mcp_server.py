@@ -147,7 +147,7 @@ SkillRefs = Annotated[
 ]
 
 
-def _expected(exc: BaseException) -> bool:
+def expected_failure(exc: BaseException) -> bool:
     """A failure the caller can act on (its message says how), as opposed to a bug."""
     if isinstance(exc, ValueError | KeyError | FileNotFoundError):
         return True
@@ -183,7 +183,7 @@ def _tool_errors(
                 await slot.wait()
                 obj = await fn(*args, **kwargs)
             except Exception as exc:
-                if not _expected(exc):
+                if not expected_failure(exc):
                     raise
                 raise ToolError(str(exc)) from None
             text = obj if isinstance(obj, str) else pydantic_core.to_json(obj, fallback=str).decode()
@@ -509,7 +509,7 @@ def build_server(
         try:
             detail = await _off_loop(lambda: service.skill_detail(id))
         except Exception as exc:
-            if not _expected(exc):
+            if not expected_failure(exc):
                 raise
             from .errors import UnknownSkill  # loaded with the service
 

@@ -217,9 +217,9 @@ def test_full_disk_acknowledges_nothing_and_leaves_the_file_unchanged(store: Pat
 
 
 def test_mcp_turns_a_failed_write_into_an_error_reply():
-    from segos_pipeline.service.mcp_server import _expected
+    from segos_pipeline.service.mcp_server import expected_failure
 
-    assert _expected(TraceNotWritten("trace not recorded: ..."))
+    assert expected_failure(TraceNotWritten("trace not recorded: ..."))
 
 
 # ------------------------------------------------------------------------------- ingest: torn tails
@@ -249,7 +249,7 @@ def test_ingest_reads_a_complete_last_line_without_newline(store: Path, tmp_path
     path.write_bytes(line(1) + b"\n" + line(2))
     for report in (
         TraceStore(store).ingest_path(path),
-        TraceStore(store).ingest(iter_records(path, "native")),  # the Dagster landing asset's way in
+        TraceStore(store).ingest(iter_records(path, "native")),  # the record adapters' way in
     ):
         assert report.skipped == [] and report.rejected == 0
     assert sorted(stored_ids(store)) == ["w-1", "w-2"]

@@ -280,7 +280,7 @@ def test_spark_equals_local_on_real_apibank_traces_in_a_uri_store(shared_data, s
 
 
 def test_engine_input_errors(tmp_path):
-    from segos_pipeline.evolution.engines.spark import read_window
+    from segos_pipeline.evolution.engines.spark_window import read_window
 
     with pytest.raises(ValueError, match="unknown engine"):
         make_engine(EngineConfig(engine="flink"))

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
+import yaml
 
 from segos_pipeline.evolution.adapters import FORMATS, Rejected, iter_records, plans, write_library
-from segos_pipeline.evolution.adapters.apibank import consecutive_overlaps
 from segos_pipeline.evolution.traces import TraceRecord
 from segos_pipeline.graph.parsing import parse_library
 
@@ -94,13 +95,25 @@ def test_apibank_library_and_traces(apibank_file: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.shared
-def test_apibank_consecutive_calls_share_fields(apibank_file: Path) -> None:
-    pairs = consecutive_overlaps(apibank_file)
-    linked = {(p["from"], p["to"]): tuple(p["shared"]) for p in pairs if p["shared"]}
+def test_apibank_consecutive_calls_share_fields(apibank_file: Path, tmp_path: Path) -> None:
+    write_library(apibank_file, "apibank", tmp_path)
+    io = {}  # API name -> (input field names, output field names), as the written packages declare them
+    for md in tmp_path.glob("*/SKILL.md"):
+        fm = yaml.safe_load(md.read_text(encoding="utf-8").split("---\n")[1])
+        io[fm["name"]] = (
+            {f["name"] for f in fm.get("inputs", [])},
+            {f["name"] for f in fm.get("outputs", [])},
+        )
+    pairs = [
+        (a, b, tuple(sorted(io[a][1] & io[b][0])))
+        for p in plans(apibank_file)
+        for a, b in pairwise(p["apis"])
+    ]
+    linked = {(a, b): shared for a, b, shared in pairs if shared}
     # an output of one API is literally an input of the next: the evidence dependency induction needs
     assert linked[("Geocoding", "NearbyRestaurants")] == ("latitude", "longitude")
     assert linked[("GetOccupationSalary", "TaxCalculator")] == ("salary",)
-    assert 0 < len(linked) < len({(p["from"], p["to"]) for p in pairs})
+    assert 0 < len(linked) < len({(a, b) for a, b, _ in pairs})
 
 
 @pytest.mark.shared

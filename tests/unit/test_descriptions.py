@@ -10,7 +10,8 @@ import pytest
 
 from segos_pipeline import RetrievalConfig, SnapshotStore, build_cold_start
 from segos_pipeline.config import EvolutionConfig
-from segos_pipeline.evolution.descriptions import GroundedEditor, make_editor, ungrounded_words
+from segos_pipeline.evolution.descriptions import ungrounded_words
+from segos_pipeline.evolution.editor import GroundedEditor, make_editor
 from segos_pipeline.evolution.round import evolve_round
 from segos_pipeline.evolution.traces import QueryRecord, TraceRecord, trace_frame
 from segos_pipeline.store.diff import diff_versions
@@ -121,7 +122,7 @@ def test_ungrounded_revisions_are_rejected(store):
 
 
 def test_grounded_editor_only_appends_package_words():
-    from segos_pipeline.evolution.descriptions import Critique
+    from segos_pipeline.evolution.editor import Critique
 
     out = GroundedEditor(max_terms=2).propose(
         "Base text.", Critique("s", "q", ["alpha", "beta", "gamma"], ""), ""

@@ -25,10 +25,11 @@ from segos_pipeline.evaluation.study.evolving import evolve_cells
 from segos_pipeline.evaluation.study.measuring import Hydration, QueryResult, summarize
 from segos_pipeline.evaluation.study.overlay import overlay_test
 from segos_pipeline.evaluation.study.queries import prepare_queries, split_tasks
-from segos_pipeline.evaluation.study.traces import parse_trace_spec
+from segos_pipeline.evaluation.study.traces import load_traces, parse_trace_spec
 from segos_pipeline.evolution.adapters import iter_records
 from segos_pipeline.evolution.ingest import TraceStore
-from segos_pipeline.evolution.traces import resolve_skills, trace_frame
+from segos_pipeline.evolution.trace_names import NameLookup, resolve_frame
+from segos_pipeline.evolution.traces import trace_frame
 from segos_pipeline.paths import DEMO_DIR
 from segos_pipeline.text.names import SkillNames
 
@@ -237,6 +238,15 @@ def test_parse_trace_spec():
     assert parse_trace_spec("C:/weird:name.jsonl") == (Path("C:/weird:name.jsonl"), "native")
 
 
+def test_study_traces_skip_a_torn_last_line(demo_store: Path, tmp_path: Path):
+    source = tmp_path / "t.jsonl"
+    line = {"task_id": "a", "used": ["csv-loader"], "reward": 1.0, "timestamp": "2026-11-29T00:00:00Z"}
+    source.write_text(json.dumps(line) + '\n{"task_id": "b", "us')  # an append cut short
+    store = SnapshotStore(demo_store)
+    [src] = load_traces([str(source)], [], store, store.load(), None).sources
+    assert (src["accepted"], src["rejected"], src["skipped"]) == (1, 0, 1)
+
+
 def test_the_probe_appends_the_requests_of_successful_traces_only():
     from segos_pipeline.evaluation.study.queries import StudyQuery
     from segos_pipeline.evaluation.study.rankers import gold_traced, traced_skills, with_requests
@@ -279,13 +289,13 @@ def test_factorial_has_eight_cells_from_the_same_traces(demo_store):
         "L1+L2+L3",
     ]
     snap = SnapshotStore(demo_store).load()
-    names = SkillNames(snap.nodes)
     records = [
-        resolve_skills(r, names)
+        r
         for r in iter_records(DEMO_DIR / "traces" / "2026-11-27.jsonl", "native")
         if not hasattr(r, "reason")
     ]
-    cells = evolve_cells(snap, trace_frame(records), StudyConfig(), CELLS, "t")
+    traces, _unknown = resolve_frame(trace_frame(records), NameLookup(SkillNames(snap.nodes)))
+    cells = evolve_cells(snap, traces, StudyConfig(), CELLS, "t")
     assert len(cells) == 8
     assert cells["static"].snapshot is snap
     assert {c.traces["traces"] for c in cells.values()} == {len(records)}

@@ -5,7 +5,8 @@ import pytest
 
 from segos_pipeline import SnapshotStore, build_cold_start
 from segos_pipeline.config import EvolutionConfig
-from segos_pipeline.evolution.round import evolve, evolve_round, select_attempts
+from segos_pipeline.evolution.evidence import select_attempts
+from segos_pipeline.evolution.round import evolve, evolve_round
 from segos_pipeline.evolution.traces import QueryRecord, TraceRecord, trace_frame
 from segos_pipeline.graph.build import commit_derived
 from segos_pipeline.graph.edges import EDGE_SCHEMA, violations

@@ -7,12 +7,25 @@ import pytest
 from segos_pipeline import SnapshotStore, build_cold_start
 from segos_pipeline.evolution.adapters import iter_records
 from segos_pipeline.evolution.ingest import TraceStore
-from segos_pipeline.evolution.traces import TraceError, ctrf_reward, parse_native
+from segos_pipeline.evolution.traces import (
+    TraceError,
+    TraceRecord,
+    ctrf_reward,
+    native_line,
+    native_row,
+    record_of_row,
+    validate_line,
+)
 from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR
 
 from ..conftest import demo_library_with_malformed
 
 OK = {"trace_id": "t1", "task_id": "task", "queries": [{"text": "q"}], "used": ["a"], "reward": 1.0}
+
+
+def parse_native(obj: object, source: str = "") -> TraceRecord:
+    """One native object validated as the JSON line it stands for, as record_trace does."""
+    return record_of_row(native_row(validate_line(native_line(obj)), source))
 
 
 def test_ctrf_reward_keeps_every_outcome_in_the_denominator():

@@ -15,13 +15,14 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from segos_pipeline.config import MAX_ATTEMPT, MAX_ID_CHARS, MAX_LINE_BYTES, MAX_NAME_CHARS, MAX_SKILLS
-from segos_pipeline.evaluation.trace_fuzz import write_corpus
 from segos_pipeline.evolution import columnar
 from segos_pipeline.evolution.adapters import iter_records
 from segos_pipeline.evolution.ingest import IngestReport, TraceStore
 from segos_pipeline.evolution.trace_batches import native_batches
 from segos_pipeline.evolution.traces import TRACE_SCHEMA, TraceRecord, native_dict
 from segos_pipeline.paths import DEMO_TRACES
+
+from ..trace_fuzz import write_corpus
 
 BASE: dict[str, Any] = {
     "trace_id": "t",

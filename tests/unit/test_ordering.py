@@ -5,8 +5,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from segos_pipeline.evaluation.ordering_study import apibank_study, kendall_tau, set_f1
 from segos_pipeline.retrieval.ordering import Precedence, execution_order, mine_precedence
+
+from ..ordering_study import apibank_study, kendall_tau, set_f1
 
 
 def test_dependency_puts_the_producer_first_whatever_the_scores():

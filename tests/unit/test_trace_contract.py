@@ -5,6 +5,7 @@ accepting only what ingest accepts."""
 from __future__ import annotations
 
 import json
+from importlib import resources
 from pathlib import Path
 
 import polars as pl
@@ -22,8 +23,6 @@ from segos_pipeline.evolution.traces import (
     MAX_LINE_BYTES,
     TRACE_SCHEMA,
     TraceError,
-    parse_native,
-    shipped_json_schema,
     trace_json_schema,
     validate_line,
 )
@@ -57,7 +56,8 @@ def store(demo_store_copy: Path) -> Path:
 
 
 def test_shipped_schema_is_generated_from_the_model():
-    assert shipped_json_schema() == trace_json_schema()
+    shipped = resources.files("segos_pipeline.evolution").joinpath("trace.schema.json")  # as installed
+    assert json.loads(shipped.read_text(encoding="utf-8")) == trace_json_schema()
     schema = trace_json_schema()
     assert schema["properties"]["attempt"]["maximum"] == MAX_ATTEMPT
     assert schema["properties"]["task_id"]["maxLength"] == MAX_ID_CHARS
@@ -153,7 +153,7 @@ def test_integer_and_string_zero_ids_cannot_collide(store: Path, tmp_path: Path)
     report = TraceStore(store).ingest_path(path)
     assert (report.accepted, report.rejected, report.duplicates) == (1, 1, 0)
     with pytest.raises(TraceError, match="integer ids are rejected"):
-        parse_native({**GOOD, "task_id": 7})
+        validate_line(json.dumps({**GOOD, "task_id": 7}))
 
 
 # ---------------------------------------------------------------------------- streaming and the layout
@@ -193,19 +193,6 @@ def test_streamed_native_path_matches_the_record_path(store: Path, tmp_path: Pat
     assert a.windows() == b.windows() == ["2026-11-27", "2026-11-28"]
     reasons = [sorted(q["reason"] for q in ts.quarantine("unplaced")) for ts in (a, b)]
     assert reasons[0] == reasons[1] and len(reasons[0]) == 3
-
-
-def test_legacy_whole_window_table_is_still_read(store: Path, tmp_path: Path):
-    ts = TraceStore(store)
-    ts.ingest_path(DEMO_DIR / "traces" / "2026-11-27.jsonl")
-    folder = ts.window_dir("2026-11-27")
-    table = ts.load("2026-11-27")
-    for part in (folder / "parts").glob("*.parquet"):
-        part.unlink()
-    table.write_parquet(folder / "traces.parquet")  # the layout before parts
-    assert ts.load("2026-11-27").equals(table)
-    again = ts.ingest_path(DEMO_DIR / "traces" / "2026-11-27.jsonl")
-    assert again.accepted == 0 and again.duplicates == table.height
 
 
 # ------------------------------------------------------------------------------------- record_trace

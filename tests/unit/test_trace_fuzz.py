@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from segos_pipeline import SnapshotStore, build_cold_start
-from segos_pipeline.evaluation.trace_fuzz import ingest_and_account, write_corpus
 from segos_pipeline.evolution.adapters import FORMATS
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.paths import DEFAULT_LIBRARY
+
+from ..trace_fuzz import ingest_and_account, write_corpus
 
 
 @pytest.mark.parametrize("seed", [0])

@@ -10,9 +10,10 @@ from typing import Any
 import polars as pl
 
 from ...evolution.adapters import FORMATS, iter_records
-from ...evolution.adapters.common import Rejected
+from ...evolution.adapters.common import Rejected, Skipped
 from ...evolution.ingest import TraceStore
-from ...evolution.traces import TRACE_SCHEMA, TraceRecord, resolve_skills, trace_frame
+from ...evolution.trace_names import NameLookup, resolve_frame
+from ...evolution.traces import TRACE_SCHEMA, TraceRecord, trace_frame
 from ...retrieval.ranker import Retriever
 from ...store.snapshot import Snapshot, SnapshotStore
 from ...text.names import SkillNames
@@ -52,25 +53,30 @@ def load_traces(
 ) -> TraceInputs:
     """Read every `PATH[:FORMAT]` source (skill names resolved against the base version, rejected inputs
     counted, never fatal) and every already-ingested window of the store."""
-    names = SkillNames(base.nodes)
+    lookup = NameLookup(SkillNames(base.nodes))
     frames, sources = [], []
     for spec in specs:
         path, fmt = parse_trace_spec(spec)
         accepted: list[TraceRecord] = []
-        rejected: list[str] = []
+        rejected, skipped = 0, 0
         for item in iter_records(path, fmt, queries=queries_path):
             if isinstance(item, Rejected):
-                rejected.append(item.reason)
+                rejected += 1
+            elif isinstance(item, Skipped):  # a link, or a torn last line: left unread, as ingest does
+                skipped += 1
             else:
-                accepted.append(resolve_skills(item, names))
-        frame = trace_frame(accepted) if accepted else pl.DataFrame(schema=TRACE_SCHEMA)
+                accepted.append(item)
+        frame = (
+            resolve_frame(trace_frame(accepted), lookup)[0] if accepted else pl.DataFrame(schema=TRACE_SCHEMA)
+        )
         frames.append(frame)
         sources.append(
             {
                 "source": str(path),
                 "format": fmt,
                 "accepted": frame.height,
-                "rejected": len(rejected),
+                "rejected": rejected,
+                "skipped": skipped,
                 "simulated": int(frame["simulated"].sum()) if frame.height else 0,
             }
         )

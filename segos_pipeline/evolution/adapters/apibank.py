@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -202,21 +201,6 @@ def _record(task: _Task) -> TraceRecord:
 def plans(path: Path) -> list[dict[str, Any]]:
     """Every valid task's true plan: {"task_id", "query", "apis": API names in first-use order}."""
     return [{"task_id": t.trace_id, "query": t.requirement, "apis": _order(t)} for t in _valid_tasks(path)]
-
-
-def consecutive_overlaps(path: Path) -> list[dict[str, Any]]:
-    """For each consecutive API pair of each plan, the output field names of the first that are input
-    field names of the second (the evidence dependency induction matches on)."""
-    tasks = _valid_tasks(path)
-    apis, _ = _catalogue(tasks)
-    out = []
-    for task in tasks:
-        order = _order(task)
-        for a, b in pairwise(order):
-            outs = {f["name"] for f in apis[a].outputs}
-            ins = {f["name"] for f in apis[b].inputs}
-            out.append({"task_id": task.trace_id, "from": a, "to": b, "shared": sorted(outs & ins)})
-    return out
 
 
 def _body(api: _Api) -> str:

@@ -3,9 +3,9 @@ process, the partial tables summed. The same kernels the Spark engine runs on it
 
 A window in memory is split in memory. A window in Parquet files is never held whole: one pass reads it
 file by file and spills each file's rows to their partition (uncompressed Arrow IPC in a scratch folder:
-lz4 cost 3-5 s of writing and 1 s of reading back on 869k traces for 2.5x less scratch disk), then each
-partition is read back and run alone, so the peak follows one partition (`local_partition_rows`) and
-the partial tables, not the window. What the round adds to each selected trace is spilled per bucket as
+lz4 cost more time to write and read back than its smaller scratch disk was worth), then each partition
+is read back and run alone, so the peak follows one partition (`local_partition_rows`) and the partial
+tables, not the window. What the round adds to each selected trace is spilled per bucket as
 each partition finishes and written as the version's bucket files at the end (`round_parts.py`), a bucket
 at a time.
 """

@@ -54,9 +54,7 @@ from .round_parts import (
     write_bucket,
 )
 from .scratch import Scratch
-from .spark_window import read_window, spark_window
-
-__all__ = ["SparkEngine", "read_window", "spark_session"]
+from .spark_window import spark_window
 
 INSTALL_HINT = (
     "the Spark engine needs PySpark and Java 17: pip install 'segos[spark]' (and a JDK 17 on PATH or "

@@ -1,17 +1,24 @@
 """How well a bundle's execution order recovers the true API order: Kendall-τ and Set-F1 on API-Bank level-3.
 
-The measurement of `retrieval/ordering.py`. It builds, evolves and serves throwaway stores, so it lives in
-the evaluation layer, above the service it measures (in `ordering.py` it made retrieval import the service).
+The measurement of `retrieval/ordering.py` on throwaway stores it builds, evolves and serves. No command
+runs it: `tests/unit/test_ordering.py` pins its result and `benchmarks/bench_service.py --only ordering`
+reports it, so it lives beside the tests rather than in the package.
 """
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..retrieval.ordering import execution_order
-from ..store.snapshot import SnapshotStore
+from segos_pipeline.evolution.adapters import iter_records, plans, write_library
+from segos_pipeline.evolution.ingest import TraceStore
+from segos_pipeline.evolution.round import evolve
+from segos_pipeline.graph.build import build_cold_start
+from segos_pipeline.retrieval.ordering import execution_order
+from segos_pipeline.service.api import SegosService
+from segos_pipeline.store.snapshot import SnapshotStore
 
 # ------------------------------------------------------------------------------------------------ metrics
 
@@ -125,14 +132,6 @@ def apibank_study(source: str | Path, work: str | Path) -> dict[str, Any]:
       measured on the other half, so no measured task contributed to its own order statistics.
     Also `cold_start` (no traces at all: the execution order can only fall back to score order).
     """
-    import shutil
-
-    from ..evolution.adapters import iter_records, plans, write_library
-    from ..evolution.ingest import TraceStore
-    from ..evolution.round import evolve
-    from ..graph.build import build_cold_start
-    from ..service.api import SegosService
-
     source, work = Path(source), Path(work)
     if work.exists():
         shutil.rmtree(work)

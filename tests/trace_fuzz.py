@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..evolution.adapters import iter_records
-from ..evolution.ingest import TraceStore
+from segos_pipeline.evolution.adapters import iter_records
+from segos_pipeline.evolution.ingest import TraceStore
 
 _DEEP = "\u0000DEEP\u0000"  # placeholder replaced by deep nesting in the serialised text
 HOSTILE: list[Any] = [
