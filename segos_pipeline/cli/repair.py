@@ -108,11 +108,11 @@ def repair_cmd(
 
 def _damaged_parts(st: SnapshotStore) -> list[tuple[str, str]]:
     """Damaged trace parts (store-relative path, why and what to do): repair cannot make traces again."""
-    from ..evolution.ingest import TraceStore
+    from ..evolution.ingest import TraceStore, window_of_file
     from ..evolution.trace_parts import repair_hint
 
     out = []
     for p, why in TraceStore(st).damaged_parts():
-        window = p.parent.parent.name  # STORE/traces/<window>/parts/<part>
+        window = window_of_file(p)
         out.append((in_store(st, p), f"{why}; {repair_hint(p, window, st.root)}"))
     return out

@@ -266,7 +266,7 @@ def verify(version: str | None, store: Path | None, every: bool, as_json: bool) 
     Example:
       segos verify --all --store data/store --json
     """
-    from ..evolution.ingest import TraceStore
+    from ..evolution.ingest import TraceStore, window_of_file
     from ..evolution.trace_parts import repair_hint
 
     st = _store(store)
@@ -302,7 +302,7 @@ def verify(version: str | None, store: Path | None, every: bool, as_json: bool) 
         for vid, why in sorted(problems.items()):
             click.echo(f"{vid}: DAMAGED: {why}")
         if traces is not None:
-            damaged_in = {p.parent.parent.name for p, _ in parts}  # STORE/traces/<window>/parts/<part>
+            damaged_in = {window_of_file(p) for p, _ in parts}
             for window in traces.windows():
                 if window not in damaged_in:
                     click.echo(f"traces/{window}: ok")
@@ -316,7 +316,7 @@ def verify(version: str | None, store: Path | None, every: bool, as_json: bool) 
         )
     if parts:
         first = parts[0][0]
-        window = first.parent.parent.name
+        window = window_of_file(first)
         click.echo(f"to repair a damaged trace part: {repair_hint(first, window, st.root)}", err=True)
     damaged = [f"{len(problems)} damaged version(s)"] if problems else []
     damaged += [f"{len(parts)} damaged trace part(s)"] if parts else []

@@ -4,6 +4,7 @@ Layout inside a store:
 
     STORE/traces/<window>/parts/<run>-<n>.<h>.parquet  accepted traces (TRACE_SCHEMA), one part per batch;
                                                    <h>: its sha256, checked on every read (trace_parts.py)
+    STORE/traces/<window>/traces.parquet           a whole-window table written before parts (still read)
     STORE/traces/<window>/quarantine.jsonl         every rejected input: {"source", "reason", "raw", "at"...}
     STORE/traces/ingest_log.jsonl                  one line per ingestion run with its counts
 
@@ -88,11 +89,23 @@ class IngestReport:
         return dict(self.__dict__)
 
 
+WINDOW_TABLE = "traces.parquet"  # a window written before ingest wrote parts: one table, read first
+
+
 def window_reading_order(names: Iterable[str]) -> list[str]:
     """A window's Parquet files (paths relative to its folder) in the order a round reads them and a
-    version lists them: its parts by name; anything else is left out. The one rule for a local window
-    and a window listed at a URI, so every engine references the same list."""
-    return sorted(n for n in set(names) if n.startswith("parts/") and n.count("/") == 1)
+    version lists them: the whole-window table first, then the parts by name; anything else is left out.
+    The one rule for a local window and a window listed at a URI, so every engine references the same
+    list."""
+    names = set(names)
+    table = [WINDOW_TABLE] if WINDOW_TABLE in names else []
+    return table + sorted(n for n in names if n.startswith("parts/") and n.count("/") == 1)
+
+
+def window_of_file(path: Path) -> str:
+    """The window a trace file of the store belongs to: STORE/traces/<window>/parts/<part>, or
+    STORE/traces/<window>/traces.parquet."""
+    return path.parent.parent.name if path.parent.name == "parts" else path.parent.name
 
 
 def check_window(window: str) -> str:
@@ -123,11 +136,12 @@ class TraceStore:
         return self.root / check_window(window)
 
     def files(self, window: str) -> list[Path]:
-        """The Parquet files holding a window's traces: its parts, by name."""
+        """The Parquet files holding a window's traces (the whole-window table first, then the parts)."""
         folder = self.window_dir(window)
         self.store.pull(f"traces/{window}", ".parquet")
+        names = [WINDOW_TABLE] if (folder / WINDOW_TABLE).is_file() else []
         parts = folder / "parts"
-        names = [f"parts/{p.name}" for p in parts.glob("*.parquet")] if parts.is_dir() else []
+        names += [f"parts/{p.name}" for p in parts.glob("*.parquet")] if parts.is_dir() else []
         return [folder / n for n in window_reading_order(names)]
 
     def checked_files(self, window: str) -> list[Path]:

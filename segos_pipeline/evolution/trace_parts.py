@@ -4,10 +4,10 @@ place (after an fsync). A name is immutable, so the hash cannot drift from the f
 URI carries it without a second file.
 
 Every read of a window checks its parts first (`damaged`), so a silent bit flip is never learned from, and a
-part that fails is named with the way out (`repair_hint`). A part without a hash in its name (written
-before parts carried hashes) cannot be checked against anything: it is read, and a reader that fails on
-it, polars' panics included (a `BaseException`), is turned into the same error naming the file
-(`reading`).
+part that fails is named with the way out (`repair_hint`). A file without a hash in its name (a part written
+before parts carried hashes, or a whole-window `traces.parquet`) cannot be checked against anything: it is
+read, and a reader that fails on it, polars' panics included (a `BaseException`), is turned into the same
+error naming the file (`reading`).
 """
 
 from __future__ import annotations

@@ -195,6 +195,19 @@ def test_streamed_native_path_matches_the_record_path(store: Path, tmp_path: Pat
     assert reasons[0] == reasons[1] and len(reasons[0]) == 3
 
 
+def test_legacy_whole_window_table_is_still_read(store: Path, tmp_path: Path):
+    ts = TraceStore(store)
+    ts.ingest_path(DEMO_DIR / "traces" / "2026-11-27.jsonl")
+    folder = ts.window_dir("2026-11-27")
+    table = ts.load("2026-11-27")
+    for part in (folder / "parts").glob("*.parquet"):
+        part.unlink()
+    table.write_parquet(folder / "traces.parquet")  # the layout before parts
+    assert ts.load("2026-11-27").equals(table)
+    again = ts.ingest_path(DEMO_DIR / "traces" / "2026-11-27.jsonl")
+    assert again.accepted == 0 and again.duplicates == table.height
+
+
 # ------------------------------------------------------------------------------------- record_trace
 
 

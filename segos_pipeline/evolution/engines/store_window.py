@@ -6,8 +6,8 @@ references them by path, size and the sha256 the executors computed while readin
 local files (the local engine, the Pipes launch) downloads them into the store's cache first
 (`local_files`), as `segos evolve` always did.
 
-The files are those `TraceStore.files` reads, in its order (the parts by name): a version references the
-same list whichever engine ran its round.
+The files are those `TraceStore.files` reads, in its order (the whole-window table first, then the parts
+by name): a version references the same list whichever engine ran its round.
 """
 
 from __future__ import annotations
