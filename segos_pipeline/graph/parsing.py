@@ -25,7 +25,6 @@ from ..config import ParseConfig
 from ..text.tokens import normalize_names
 from .discovery import SKILL_FILE, WALK_CODES, Listed, inside_root, listed_packages, listing, walk_problems
 from .fields import (
-    Sections,
     as_str_list,
     check_list_fields,
     domain_tags,
@@ -33,6 +32,7 @@ from .fields import (
     first_sentence,
     first_value,
     from_keys_or_section,
+    markdown_sections,
     scalar_text,
     typed,
 )
@@ -217,7 +217,7 @@ def parse_package(
     for code, problem, action, severity in fm.problems:
         report(code, problem, action, severity)
     data, body = fm.data, fm.body[: config.max_body_chars]
-    sections = Sections(body)
+    sections = markdown_sections(body)
     folder = os.path.basename(pkg) if rel != "." else Path(root).name
     frontmatter_lost = any(p.code in _FRONTMATTER_LOST for p in problems)
 

@@ -1,6 +1,4 @@
 import polars as pl
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from segos_pipeline.config import ParseConfig
 from segos_pipeline.graph.frontmatter import split_frontmatter
@@ -283,27 +281,6 @@ def test_markdown_headings_and_bullets_read_as_before():
     assert list(sections) == ["title", "c# basics", "spaced"]
     assert sections["spaced"].endswith("####### not a heading")  # seven hashes is text, not a heading
     assert section_items(sections["spaced"]) == ["one", "two", "three"]
-
-
-_TITLE_CHARS = "ExAMPLeSInpuTtK\u212a\u0130i\u0307\u03a3\u03c3 #-"  # Kelvin sign, dotted I, sigma
-_TITLES = ("examples", "example tasks", "example", "inputs", "input", "k", "i", "\u03c3", "kk")
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    st.lists(
-        st.tuples(st.integers(0, 7), st.text(alphabet=_TITLE_CHARS, max_size=12)),
-        max_size=6,
-    )
-)
-def test_section_lookup_skips_the_split_only_when_no_heading_can_have_the_title(lines):
-    """`Sections` answers from the lowered body when it can: always as the full split would."""
-    from segos_pipeline.graph.fields import Sections, markdown_sections
-
-    body = "\n".join(("#" * hashes + " " if hashes else "") + text for hashes, text in lines)
-    split = markdown_sections(body)
-    for title in (*_TITLES, *split):
-        assert (title in Sections(body)) == (title in split), (body, title)
 
 
 def test_split_frontmatter_reports_a_refused_frontmatter_and_salvages():
