@@ -31,13 +31,13 @@ class GraphTables:
     """Everything a version holds besides its manifest."""
 
     nodes: pl.DataFrame
-    # the string token table, or (a cold-start build) the same table in integer columns, which the store
-    # writes part by part without ever holding the whole string table
-    tokens: pl.DataFrame | CompactTokens
+    # the token table in integer columns, which the store writes part by part without ever holding the
+    # whole string table
+    tokens: CompactTokens
     edges: pl.DataFrame
     transition: sp.csr_matrix
     semantic: SemanticStats
-    signature: Signature | None = None  # stored with the version; derived from the tokens when absent
+    signature: Signature  # stored with the version
 
 
 class DecodedParts(Sequence[NewPart]):
@@ -173,19 +173,9 @@ def commit_cold_start(
 ) -> dict[str, Any]:
     """Write a cold-start version: the graph tables, the build report, and its manifest last."""
     manifest = {**cold_start_manifest(parsed, tables, config, timings), **(extra or {})}
-    if isinstance(tables.tokens, pl.DataFrame):
-        return store.write(
-            nodes=tables.nodes,
-            tokens=tables.tokens,
-            edges=tables.edges,
-            transition=tables.transition,
-            signature=tables.signature,
-            manifest=manifest,
-            extra_tables={REPORT: parsed.report},
-        )
     return store.write_parts(
         parts=DecodedParts(tables.nodes, tables.tokens),
-        signature=tables.signature or tables.tokens.signature(),
+        signature=tables.signature,
         edges=tables.edges,
         transition=tables.transition,
         manifest=manifest,
