@@ -183,16 +183,11 @@ def commit_cold_start(
     )
 
 
-def parsed_tokens(parsed: ParsedLibrary, merged: TokenMerger | None = None) -> CompactTokens | None:
-    """The token table of the chunks the parse workers tokenised (`merged` as they came, else the chunks
-    kept in `parsed.per_chunk`); None when they did not tokenise, or when their chunks were not in id
-    order (nested packages, or a folder name that is another's prefix followed by a character before
-    "/"), and the table has to be tokenised from the sorted node table."""
-    if not parsed.in_order:
-        return None
-    if merged is not None:
-        return merged.result()
-    return None if parsed.per_chunk is None else CompactTokens.from_chunks(parsed.per_chunk)
+def parsed_tokens(parsed: ParsedLibrary, merged: TokenMerger) -> CompactTokens | None:
+    """The token table of the chunks the parse workers tokenised (`merged` as they came); None when their
+    chunks were not in id order (nested packages, or a folder name that is another's prefix followed by a
+    character before "/"), and the table has to be tokenised from the sorted node table."""
+    return merged.result() if parsed.in_order else None
 
 
 def build_cold_start(

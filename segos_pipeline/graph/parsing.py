@@ -76,9 +76,8 @@ class ParsedLibrary:
     nodes: pl.DataFrame
     report: pl.DataFrame
     root: Path
-    # what `parse_library(per_chunk=f)` computed in the workers: f of each chunk's node frame, in order;
-    # chunk i's skills follow chunk i-1's in `nodes` only when `in_order` (found in id order, as usual)
-    per_chunk: list[Any] | None = None
+    # the chunks' skills were found in id order (as usual): chunk i's skills follow chunk i-1's in `nodes`,
+    # so what `parse_library(per_chunk=...)` handed on numbers them right
     in_order: bool = True
 
     @property
@@ -469,9 +468,8 @@ def parse_library(
     """Parse every package under `root` into the node table (sorted by id) and the build report;
     `progress(done, total)` hears how many packages are parsed so far (total None while workers are still
     finding packages). `per_chunk` is more work on each chunk's node frame done where it was parsed (the
-    build tokenises there, on every core). `on_chunk`, if given, is handed each chunk's `per_chunk` result
-    in this process, in order, as soon as it is done (the build merges them while later chunks are still
-    parsed); the results are then not kept in `ParsedLibrary.per_chunk`.
+    build tokenises there, on every core); `on_chunk` is handed each chunk's result in this process, in
+    order, as soon as it is done (the build merges them while later chunks are still parsed).
 
     Large libraries are parsed by a process pool (`workers`, default: the CPUs this process may use);
     the result does not depend on the number of workers.
@@ -490,7 +488,6 @@ def parse_library(
     known = None if any(listed is None for _, listed in items) else len(items)
     frames: list[pl.DataFrame] = []
     problems: list[Problem] = walk_problems(dropped, root)
-    results: list[Any] = []
     parsed = 0
 
     def take(part: _ChunkResult) -> None:
@@ -501,8 +498,6 @@ def parse_library(
         parsed += count
         if on_chunk is not None:
             on_chunk(result)
-        else:
-            results.append(result)
         if progress is not None:
             progress(parsed, known)
 
@@ -522,7 +517,6 @@ def parse_library(
         nodes=nodes,
         report=report_frame(problems),
         root=root,
-        per_chunk=results if per_chunk is not None and on_chunk is None else None,
         in_order=in_order,
     )
 
