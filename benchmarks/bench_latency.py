@@ -118,7 +118,8 @@ def _stages(retriever: Any, texts: list[str]) -> dict[str, Any]:
         seeds = ranking.seeds
         if not len(seeds):
             continue
-        weights = np.maximum(ranking.rho[seeds] - ranking.graph[seeds], 1e-12)  # μ·m at the seeds
+        mu_m = [ranking.score_of(s) - ranking.graph_of(s) for s in seeds.tolist()]  # μ·m at the seeds
+        weights = np.maximum(np.asarray(mu_m), 1e-12)
         a = clock()
         retriever.graph_mass(seeds, weights)
         ppr.append((clock() - a) / 1e6)

@@ -11,7 +11,7 @@ For each query, on the same skill vectors, pinned to one core (`--core`, default
   the default is `IVF_SCAN_ROWS`, what a query reads).
 The searches run interleaved, query by query, `--repeat` times; a query's time is the least of its
 repeats (what the machine allows it; other processes only add). It reports the seconds to build or load
-the lists, each search's time per query for `evidence_nodes_of` (what the ranker calls: sparse, no
+the lists, each search's time per query for `evidence_and_nearest` (what the ranker calls: sparse, no
 length-N output; p50/p95 of the per-query minima), the rows it scores, and against the exact search the
 recall of the exact evidence-bearing skills (the top `semantic_candidates`) and how many queries get the
 same evidence, bit for bit. `--hit-at-5` also ranks every query end to end with a Retriever as shipped
@@ -131,7 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     searches = {
         f"lists {b}": SemanticIndex(sem.vectors, sem.backend, m, floor, sem.lists, b) for b in budgets
     }
-    runs: dict[str, Search] = {"exact": exact, **{k: v.evidence_nodes_of for k, v in searches.items()}}
+    runs: dict[str, Search] = {"exact": exact}
+    for k, v in searches.items():
+        runs[k] = lambda q, v=v: v.evidence_and_nearest(q, None, 0)[:2]
     results = measure(runs, vectors, reference, args.repeat)
     for name, index in searches.items():
         results[name]["rows_scored_mean"] = round(
@@ -172,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"`{meta['command']}` on {meta['platform']}, one core, load average {meta['load_average']}.",
         f"{n} skills, {len(texts)} queries, least of {args.repeat} interleaved warm passes of "
-        f"`evidence_nodes_of`; lists: {meta['lists']}, built or loaded in {meta['load_s']} s "
+        f"`evidence_and_nearest`; lists: {meta['lists']}, built or loaded in {meta['load_s']} s "
         "(with the vectors).",
         "",
         "| search | ms p50 | ms p95 | rows scored (mean) | recall of the exact evidence "

@@ -5,7 +5,7 @@
         [--limit 100] [--core 0] [--out FILE.json]
 
 - `--per-root`: lists of `per_root`·√n over all the vectors (built here, not cached), each searched with
-  every `--scan-rows` budget: build seconds, ms p50/p95 of `evidence_nodes_of`, recall of the exact top
+  every `--scan-rows` budget: build seconds, ms p50/p95 of `evidence_and_nearest`, recall of the exact top
   `semantic_candidates`.
 - `--sizes`: the first N skills' vectors as a library of N, searched as shipped (`lists_count`,
   `IVF_SCAN_ROWS`), timed and compared with the exact search over those N: how recall falls as a library
@@ -45,11 +45,11 @@ from segos_pipeline.retrieval.semantic import (  # noqa: E402
 
 def timed(index: SemanticIndex, queries: list[np.ndarray], reference: list[np.ndarray]) -> dict[str, float]:
     for q in queries[:10]:  # warm-up
-        index.evidence_nodes_of(q)
+        index.evidence_and_nearest(q, None, 0)
     ms, recall = [], []
     for q, want in zip(queries, reference, strict=True):
         a = time.perf_counter_ns()
-        nodes, _ = index.evidence_nodes_of(q)
+        nodes = index.evidence_and_nearest(q, None, 0)[0]
         ms.append((time.perf_counter_ns() - a) / 1e6)
         recall.append(float(np.isin(want, nodes).mean()) if len(want) else 1.0)
     return {**harness.percentiles(ms, 3), "recall": round(float(np.mean(recall)), 4)}

@@ -101,17 +101,12 @@ def run(nodes: pl.DataFrame, repeat: int, chunk: int) -> dict[str, Any]:
         old, old_wall, old_cpu = harness.timed(lambda: string_path(nodes))
         if r % 2 == 1:
             new, new_wall, new_cpu = harness.timed(lambda: CompactTokens.of(nodes))
-        threads, lexicon.TOKEN_THREADS = lexicon.TOKEN_THREADS, 1
-        _, one_wall, one_cpu = harness.timed(lambda: CompactTokens.of(nodes))
-        lexicon.TOKEN_THREADS = threads
         out.setdefault("runs", []).append(
             {
                 "string_cpu_s": old_cpu,
                 "string_wall_s": old_wall,
                 "int_cpu_s": new_cpu,
                 "int_wall_s": new_wall,
-                "int_1thread_cpu_s": one_cpu,
-                "int_1thread_wall_s": one_wall,
             }
         )
         if r == 0:
@@ -146,18 +141,14 @@ def _markdown(res: dict[str, Any]) -> str:
         f"Rows {res['rows']:,}, vocabulary {res['vocab']:,}, frame {res['frame_bytes_per_row']:.1f} B/row; "
         f"equal rows and signature: {res['equal']}.",
         "",
-        f"Integer path with {lexicon.TOKEN_THREADS} threads (lexicon.TOKEN_THREADS), and with 1 thread.",
-        "",
-        "| run | string CPU s | string wall s | integer CPU s | integer wall s | CPU × | wall × "
-        "| 1 thread CPU s | 1 thread wall s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| run | string CPU s | string wall s | integer CPU s | integer wall s | CPU × | wall × |",
+        "|---|---|---|---|---|---|---|",
     ]
     for i, r in enumerate(res["runs"]):
         lines.append(
             f"| {i} | {r['string_cpu_s']:.2f} | {r['string_wall_s']:.2f} | {r['int_cpu_s']:.2f} | "
             f"{r['int_wall_s']:.2f} | {r['string_cpu_s'] / r['int_cpu_s']:.2f} | "
-            f"{r['string_wall_s'] / r['int_wall_s']:.2f} | {r['int_1thread_cpu_s']:.2f} | "
-            f"{r['int_1thread_wall_s']:.2f} |"
+            f"{r['string_wall_s'] / r['int_wall_s']:.2f} |"
         )
     pc = res["per_chunk"]
     lines += [

@@ -68,7 +68,6 @@ class ParseConfig:
     max_frontmatter_chars: int = 100_000
     max_yaml_depth: int = 32  # nesting of sequences and mappings
     max_yaml_nodes: int = 20_000  # scalars, sequences and mappings together
-    follow_symlinks_inside_root: bool = True  # links that leave the library root are never followed
 
 
 @dataclass(frozen=True)
@@ -280,8 +279,10 @@ class BuildConfig:
     def of_manifest(cls, manifest: dict[str, Any]) -> BuildConfig:
         """The settings a version's manifest records (`to_dict`); absent ones take their defaults."""
         config = manifest.get("config", {})
+        parse = dict(config.get("parse", {}))
+        parse.pop("follow_symlinks_inside_root", None)  # recorded by older versions, never read
         return cls(
-            parse=ParseConfig(**config.get("parse", {})),
+            parse=ParseConfig(**parse),
             graph=GraphConfig(**config.get("graph", {})),
             transition=TransitionConfig(**config.get("transition", {})),
             preset=config.get("preset", "default"),

@@ -23,6 +23,9 @@ import pytest
 import scipy.sparse as sp
 
 from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR
+from segos_pipeline.retrieval.ranker import Ranking
+from segos_pipeline.retrieval.semantic import SemanticIndex, head_of
+from segos_pipeline.retrieval.sets import scattered
 from segos_pipeline.store.layout import MANIFEST, sha256_file
 from segos_pipeline.store.snapshot import Snapshot, SnapshotStore
 
@@ -258,3 +261,44 @@ def dense_ppr(t: sp.spmatrix | np.ndarray, p: np.ndarray, alpha: float) -> np.nd
     dangling = (t.sum(axis=1) == 0).astype(float)
     m = t.T + np.outer(p, dangling)  # column-stochastic: a dangling column teleports to p
     return np.linalg.solve(np.eye(len(p)) - (1 - alpha) * m, alpha * p)
+
+
+def semantic_evidence(
+    sem: SemanticIndex, query: str | np.ndarray, patch: dict[int, np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted nodes, z > 0) of a query (a string is embedded first), as the ranker asks for it."""
+    q = sem.query_vector(query) if isinstance(query, str) else query
+    nodes, z, _, _ = sem.evidence_and_nearest(q, patch, 0)
+    return nodes, z
+
+
+def dense_semantic_evidence(
+    sem: SemanticIndex, query: str | np.ndarray, patch: dict[int, np.ndarray] | None = None
+) -> np.ndarray:
+    """`semantic_evidence` over every skill: z for the head, zero elsewhere."""
+    return scattered(sem.matrix.shape[0], *semantic_evidence(sem, query, patch))
+
+
+def head_scores(sims: np.ndarray, m: int, floor: float) -> np.ndarray:
+    """`head_of` as a dense vector: z for the head, zero elsewhere (the oracle of a search's head)."""
+    out = np.zeros(len(sims))
+    pos, z = head_of(sims, m, floor)
+    out[pos] = z
+    return out
+
+
+def dense_rho(ranking: Ranking) -> np.ndarray:
+    """ρ of a ranking over every skill (zero where it has no candidate)."""
+    return scattered(ranking.n, ranking.candidates, ranking.scores)
+
+
+def dense_graph(ranking: Ranking) -> np.ndarray:
+    """s* of a ranking over every skill."""
+    return scattered(ranking.n, ranking.graph_nodes, ranking.graph_mass)
+
+
+def dense_semantic(ranking: Ranking) -> np.ndarray | None:
+    """z of a ranking over every skill, None when the query was not embedded."""
+    if ranking.semantic_nodes is None or ranking.semantic_z is None:
+        return None
+    return scattered(ranking.n, ranking.semantic_nodes, ranking.semantic_z)

@@ -31,13 +31,13 @@ class GraphTables:
     """Everything a version holds besides its manifest."""
 
     nodes: pl.DataFrame
-    # the string token table, or (a cold-start build) the same table in integer columns, which the store
-    # writes part by part without ever holding the whole string table
-    tokens: pl.DataFrame | CompactTokens
+    # the token table in integer columns, which the store writes part by part without ever holding the
+    # whole string table
+    tokens: CompactTokens
     edges: pl.DataFrame
     transition: sp.csr_matrix
     semantic: SemanticStats
-    signature: Signature | None = None  # stored with the version; derived from the tokens when absent
+    signature: Signature  # stored with the version
 
 
 class DecodedParts(Sequence[NewPart]):
@@ -173,19 +173,9 @@ def commit_cold_start(
 ) -> dict[str, Any]:
     """Write a cold-start version: the graph tables, the build report, and its manifest last."""
     manifest = {**cold_start_manifest(parsed, tables, config, timings), **(extra or {})}
-    if isinstance(tables.tokens, pl.DataFrame):
-        return store.write(
-            nodes=tables.nodes,
-            tokens=tables.tokens,
-            edges=tables.edges,
-            transition=tables.transition,
-            signature=tables.signature,
-            manifest=manifest,
-            extra_tables={REPORT: parsed.report},
-        )
     return store.write_parts(
         parts=DecodedParts(tables.nodes, tables.tokens),
-        signature=tables.signature or tables.tokens.signature(),
+        signature=tables.signature,
         edges=tables.edges,
         transition=tables.transition,
         manifest=manifest,
@@ -193,16 +183,11 @@ def commit_cold_start(
     )
 
 
-def parsed_tokens(parsed: ParsedLibrary, merged: TokenMerger | None = None) -> CompactTokens | None:
-    """The token table of the chunks the parse workers tokenised (`merged` as they came, else the chunks
-    kept in `parsed.per_chunk`); None when they did not tokenise, or when their chunks were not in id
-    order (nested packages, or a folder name that is another's prefix followed by a character before
-    "/"), and the table has to be tokenised from the sorted node table."""
-    if not parsed.in_order:
-        return None
-    if merged is not None:
-        return merged.result()
-    return None if parsed.per_chunk is None else CompactTokens.from_chunks(parsed.per_chunk)
+def parsed_tokens(parsed: ParsedLibrary, merged: TokenMerger) -> CompactTokens | None:
+    """The token table of the chunks the parse workers tokenised (`merged` as they came); None when their
+    chunks were not in id order (nested packages, or a folder name that is another's prefix followed by a
+    character before "/"), and the table has to be tokenised from the sorted node table."""
+    return merged.result() if parsed.in_order else None
 
 
 def build_cold_start(

@@ -110,39 +110,8 @@ def first_value(data: dict[str, Any], *keys: str) -> Any:
     return None
 
 
-class Sections:
-    """A body's sections, split only when a field falls back to them and the body can hold the title
-    (most synthetic and many real frontmatters declare every list field, and splitting is a tenth of a
-    package's parse)."""
-
-    def __init__(self, body: str):
-        self.body = body
-        self._split: dict[str, str] | None = None
-        self._lower: str | None = None
-
-    def __contains__(self, title: str) -> bool:
-        if self._split is None and title.isascii():
-            # A heading's title is a stretch of the body, lowercased. `str.lower` maps each character on
-            # its own except Σ (by context, and never to ASCII), so an ASCII title is a substring of the
-            # lowered body wherever a heading has it: absent from it, no need to split.
-            if self._lower is None:
-                self._lower = self.body.lower()
-            if title not in self._lower:
-                return False
-        return title in self.split
-
-    def __getitem__(self, title: str) -> str:
-        return self.split[title]
-
-    @property
-    def split(self) -> dict[str, str]:
-        if self._split is None:
-            self._split = markdown_sections(self.body)
-        return self._split
-
-
 def from_keys_or_section(
-    data: dict[str, Any], sections: Sections, keys: tuple[str, ...], titles: tuple[str, ...]
+    data: dict[str, Any], sections: dict[str, str], keys: tuple[str, ...], titles: tuple[str, ...]
 ) -> list[str]:
     value = first_value(data, *keys)
     if value is not None:

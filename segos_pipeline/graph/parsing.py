@@ -25,7 +25,6 @@ from ..config import ParseConfig
 from ..text.tokens import normalize_names
 from .discovery import SKILL_FILE, WALK_CODES, Listed, inside_root, listed_packages, listing, walk_problems
 from .fields import (
-    Sections,
     as_str_list,
     check_list_fields,
     domain_tags,
@@ -33,6 +32,7 @@ from .fields import (
     first_sentence,
     first_value,
     from_keys_or_section,
+    markdown_sections,
     scalar_text,
     typed,
 )
@@ -76,23 +76,13 @@ class ParsedLibrary:
     nodes: pl.DataFrame
     report: pl.DataFrame
     root: Path
-    # what `parse_library(per_chunk=f)` computed in the workers: f of each chunk's node frame, in order;
-    # chunk i's skills follow chunk i-1's in `nodes` only when `in_order` (found in id order, as usual)
-    per_chunk: list[Any] | None = None
+    # the chunks' skills were found in id order (as usual): chunk i's skills follow chunk i-1's in `nodes`,
+    # so what `parse_library(per_chunk=...)` handed on numbers them right
     in_order: bool = True
 
     @property
     def n_problems(self) -> int:
         return self.report.height
-
-
-# ---------------------------------------------------------------------------------------------- discovery
-
-
-# -------------------------------------------------------------------------------------------- frontmatter
-
-
-# ------------------------------------------------------------------------------------------ field helpers
 
 
 # ----------------------------------------------------------------------------------------------- packages
@@ -226,7 +216,7 @@ def parse_package(
     for code, problem, action, severity in fm.problems:
         report(code, problem, action, severity)
     data, body = fm.data, fm.body[: config.max_body_chars]
-    sections = Sections(body)
+    sections = markdown_sections(body)
     folder = os.path.basename(pkg) if rel != "." else Path(root).name
     frontmatter_lost = any(p.code in _FRONTMATTER_LOST for p in problems)
 
@@ -478,9 +468,8 @@ def parse_library(
     """Parse every package under `root` into the node table (sorted by id) and the build report;
     `progress(done, total)` hears how many packages are parsed so far (total None while workers are still
     finding packages). `per_chunk` is more work on each chunk's node frame done where it was parsed (the
-    build tokenises there, on every core). `on_chunk`, if given, is handed each chunk's `per_chunk` result
-    in this process, in order, as soon as it is done (the build merges them while later chunks are still
-    parsed); the results are then not kept in `ParsedLibrary.per_chunk`.
+    build tokenises there, on every core); `on_chunk` is handed each chunk's result in this process, in
+    order, as soon as it is done (the build merges them while later chunks are still parsed).
 
     Large libraries are parsed by a process pool (`workers`, default: the CPUs this process may use);
     the result does not depend on the number of workers.
@@ -499,7 +488,6 @@ def parse_library(
     known = None if any(listed is None for _, listed in items) else len(items)
     frames: list[pl.DataFrame] = []
     problems: list[Problem] = walk_problems(dropped, root)
-    results: list[Any] = []
     parsed = 0
 
     def take(part: _ChunkResult) -> None:
@@ -510,8 +498,6 @@ def parse_library(
         parsed += count
         if on_chunk is not None:
             on_chunk(result)
-        else:
-            results.append(result)
         if progress is not None:
             progress(parsed, known)
 
@@ -531,7 +517,6 @@ def parse_library(
         nodes=nodes,
         report=report_frame(problems),
         root=root,
-        per_chunk=results if per_chunk is not None and on_chunk is None else None,
         in_order=in_order,
     )
 

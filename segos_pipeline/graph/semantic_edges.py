@@ -2,9 +2,9 @@
 
 Intersections come from X·Xᵀ on the binary node × token matrix, one block of rows at a time; blocks are
 sized by an upper bound on the product's non-zeros so peak memory stays bounded on any library size.
-There is no Python loop over pairs of skills. Within a block the product runs over chunks of nodes into
-reused buffers, candidates are ranked on float32 Jaccard where that ranks exactly as float64 does, and
-only each row's winners get their float64 weight (docs/algorithms.md, "Semantic edges").
+There is no Python loop over pairs of skills. Within a block the product runs over chunks of nodes,
+candidates are ranked on float32 Jaccard where that ranks exactly as float64 does, and only each row's
+winners get their float64 weight (docs/algorithms.md, "Semantic edges").
 
 Blocks are independent, so a large join runs them in a pool of spawned processes (one per CPU) that map
 the join matrices from files instead of receiving copies; the result does not depend on the number of
@@ -30,8 +30,7 @@ from ..config import SEMANTIC, GraphConfig
 from .edges import EDGE_SCHEMA
 
 # Upper bound of candidate pairs held at once: the block's product (col + shared count, 8 bytes a pair)
-# and its per-pair scratch (Jaccard, row, gathered size, masks: about 14 bytes) live in buffers of this
-# many entries that a process reuses from block to block.
+# and its per-pair scratch (Jaccard, row, gathered size, masks: about 14 bytes).
 _PAIRS_PER_BLOCK = 8_000_000
 # Below this many candidate pairs in all a pool costs more than it saves: starting spawned workers takes
 # seconds, as long as a whole 100k-skill join in one process (figures: docs/benchmarks.md, "Design
@@ -46,12 +45,6 @@ _FLOAT32_EXACT_SIZE = 2048
 # column; over 2^18 columns (2 MB) they stay in cache, over a million they miss on most entries, so at a
 # million skills a block runs faster as several narrower products than as one.
 _CHUNK_COLUMNS = 1 << 18
-
-try:  # the kernel behind `csr @ csr`: called directly it skips scipy's symbolic pass (the block's size
-    # bound is known) and writes into buffers reused from block to block instead of fresh arrays
-    from scipy.sparse._sparsetools import csr_matmat as _csr_matmat
-except ImportError:  # pragma: no cover - a scipy that moved it: the public product gives the same entries
-    _csr_matmat = None
 
 
 @dataclass(frozen=True)
@@ -108,34 +101,7 @@ class _Join:
     firsts: tuple[int, ...]  # first node of each chunk
     sizes: np.ndarray  # float32 signature-set size of every node (capped tokens included)
     k: int
-    capacity: int  # entries of the largest block's product bound: the product buffers' size
     rank_dtype: type  # float32 when it ranks exactly (see _FLOAT32_EXACT_SIZE), else float64
-
-
-class _Workspace:
-    """The product's output buffers, reused for every block and chunk: fresh arrays of millions of entries
-    cost page faults on every block. Pages are touched only as far as a product fills them."""
-
-    def __init__(self, capacity: int, index_dtype: np.dtype) -> None:
-        self.cols = np.empty(capacity, dtype=index_dtype)
-        self.shared = np.empty(capacity, dtype=np.float32)
-
-
-def _product(
-    block: tuple[np.ndarray, np.ndarray, np.ndarray], xt: sp.csr_matrix, ws: _Workspace
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(indptr, cols, shared counts) of block · xt, the entries as views into the workspace."""
-    indptr_a, indices_a, data_a = block
-    if _csr_matmat is None:  # pragma: no cover - see the import
-        shape = (len(indptr_a) - 1, xt.shape[0])
-        inter = sp.csr_matrix((data_a, indices_a, indptr_a), shape=shape) @ xt
-        return inter.indptr, inter.indices, inter.data
-    indptr = np.empty(len(indptr_a), dtype=ws.cols.dtype)
-    # no bounds checks in the kernel: the buffers hold the block's cost, an upper bound of its entries
-    _csr_matmat(len(indptr_a) - 1, xt.shape[1], indptr_a, indices_a, data_a, xt.indptr, xt.indices,
-                xt.data, indptr, ws.cols, ws.shared)  # fmt: skip
-    nnz = int(indptr[-1])
-    return indptr, ws.cols[:nnz], ws.shared[:nnz]
 
 
 def _row_best(
@@ -176,11 +142,10 @@ def _top_positions(
     return pos, np.concatenate(values) if values else np.empty(0, dtype=jac.dtype)
 
 
-def _chunk_topk(
-    join: _Join, c: int, a: int, b: int, block: tuple[np.ndarray, ...], ws: _Workspace
-) -> tuple[np.ndarray, ...]:
+def _chunk_topk(join: _Join, c: int, a: int, b: int, block: sp.csr_matrix) -> tuple[np.ndarray, ...]:
     """(local row, node, rank Jaccard, shared count) of each row's top k among chunk c's nodes."""
-    indptr, cols, shared = _product(block, join.chunks[c], ws)
+    product = block @ join.chunks[c]
+    indptr, cols, shared = product.indptr, product.indices, product.data
     first, width = join.firsts[c], join.chunks[c].shape[1]
     lengths = np.diff(indptr)
     jac = np.repeat(join.sizes[a:b], lengths).astype(join.rank_dtype, copy=False)  # |A|
@@ -195,16 +160,14 @@ def _chunk_topk(
     return rows, cols[pos].astype(np.int64) + first, rank, shared[pos]
 
 
-def _block_topk(join: _Join, a: int, b: int, ws: _Workspace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _block_topk(join: _Join, a: int, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Top-k (src, dst, Jaccard) of rows [a, b): one block of X·Xᵀ, never the whole product.
 
     Each chunk of nodes gives its top k of every row; a row's top k over all nodes are among those
     (one order, Jaccard then smaller node, ranks both). Candidates are ranked in the rank dtype and only
     the winners get their float64 Jaccard, from the same integer counts."""
-    index = ws.cols.dtype  # a slice may narrow its index dtype: the kernel takes one for all its inputs
-    sliced = join.x_join[a:b]
-    block = (sliced.indptr.astype(index, copy=False), sliced.indices.astype(index, copy=False), sliced.data)
-    parts = [_chunk_topk(join, c, a, b, block, ws) for c in range(len(join.chunks))]
+    block = join.x_join[a:b]
+    parts = [_chunk_topk(join, c, a, b, block) for c in range(len(join.chunks))]
     rows, cols, rank, shared = (np.concatenate(p) for p in zip(*parts, strict=True))
     if len(join.chunks) > 1:  # keep each row's best k over the chunks
         order = np.lexsort((cols, -rank, rows))
@@ -220,7 +183,7 @@ def _block_topk(join: _Join, a: int, b: int, ws: _Workspace) -> tuple[np.ndarray
 
 # ----------------------------------------------------------------------------------- the process pool
 
-_WORKER: dict[str, object] = {}  # a pool worker's join and workspace, set up once by `_init_worker`
+_WORKER: dict[str, _Join] = {}  # a pool worker's join, set up once by `_init_worker`
 
 
 def _save_csr(folder: Path, name: str, m: sp.csr_matrix) -> None:
@@ -245,7 +208,7 @@ def _save_join(folder: Path, join: _Join) -> None:
     np.save(folder / "sizes.npy", join.sizes)
 
 
-def _init_worker(folder: str, firsts: tuple[int, ...], k: int, capacity: int, rank_dtype: str) -> None:
+def _init_worker(folder: str, firsts: tuple[int, ...], k: int, rank_dtype: str) -> None:
     path = Path(folder)
     join = _Join(
         x_join=_load_csr(path, "x"),
@@ -253,18 +216,13 @@ def _init_worker(folder: str, firsts: tuple[int, ...], k: int, capacity: int, ra
         firsts=firsts,
         sizes=np.load(path / "sizes.npy"),
         k=k,
-        capacity=capacity,
         rank_dtype=np.dtype(rank_dtype).type,
     )
-    _WORKER.update(join=join, ws=_workspace(join))
+    _WORKER["join"] = join
 
 
 def _worker_block(block: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return _block_topk(_WORKER["join"], block[0], block[1], _WORKER["ws"])  # type: ignore[arg-type]
-
-
-def _workspace(join: _Join) -> _Workspace:
-    return _Workspace(join.capacity, join.x_join.indices.dtype)
+    return _block_topk(_WORKER["join"], block[0], block[1])
 
 
 def _pool_blocks(
@@ -278,7 +236,7 @@ def _pool_blocks(
             max_workers=workers,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_init_worker,
-            initargs=(tmp, join.firsts, join.k, join.capacity, np.dtype(join.rank_dtype).name),
+            initargs=(tmp, join.firsts, join.k, np.dtype(join.rank_dtype).name),
         ) as pool:
             yield from pool.map(_worker_block, blocks)
 
@@ -306,10 +264,10 @@ def topk_jaccard(
     keep = df <= cap
     x_join = x[:, np.flatnonzero(keep)].tocsr()
     del x
-    # upper bound of candidate neighbours per row, summed exactly (float64): it sizes the product buffers
+    # upper bound of candidate neighbours per row, summed exactly (float64): it sizes the blocks
     cost = np.rint(x_join @ df[keep].astype(np.float64)).astype(np.int64)
     blocks = _row_blocks(cost, _PAIRS_PER_BLOCK, config.join_block_rows)
-    join = _join(x_join, sizes, cost, blocks, config.knn_k)
+    join = _join(x_join, sizes, config.knn_k)
     workers = default_workers() if workers is None else workers
     results = None
     if workers > 1 and len(blocks) > 1 and int(cost.sum()) >= PARALLEL_MIN_PAIRS:
@@ -318,8 +276,7 @@ def topk_jaccard(
         except (BrokenProcessPool, OSError):
             results = None  # no pool here (e.g. no /dev/shm, spawn refused): join in this process
     if results is None:
-        ws = _workspace(join)
-        results = _gather((_block_topk(join, a, b, ws) for a, b in blocks), progress, len(blocks))
+        results = _gather((_block_topk(join, a, b) for a, b in blocks), progress, len(blocks))
     src_parts, dst_parts, w_parts = results
     src = np.concatenate(src_parts) if src_parts else np.empty(0, np.int64)
     dst = np.concatenate(dst_parts) if dst_parts else np.empty(0, np.int64)
@@ -327,27 +284,13 @@ def topk_jaccard(
     return src, dst, weight, _stats(n, src, dst, cap, int((~keep).sum()))
 
 
-def _join(
-    x_join: sp.csr_matrix, sizes: np.ndarray, cost: np.ndarray, blocks: list[tuple[int, int]], k: int
-) -> _Join:
-    """The join's inputs: Xᵀ in node chunks, one index dtype for every matrix (the kernel takes one)."""
-    cum = np.concatenate([[0], np.cumsum(cost, dtype=np.int64)])
-    capacity = max([int(cum[b] - cum[a]) for a, b in blocks] + [1])
+def _join(x_join: sp.csr_matrix, sizes: np.ndarray, k: int) -> _Join:
+    """The join's inputs: Xᵀ in node chunks."""
     n = x_join.shape[0]
-    largest = max(capacity, n, x_join.shape[1], x_join.nnz)
-    index = np.int32 if largest < np.iinfo(np.int32).max else np.int64
-    x_join.indices, x_join.indptr = (
-        x_join.indices.astype(index, copy=False),
-        x_join.indptr.astype(index, copy=False),
-    )
     firsts = tuple(range(0, max(n, 1), _CHUNK_COLUMNS))
-    chunks = []
-    for first in firsts:
-        xt = x_join[first : first + _CHUNK_COLUMNS].T.tocsr()
-        xt.indices, xt.indptr = xt.indices.astype(index, copy=False), xt.indptr.astype(index, copy=False)
-        chunks.append(xt)
+    chunks = tuple(x_join[first : first + _CHUNK_COLUMNS].T.tocsr() for first in firsts)
     exact32 = n == 0 or float(sizes.max()) <= _FLOAT32_EXACT_SIZE
-    return _Join(x_join, tuple(chunks), firsts, sizes, k, capacity, np.float32 if exact32 else np.float64)
+    return _Join(x_join, chunks, firsts, sizes, k, np.float32 if exact32 else np.float64)
 
 
 def _gather(

@@ -50,7 +50,7 @@ def column_sums(
     if postings > _SORT_SHARE * n and _csc_matvec is not None:
         return _accumulated(m, cols, weights, pattern)
     rows, pos, lengths = gather(m, cols)
-    if postings > _SORT_SHARE * n:  # pragma: no cover - a scipy without the kernel: one bincount each
+    if postings > _SORT_SHARE * n:  # a scipy without the kernel (tested): one bincount each
         nodes = unique(rows)
         sums = []
         for c, flat in zip(weights, pattern, strict=True):

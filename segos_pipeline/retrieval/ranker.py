@@ -148,23 +148,6 @@ class Ranking:
             return 0.0
         return value_at(self.semantic_nodes, self.semantic_z, node)
 
-    @cached_property
-    def rho(self) -> np.ndarray:
-        """ρ over all nodes (dense)."""
-        return scattered(self.n, self.candidates, self.scores)
-
-    @cached_property
-    def graph(self) -> np.ndarray:
-        """s* over all nodes (dense)."""
-        return scattered(self.n, self.graph_nodes, self.graph_mass)
-
-    @cached_property
-    def semantic(self) -> np.ndarray | None:
-        """z over all nodes (dense), None when the query was not embedded."""
-        if self.semantic_nodes is None or self.semantic_z is None:
-            return None
-        return scattered(self.n, self.semantic_nodes, self.semantic_z)
-
 
 _CARDS = 4_096  # hydrated skills kept per Retriever (each at most per_skill_chars characters)
 

@@ -34,7 +34,6 @@ import polars as pl
 from ..store.cache import cache_root, read_entry, write_entry
 from .ann import InvertedLists, build_lists, check_lists, list_count
 from .embeddings import EmbeddingBackend, backend_for
-from .sets import scattered
 
 if TYPE_CHECKING:
     from ..config import RetrievalConfig
@@ -265,36 +264,14 @@ class SemanticIndex:
         """Unit vectors of several queries, embedded in one call."""
         return _unit(self.backend.embed(list(queries)))
 
-    def evidence(self, query: str, patch: dict[int, np.ndarray] | None = None) -> np.ndarray:
-        """z ∈ [0, 1] for the `candidates` most similar skills (best = 1, the next one after them = 0),
-        0 for every other skill and for any skill below `min_cosine`."""
-        return scattered(self.matrix.shape[0], *self.evidence_nodes(query, patch))
-
-    def evidence_nodes(
-        self, query: str, patch: dict[int, np.ndarray] | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """`evidence` held over the skills that have any: (sorted node indices, their z > 0). Past one
-        list, nothing the size of the library is allocated or read."""
-        if self.matrix.shape[0] == 0 or not query.strip():
-            return np.zeros(0, dtype=np.int64), np.zeros(0)
-        return self.evidence_nodes_of(self.query_vector(query), patch)
-
-    def evidence_of(self, q: np.ndarray, patch: dict[int, np.ndarray] | None = None) -> np.ndarray:
-        """`evidence` for an already embedded (unit) query vector."""
-        return scattered(self.matrix.shape[0], *self.evidence_nodes_of(q, patch))
-
-    def evidence_nodes_of(
-        self, q: np.ndarray, patch: dict[int, np.ndarray] | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """`evidence_nodes` for an already embedded (unit) query vector."""
-        nodes, z, _, _ = self.evidence_and_nearest(q, patch, 0)
-        return nodes, z
-
     def evidence_and_nearest(
         self, q: np.ndarray, patch: dict[int, np.ndarray] | None, m: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """`evidence_nodes_of`, and the m skills most similar to `q` with their cosines (what experience
-        votes against), from one search."""
+        """The evidence of a unit query vector `q`, held over the skills that have any: (sorted node
+        indices, their z > 0), z ∈ (0, 1] for the `candidates` most similar skills (best = 1, the next one
+        after them = 0) and none below `min_cosine`; and the m skills most similar to `q` with their
+        cosines (what experience votes against), from one search. Past one list, nothing the size of the
+        library is allocated or read."""
         rows, sims = self._scored(q, patch)
         # Skills not scored rank below every one that was: the head is taken among the scored ones.
         pos, z = head_of(sims, self.candidates, self.min_cosine)
@@ -424,14 +401,6 @@ def head_of(sims: np.ndarray, m: int, floor: float) -> tuple[np.ndarray, np.ndar
     vals = (sims[head] - ref) / (top - ref)
     keep = vals > 0
     return head[keep].astype(np.int64, copy=False), vals[keep]
-
-
-def head_scores(sims: np.ndarray, m: int, floor: float) -> np.ndarray:
-    """`head_of` as a dense vector: z for the head, zero elsewhere."""
-    out = np.zeros(len(sims))
-    pos, z = head_of(sims, m, floor)
-    out[pos] = z
-    return out
 
 
 def semantic_index(snapshot: Snapshot, config: RetrievalConfig) -> SemanticIndex | None:

@@ -13,9 +13,7 @@ string table. The store writes a version's token parts from these decoded ranges
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,22 +63,6 @@ def _merged(chunks: Iterable[ChunkTokens], vocab: StringIndex | None = None) -> 
     return merger.result()
 
 
-def _chunks_of(nodes: pl.DataFrame, step: int, threads: int) -> Iterator[ChunkTokens]:
-    """`ChunkTokens.of` each `step` skills, in order, `threads` chunks at a time: polars and numpy release
-    the GIL for nearly all of it (the word extraction alone is single-threaded), so two threads use both
-    cores while only that many chunks' string rows are ever held."""
-    threads = max(1, threads)
-    slices = (nodes.slice(start, step) for start in range(0, nodes.height, step))
-    with ThreadPoolExecutor(threads) as pool:
-        pending: deque[Future[ChunkTokens]] = deque()
-        for piece in slices:
-            pending.append(pool.submit(ChunkTokens.of, piece))
-            if len(pending) >= threads:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
-
-
 def _counted(chunks: Iterable[ChunkTokens], done: Callable[[int], None] | None) -> Iterator[ChunkTokens]:
     """The chunks, telling `done` how many skills are tokenised after each."""
     so_far = 0
@@ -108,8 +90,8 @@ class CompactTokens:
     @classmethod
     def of(cls, nodes: pl.DataFrame, done: Callable[[int], None] | None = None) -> CompactTokens:
         """Tokenise `nodes` chunk by chunk; `done(n)` hears how many skills are tokenised so far."""
-        # read at call time: tests shrink them to exercise many chunks and the serial path
-        chunks = _chunks_of(nodes, lexicon.TOKEN_CHUNK, lexicon.TOKEN_THREADS)
+        step = lexicon.TOKEN_CHUNK  # read at call time: tests shrink it to exercise many chunks
+        chunks = (ChunkTokens.of(nodes.slice(start, step)) for start in range(0, nodes.height, step))
         return _merged(_counted(chunks, done))
 
     @classmethod

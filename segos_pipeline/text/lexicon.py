@@ -68,10 +68,6 @@ def field_texts(nodes: pl.DataFrame) -> pl.DataFrame:
 # Nodes tokenised at once: the exploded word table of a chunk is the peak of a build's memory, so chunks
 # keep it bounded (about 20k skills ≈ a few million words) whatever the library size.
 TOKEN_CHUNK = 20_000
-# Chunks `CompactTokens.of` tokenises at once, one per thread: the machine's two cores (each chunk's word
-# extraction is single-threaded in polars); the peak memory grows with it, a chunk's words each (much
-# of a build's peak). The gain in wall time needs idle cores: on the shared, loaded machine it was not seen.
-TOKEN_THREADS = 2
 
 
 # Values turned into Python objects per step when a dict is built from a column. Versions load on a

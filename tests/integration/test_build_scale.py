@@ -151,26 +151,25 @@ def test_tokens_from_the_parse_workers_build_the_same_version(tmp_path, monkeypa
     generate_library(lib, 300, seed=5, workers=1)
     monkeypatch.setattr(parsing, "_PARALLEL_MIN", 40)  # a pool, and workers that find their own packages
     monkeypatch.setattr(parsing, "_CHUNK", 37)
-    parsed = parse_library(lib, workers=2, per_chunk=build.ChunkTokens.of)
-    assert parsed.in_order and parsed.per_chunk is not None and len(parsed.per_chunk) > 3
-    from_workers = build.parsed_tokens(parsed)
-    assert from_workers is not None and from_workers.rows().equals(string_token_table(parsed.nodes))
+    chunks: list[build.ChunkTokens] = []
+    parsed = parse_library(lib, workers=2, per_chunk=build.ChunkTokens.of, on_chunk=chunks.append)
+    assert parsed.in_order and len(chunks) > 3
+    from_workers = build.CompactTokens.from_chunks(chunks)
+    assert from_workers.rows().equals(string_token_table(parsed.nodes))
     # merged as each chunk came back, while the workers went on: the same table
     merger = build.TokenMerger()
     as_they_came = parse_library(lib, workers=2, per_chunk=build.ChunkTokens.of, on_chunk=merger.add)
-    assert as_they_came.per_chunk is None and merger.n_nodes == parsed.nodes.height
+    assert merger.n_nodes == parsed.nodes.height
     merged = build.parsed_tokens(as_they_came, merger)
     assert merged is not None and merged.frame.equals(from_workers.frame)
     assert merged.vocab.equals(from_workers.vocab)
     # a chunk out of order (as nested packages make it): the merged chunks would number skills wrongly
-    assert (
-        build.parsed_tokens(parsing.ParsedLibrary(parsed.nodes, parsed.report, lib, parsed.per_chunk, False))
-        is None
-    )
+    out_of_order = parsing.ParsedLibrary(parsed.nodes, parsed.report, lib, in_order=False)
+    assert build.parsed_tokens(out_of_order, merger) is None
 
     versions = {}
     for how in ("workers", "one place"):
         if how == "one place":
-            monkeypatch.setattr(build, "parsed_tokens", lambda parsed, merged=None: None)
+            monkeypatch.setattr(build, "parsed_tokens", lambda parsed, merged: None)
         versions[how] = build_cold_start(lib, tmp_path / how)["version"]
     assert versions["workers"] == versions["one place"]

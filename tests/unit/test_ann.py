@@ -17,7 +17,9 @@ import pytest
 from segos_pipeline import RetrievalConfig, Retriever, SnapshotStore
 from segos_pipeline.retrieval import semantic as semantic_mod
 from segos_pipeline.retrieval.ann import InvertedLists, build_lists, check_lists, list_count
-from segos_pipeline.retrieval.semantic import IVF_SCAN_ROWS, SemanticIndex, SkillVectors, head_scores
+from segos_pipeline.retrieval.semantic import IVF_SCAN_ROWS, SemanticIndex, SkillVectors
+
+from ..conftest import dense_semantic_evidence, head_scores, semantic_evidence
 
 
 def _clustered(n: int, d: int = 32, clusters: int = 60, seed: int = 3) -> np.ndarray:
@@ -129,7 +131,7 @@ def test_the_reading_budget_bounds_the_rows_read_and_nothing_else_is_touched():
     rng = np.random.default_rng(1)
     for i in rng.integers(0, len(x), 25):
         _CountingRows.reads = []
-        nodes, z = sem.evidence_nodes_of(x[i])
+        nodes, z = semantic_evidence(sem, x[i])
         read = sum(_CountingRows.reads)
         assert 1_500 <= read < 1_500 + built.sizes.max()
         assert len(_CountingRows.reads) <= len(built.choose(x[i], 1_500))  # a span per run of lists
@@ -183,7 +185,7 @@ def test_a_library_of_one_list_is_the_exact_search_bit_for_bit():
         sims[list(patch)] = [float(v @ q) for v in patch.values()]
         pos, z = semantic_mod.head_of(sims, sem.candidates, sem.min_cosine)
         ranked = np.argsort(pos, kind="stable")
-        got = sem.evidence_nodes_of(q, patch)
+        got = semantic_evidence(sem, q, patch)
         assert np.array_equal(got[0], pos[ranked]) and np.array_equal(got[1], z[ranked])
 
 
@@ -199,10 +201,10 @@ def test_many_lists_read_whole_are_the_exact_search_and_read_in_part_hold_most_o
     for i in rng.integers(0, len(x), 20):
         q = x[i]
         want = _oracle(x, q, 20, 0.1)
-        got = everything.evidence_nodes_of(q)
+        got = semantic_evidence(everything, q)
         assert np.array_equal(got[0], want[0])
         np.testing.assert_allclose(got[1], want[1], rtol=0, atol=1e-6)  # block products round apart
-        recall.append(np.isin(want[0], part.evidence_nodes_of(q)[0]).mean())
+        recall.append(np.isin(want[0], semantic_evidence(part, q)[0]).mean())
     assert np.mean(recall) >= 0.9
 
 
@@ -240,8 +242,8 @@ def test_evidence_nodes_equals_the_dense_evidence_with_and_without_patch(path):
             {int(scored[0]): -q, int(unseen[0]): x[(i + 1) % n]},  # a skill of the head loses its place
         ]
         for patch in patches:
-            nodes, z = sem.evidence_nodes_of(q, patch)
-            dense = sem.evidence_of(q, patch)
+            nodes, z = semantic_evidence(sem, q, patch)
+            dense = dense_semantic_evidence(sem, q, patch)
             assert (np.diff(nodes) > 0).all() and (z > 0).all()
             assert np.array_equal(nodes, np.flatnonzero(dense)) and np.array_equal(z, dense[nodes])
             # float32 products over blocks of rows round apart from those over the whole matrix
@@ -284,19 +286,18 @@ def test_semantic_evidence_through_inverted_lists_is_the_exact_pass_over_the_row
         assert 30 <= len(rows) < 60
         sims = np.full(60, -np.inf)
         sims[rows] = (ivf.matrix[rows] @ ivf.query_vector(q)).astype(np.float64)  # the rest get nothing
-        z_ivf = ivf.evidence(q)
+        z_ivf = dense_semantic_evidence(ivf, q)
         assert np.count_nonzero(z_ivf) > 0
         np.testing.assert_allclose(
-            z_ivf, semantic_mod.head_scores(sims, ivf.candidates, ivf.min_cosine), rtol=0, atol=1e-6
+            z_ivf, head_scores(sims, ivf.candidates, ivf.min_cosine), rtol=0, atol=1e-6
         )
-        nodes, z = ivf.evidence_nodes(q)
+        nodes, z = semantic_evidence(ivf, q)
         assert np.array_equal(nodes, np.flatnonzero(z_ivf)) and np.array_equal(z, z_ivf[nodes])
     # A second process-level load reads the cached lists, memory-mapped, instead of building them again.
     semantic_mod._RECENT_LISTS.clear()
     again = Retriever(SnapshotStore(demo_store).load(), LISTS).semantic
     assert np.array_equal(again.lists.order, ivf.lists.order)
     assert isinstance(again.lists.vectors.base, np.memmap)
-    assert ivf.evidence_nodes("")[0].size == 0
 
 
 def test_a_patched_vector_is_scored_even_off_the_probed_lists(demo_store, ivf_everywhere):
@@ -306,9 +307,9 @@ def test_a_patched_vector_is_scored_even_off_the_probed_lists(demo_store, ivf_ev
     qv = sem.query_vector(q)
     rows, _ = sem.lists.scan(qv, sem.scan_rows)
     outside = int(np.setdiff1d(np.arange(sem.matrix.shape[0]), rows)[0])
-    z = sem.evidence(q, {outside: qv})  # give it the query's own vector: it must come first
+    z = dense_semantic_evidence(sem, q, {outside: qv})  # give it the query's own vector: it must come first
     assert z[outside] == pytest.approx(1.0)
-    nodes, zn = sem.evidence_nodes(q, {outside: qv})
+    nodes, zn = semantic_evidence(sem, q, {outside: qv})
     assert outside in nodes.tolist() and np.array_equal(zn, z[nodes])
 
 
@@ -375,6 +376,6 @@ def test_the_demo_is_one_list_with_the_exact_evidence_and_nothing_cached(demo_st
     assert (sorted(cache.iterdir()) if cache.is_dir() else []) == before
     for q in QUERIES:
         qv = sem.query_vector(q)
-        nodes, z = sem.evidence_nodes(q)
+        nodes, z = semantic_evidence(sem, q)
         want, wz = _oracle(sem.matrix, qv, sem.candidates, sem.min_cosine)
         assert len(nodes) > 0 and np.array_equal(nodes, want) and np.array_equal(z, wz)

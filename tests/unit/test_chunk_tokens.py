@@ -179,11 +179,9 @@ def test_vocabulary_merge_keeps_to_hashes_on_real_tokens(generated_nodes):
     )
 
 
-@pytest.mark.parametrize("threads", [1, 3])
-def test_threads_keep_the_order_and_report_progress(monkeypatch, threads):
+def test_chunks_keep_the_order_and_report_progress(monkeypatch):
     nodes = parse_library(DEFAULT_LIBRARY).nodes
     monkeypatch.setattr(lexicon, "TOKEN_CHUNK", 7)
-    monkeypatch.setattr(lexicon, "TOKEN_THREADS", threads)
     heard: list[int] = []
     got = CompactTokens.of(nodes, heard.append)
     assert heard == [*range(7, nodes.height, 7), nodes.height]

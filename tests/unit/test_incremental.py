@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from segos_pipeline import SnapshotStore, build_cold_start
 from segos_pipeline.cli import main as service_cli
-from segos_pipeline.config import BuildConfig, GraphConfig
+from segos_pipeline.config import BuildConfig, GraphConfig, ParseConfig
 from segos_pipeline.graph.build import commit_derived
 from segos_pipeline.graph.incremental import IncrementalError, apply_change
 from segos_pipeline.store import parts as parts_mod
@@ -234,3 +234,13 @@ def test_a_damaged_token_part_is_refused_not_copied_into_the_child(tmp_path: Pat
     with pytest.raises(DamagedSnapshot, match=r"tokens-00000\.parquet"):
         apply_change(store, "update", lib / "gamma/zipper")
     assert len(store.list_versions()) == 1
+
+
+def test_a_manifest_with_the_removed_symlink_setting_still_gives_its_build_settings():
+    """Cold-start manifests recorded `parse.follow_symlinks_inside_root`, a setting nothing read (links
+    that leave the library root are never followed): such a version's build settings still load, so an
+    incremental update of it runs with the limits it was built with."""
+    built = BuildConfig(parse=ParseConfig(max_body_chars=1_000))
+    recorded = built.to_dict()
+    recorded["parse"]["follow_symlinks_inside_root"] = True
+    assert BuildConfig.of_manifest({"config": recorded}) == built

@@ -99,20 +99,6 @@ def test_large_sets_rank_on_float64(monkeypatch):
     assert dst[src == 0].tolist() == [1]
 
 
-def test_direct_product_equals_scipy_product():
-    x = sp.csr_matrix(_random_sets(3)).astype(np.float32)
-    x.data[:] = 1.0
-    cost = np.rint(x @ np.asarray(x.sum(axis=0)).ravel().astype(np.float64)).astype(np.int64)
-    built = join._join(x, np.asarray(x.sum(axis=1)).ravel(), cost, [(0, x.shape[0])], 1)
-    ws = join._workspace(built)
-    block = (x.indptr, x.indices, x.data)
-    indptr, cols, shared = join._product(block, built.chunks[0], ws)
-    want = (x @ x.T).tocsr()
-    np.testing.assert_array_equal(indptr, want.indptr)
-    np.testing.assert_array_equal(cols, want.indices)
-    np.testing.assert_array_equal(shared, want.data)
-
-
 def test_pool_with_several_chunks_equals_reference(monkeypatch):
     x = _random_sets(11)
     monkeypatch.setattr(join, "_CHUNK_COLUMNS", 17)  # several chunk files mapped by every worker

@@ -13,6 +13,8 @@ from segos_pipeline.evaluation.synthetic import generate_library, generate_queri
 from segos_pipeline.retrieval import lexical, postings
 from segos_pipeline.retrieval.postings import column_sums, high_tier, sums_at
 
+from ..conftest import dense_graph, dense_rho, dense_semantic
+
 DEPTH = 5
 
 
@@ -35,10 +37,14 @@ def test_accumulated_sums_equal_the_sorted_sums_and_the_lookups_bit_for_bit(monk
         monkeypatch.setattr(postings, "_SORT_SHARE", 0.0)
         monkeypatch.setattr(postings, "_NODE_RANGE", int(rng.integers(1, 300)))  # many node ranges
         acc_nodes, acc_sums = column_sums(m, cols, weights, pattern)
+        # a scipy without the private kernel `_accumulated` calls: the public bincount path
+        monkeypatch.setattr(postings, "_csc_matvec", None)
+        counted_nodes, counted_sums = column_sums(m, cols, weights, pattern)
+        monkeypatch.undo()
         looked_up = sums_at(m, cols, weights, pattern, sorted_nodes)
-        assert np.array_equal(sorted_nodes, acc_nodes)
-        for a, b, c in zip(sorted_sums, acc_sums, looked_up, strict=True):
-            assert a.tobytes() == b.tobytes() == c.tobytes()
+        assert np.array_equal(sorted_nodes, acc_nodes) and np.array_equal(sorted_nodes, counted_nodes)
+        for a, b, c, d in zip(sorted_sums, acc_sums, looked_up, counted_sums, strict=True):
+            assert a.tobytes() == b.tobytes() == c.tobytes() == d.tobytes()
         dense = np.asarray(m[:, cols] @ weights[0]).ravel()
         assert np.allclose(dense[sorted_nodes], sorted_sums[0])
         assert not dense[np.setdiff1d(range(700), sorted_nodes)].any()
@@ -101,15 +107,16 @@ def test_a_ranking_cut_at_a_depth_has_the_full_rankings_head(request, monkeypatc
         assert cut.seeds.tolist() == full.seeds.tolist()
         assert cut.evidence.coverage == full.evidence.coverage and not cut.evidence.approximate
         assert set(cut.candidates.tolist()) <= set(full.candidates.tolist())
+        full_rho, full_semantic = dense_rho(full), dense_semantic(full)
         for i in cut.top(DEPTH).tolist():  # what a bundle shows of each skill, bit for bit
-            assert cut.score_of(i) == full.rho[i] == cut.rho[i]
-            assert cut.graph_of(i) == full.graph[i]
+            assert cut.score_of(i) == full_rho[i] == dense_rho(cut)[i]
+            assert cut.graph_of(i) == dense_graph(full)[i]
             assert cut.evidence.at(i) == full.evidence.evidence[i]
-            assert cut.semantic_of(i) == (full.semantic[i] if full.semantic is not None else 0.0)
+            assert cut.semantic_of(i) == (full_semantic[i] if full_semantic is not None else 0.0)
         # every skill the cut left out ranks below its DEPTH best
         left_out = np.setdiff1d(full.candidates, cut.candidates)
         if len(left_out) and len(cut.top(DEPTH)) == DEPTH:
-            assert full.rho[left_out].max() < min(cut.score_of(i) for i in cut.top(DEPTH).tolist())
+            assert full_rho[left_out].max() < min(cut.score_of(i) for i in cut.top(DEPTH).tolist())
         assert r.retrieve(q).to_dict() == r.retrieve(q).to_dict()
         assert r.ranked_ids(q, DEPTH) == [str(r.ids[i]) for i in r.select(full, DEPTH)[0]]
     assert cut_any

@@ -15,7 +15,7 @@ from segos_pipeline.graph.transition import row_normalize
 from segos_pipeline.retrieval.push import PushOperator
 from segos_pipeline.retrieval.sets import top_k
 
-from ..conftest import dense_ppr, simple_library
+from ..conftest import dense_graph, dense_ppr, dense_rho, dense_semantic, simple_library
 
 ALPHA = 0.2
 
@@ -164,16 +164,16 @@ def test_push_ranks_the_real_queries_as_a_near_exact_push(real_snapshot, shared_
         np.testing.assert_array_equal(a.top(10), b.top(10))
         m = _fused(push, b)
         pushed, exact = push.push(b.seeds, m[b.seeds]), fine.push(b.seeds, m[b.seeds])
-        assert np.abs(a.graph - b.graph).sum() <= pushed.residual + exact.residual + 1e-12
+        assert np.abs(dense_graph(a) - dense_graph(b)).sum() <= pushed.residual + exact.residual + 1e-12
 
 
 def _fused(r, ranking):
     """m over all skills: lexical evidence fused with the semantic one when the query was embedded."""
     m = ranking.evidence.evidence
-    if ranking.semantic is None:
+    if dense_semantic(ranking) is None:
         return m
     lam = r.fusion_weight(ranking.evidence)
-    return (1.0 - lam) * m + lam * ranking.semantic
+    return (1.0 - lam) * m + lam * dense_semantic(ranking)
 
 
 def _dense_evidence(index, query):
@@ -237,14 +237,14 @@ def test_ranking_equals_the_dense_ranking_on_real_queries(real_snapshot, shared_
     for q in _queries(shared_data, "skillsbench-dev.jsonl", "skillsbench-dev-keywords.jsonl"):
         ranking = r.rank(q)
         m = ranking.evidence.evidence
-        if ranking.semantic is not None:
+        if dense_semantic(ranking) is not None:
             m = (1.0 - r.fusion_weight(ranking.evidence)) * m + r.fusion_weight(
                 ranking.evidence
-            ) * ranking.semantic
+            ) * dense_semantic(ranking)
         seeds = np.sort(top_k(m, np.flatnonzero(m > 0), cfg.seed_k))
         graph = r.ppr(seeds, m[seeds]) if len(seeds) else np.zeros(r.n)
         np.testing.assert_array_equal(ranking.seeds, seeds)
-        np.testing.assert_array_equal(ranking.rho, graph + cfg.rerank_mu * m)
+        np.testing.assert_array_equal(dense_rho(ranking), graph + cfg.rerank_mu * m)
         np.testing.assert_array_equal(ranking.candidates, np.flatnonzero((graph > 0) | (m > 0)))
 
 
