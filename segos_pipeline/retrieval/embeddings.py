@@ -51,18 +51,19 @@ class WordLlamaBackend:
                 "(or set semantic=none)"
             ) from exc
         folder = Path(wordllama.__file__).parent
-        # The model is Matryoshka-trained: its first `dim` columns are a smaller model of their own. Fewer
-        # dimensions are what keeps a brute-force similarity pass over 100k skills cheap (the pass reads
-        # the whole vector matrix: 100 MB at 256-d, 25 MB at 64-d).
         try:
-            self._model = WordLlama.load(dim=256, trunc_dim=dim, cache_dir=folder, disable_download=True)
+            self._model = WordLlama.load(dim=256, cache_dir=folder, disable_download=True)
         except Exception as exc:  # the package raises several kinds for a missing or damaged weight file
             raise SemanticUnavailable(f"wordllama's bundled model could not be loaded: {exc}") from exc
         version = getattr(wordllama, "__version__", "?")
         self._fingerprint = f"wordllama-{version}-l2_supercat-{dim}"
         # The model's tokenizer pads every batch to its longest text; a copy without padding feeds the
-        # unpadded sums below (the model's own tokenizer is left as it is).
-        self._table = getattr(self._model, "embedding", None)
+        # unpadded segmented mean below (the model's own tokenizer is left as it is).
+        table = getattr(self._model, "embedding", None)
+        # The model is Matryoshka-trained: its first `dim` columns are a smaller model of their own. Fewer
+        # dimensions are what keeps a brute-force similarity pass over 100k skills cheap (the pass reads
+        # the whole vector matrix: 100 MB at 256-d, 25 MB at 64-d).
+        self._table = np.ascontiguousarray(table[:, :dim]) if table is not None else None
         self._tokenizer = None
         model_tokenizer = getattr(self._model, "tokenizer", None)
         if model_tokenizer is not None and hasattr(model_tokenizer, "to_str"):
@@ -77,15 +78,18 @@ class WordLlamaBackend:
         return self._fingerprint
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Mean of each text's token embeddings (the model's own pooling). A query's few texts go through
-        the model's own `embed`; more are pooled here as a sparse count matrix times the embedding table:
-        no padding to the longest text of a batch and no row gathered per token (docs/benchmarks.md has
-        the CPU it saves). Its sums run in another order, so a text's vector may differ in the last bits
-        between the two paths; each path always gives the same bits."""
+        """Mean of each text's token embeddings (the model's own pooling) as a sparse count matrix times
+        the embedding table: no padding to the longest text of a batch and no row gathered per token."""
         table, tokenizer = self._table, self._tokenizer
-        if len(texts) <= _FEW or table is None or tokenizer is None:
+        if table is None or tokenizer is None:  # pragma: no cover - a wordllama that changed its internals
             return np.asarray(self._model.embed(list(texts)), dtype=np.float32)
         out = np.zeros((len(texts), table.shape[1]), dtype=np.float32)
+        if len(texts) <= _FEW:  # a query: gathering its rows beats building a sparse matrix
+            for i, text in enumerate(texts):
+                ids = np.asarray(tokenizer.encode(text, add_special_tokens=False).ids, dtype=np.int64)
+                if len(ids):
+                    out[i] = table[np.clip(ids, 0, table.shape[0] - 1)].mean(axis=0)
+            return out
         for start in range(0, len(texts), _EMBED_CHUNK):
             chunk = list(texts[start : start + _EMBED_CHUNK])
             ids = [enc.ids for enc in tokenizer.encode_batch(chunk, add_special_tokens=False)]
@@ -104,7 +108,7 @@ class WordLlamaBackend:
 
 
 _WORDLLAMA_DIMS = (64, 128, 256)
-_FEW = 8  # texts embedded by the model's own `embed` (a query); more go through one sparse product
+_FEW = 8  # texts embedded row by row (a query); more go through one sparse product
 _EMBED_CHUNK = 4_096  # texts tokenised at once: bounds the token id lists held in Python
 
 
