@@ -110,10 +110,15 @@ class ExperienceIndex:
         shape = (len(self.texts), len(vocab))
         data = np.ones(len(rows))
         self.matrix = sp.csc_matrix((data, (np.array(rows, int), np.array(cols, int))), shape=shape)
-        self.idf = bm25_idf(len(self.texts), np.diff(self.matrix.indptr))
+        df = np.diff(self.matrix.indptr)
+        self.idf = bm25_idf(len(self.texts), df)
         self.unknown_idf = float(bm25_idf(len(self.texts), np.zeros(1))[0])
+        # Tokens most witnesses hold ("can", "me", "find") add little to a share and most of its cost: like
+        # the lexical seeds (SPEC §6.7) they are read only when nothing rarer is asked (`lexical_shares`).
+        self._common = (df > config.seed_df_max * len(self.texts)) & (df >= config.seed_df_min)
         self.co_use, self.co_tasks = _co_use(self.skill, table, self.n, config.co_use_min_share)
         self._vectors: np.ndarray | None = None
+        self._every = np.arange(len(self.texts))  # the rows a query reads while the witnesses are few
         self._lists: InvertedLists | None = None
 
     @property
@@ -191,7 +196,7 @@ class ExperienceIndex:
         the vote, which is what the lists leave out."""
         vectors = self.vectors
         if len(vectors) <= _EXACT_WITNESSES:
-            return np.arange(len(vectors)), (vectors @ q).astype(np.float64)
+            return self._every, (vectors @ q).astype(np.float64)
         if self._lists is None:
             self._lists = build_lists(vectors)
         rows, cos = self._lists.scan(q, _SCAN_WITNESSES)
@@ -204,16 +209,13 @@ class ExperienceIndex:
         if not len(cols):
             return np.zeros(0, dtype=np.int64), np.zeros(0)
         total = float(self.idf[cols].sum()) + self.unknown_idf * (len(tokens) - len(cols))
-        m = self.matrix
-        # Tokens most witnesses hold ("can", "me", "find") add little to a share and most of its cost: like
-        # the lexical seeds (SPEC §6.7) they are read only when nothing rarer is asked (they stay in `total`).
-        df = np.diff(m.indptr)[cols]
-        common = (df > self.config.seed_df_max * m.shape[0]) & (df >= self.config.seed_df_min)
+        common = self._common[cols]  # skipped unless all are common; they stay in `total`
         if common.any() and not common.all():
             cols = cols[~common]
+        m = self.matrix
         rows, _, lengths = gather(m, cols)
         held = np.bincount(rows, weights=np.repeat(self.idf[cols], lengths), minlength=m.shape[0])
-        rows = np.flatnonzero(held)
+        rows = np.flatnonzero(held != 0)  # a boolean's nonzero: a float array's is several times slower
         return rows, held[rows] / total
 
     def evidence(
@@ -264,7 +266,9 @@ class ExperienceIndex:
         top = max(float(cos.max()) if len(cos) else -1.0, float(own_cos.max()) if len(own_cos) else -1.0)
         kw, ko = np.exp((cos - top) / t), np.exp((own_cos - top) / t)
         total = float(kw.sum() + ko.sum()) + float(np.exp((nothing - top) / t))
-        semantic = np.bincount(self.skill[rows], weights=kw, minlength=self.n) / total
+        skill = self.skill if rows is self._every else self.skill[rows]
+        semantic = np.bincount(skill, weights=kw, minlength=self.n)
+        semantic /= total
         semantic[own_nodes] += ko / total
         semantic[semantic < _MIN_VOTE] = 0.0
         return semantic
@@ -299,14 +303,21 @@ class ExperienceIndex:
         shares a word with the query (`Relevance`): a word the skill's own text shares with the query
         ("bake" in a Dockerfile's "bake secrets") must not weigh a witness's unrelated cosine."""
         words, cosine, meaning = np.zeros(len(nodes)), np.zeros(len(nodes)), np.zeros(len(nodes))
-        if not len(evidence.shares):
+        if not len(evidence.shares) or not len(nodes):
             return words, cosine, meaning
-        for k, node in enumerate(nodes.tolist()):
-            rows = self.witnesses_of(node)
-            if len(rows):
-                shares, cosines = evidence.shares[rows], evidence.cosines[rows]
-                words[k], cosine[k] = shares.max(), cosines.max()
-                meaning[k] = np.where(shares > 0, cosine_weight * cosines, cosines).max()
+        starts, ends = self._start[nodes], self._start[nodes + 1]
+        has = np.flatnonzero(ends > starts)
+        if not len(has):
+            return words, cosine, meaning
+        # Every witness of the skills that have any, skill after skill (a ragged arange), and the first of
+        # each skill's run: a max per run is the max of its witnesses, whatever their order.
+        lengths = ends[has] - starts[has]
+        first = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        rows = self._by_skill[np.arange(int(lengths.sum())) + np.repeat(starts[has] - first, lengths)]
+        shares, cosines = evidence.shares[rows], evidence.cosines[rows]
+        words[has] = np.maximum.reduceat(shares, first)
+        cosine[has] = np.maximum.reduceat(cosines, first)
+        meaning[has] = np.maximum.reduceat(np.where(shares > 0, cosine_weight * cosines, cosines), first)
         return words, cosine, meaning
 
 
@@ -334,7 +345,10 @@ def clauses(query: str) -> list[str]:
     (none for a request of one sentence, or of more than `_MAX_CLAUSES`: a long task text is one need
     described at length, and each sentence costs a semantic search). A sentence ends at . ? ! or ; before
     a space; one of fewer than two tokens ("Thanks!") asks for nothing."""
-    parts = [p for p in _SENTENCE_END.split(query.strip()) if len(tokenize(p)) >= 2]
+    split = _SENTENCE_END.split(query.strip())
+    if len(split) < 2:  # one sentence: nothing to tokenise
+        return []
+    parts = [p for p in split if len(tokenize(p)) >= 2]
     return parts if 2 <= len(parts) <= _MAX_CLAUSES else []
 
 
