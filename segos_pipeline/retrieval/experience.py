@@ -38,7 +38,7 @@ import scipy.sparse as sp
 from ..config import RetrievalConfig
 from ..text.tokens import tokenize
 from .ann import InvertedLists, build_lists
-from .postings import bm25_idf, gather
+from .postings import bm25_idf
 from .semantic import SemanticIndex, _unit
 from .sets import value_at
 
@@ -116,6 +116,13 @@ class ExperienceIndex:
         # Tokens most witnesses hold ("can", "me", "find") add little to a share and most of its cost: like
         # the lexical seeds (SPEC §6.7) they are read only when nothing rarer is asked (`lexical_shares`).
         self._common = (df > config.seed_df_max * len(self.texts)) & (df >= config.seed_df_min)
+        # Each token's postings (witness rows, ascending) as its own array: a query concatenates its few
+        # tokens' arrays instead of computing their positions in the matrix.
+        indptr, indices = self.matrix.indptr, self.matrix.indices.astype(np.int64)
+        self._postings = [
+            indices[a:b] for a, b in zip(indptr[:-1].tolist(), indptr[1:].tolist(), strict=True)
+        ]
+        self._df = df
         self.co_use, self.co_tasks = _co_use(self.skill, table, self.n, config.co_use_min_share)
         self._vectors: np.ndarray | None = None
         self._every = np.arange(len(self.texts))  # the rows a query reads while the witnesses are few
@@ -205,16 +212,19 @@ class ExperienceIndex:
     def lexical_shares(self, query: str) -> tuple[np.ndarray, np.ndarray]:
         """(witness rows, share of the query's idf mass each holds) for the witnesses the query touches."""
         tokens = set(tokenize(query))
-        cols = np.array([self.vocab[t] for t in tokens if t in self.vocab], dtype=np.int64)
-        if not len(cols):
+        vocab = self.vocab
+        known = [vocab[t] for t in tokens if t in vocab]
+        if not known:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
-        total = float(self.idf[cols].sum()) + self.unknown_idf * (len(tokens) - len(cols))
+        cols = np.array(known, dtype=np.int64)
+        idf = self.idf[cols]
+        total = float(idf.sum()) + self.unknown_idf * (len(tokens) - len(cols))
         common = self._common[cols]  # skipped unless all are common; they stay in `total`
-        if common.any() and not common.all():
-            cols = cols[~common]
-        m = self.matrix
-        rows, _, lengths = gather(m, cols)
-        held = np.bincount(rows, weights=np.repeat(self.idf[cols], lengths), minlength=m.shape[0])
+        if 0 < np.count_nonzero(common) < len(cols):
+            cols, idf = cols[~common], idf[~common]
+        # each witness's idf mass, column after column from 0 (bincount adds in that order)
+        rows = np.concatenate([self._postings[c] for c in cols.tolist()])
+        held = np.bincount(rows, weights=np.repeat(idf, self._df[cols]), minlength=len(self.texts))
         rows = np.flatnonzero(held != 0)  # a boolean's nonzero: a float array's is several times slower
         return rows, held[rows] / total
 
@@ -231,24 +241,36 @@ class ExperienceIndex:
         cfg = self.config
         if not len(self.texts) or (cfg.experience_weight <= 0 and cfg.experience_lexical_weight <= 0):
             return _NO_EVIDENCE
-        n = self.n
-        lexical = np.zeros(n)
-        shares, cosines = np.zeros(len(self.texts)), np.zeros(len(self.texts))
+        # value = lexical weight · lexical + semantic weight · semantic, each term added only when it is
+        # not all zeros (adding zeros changes no bit)
+        value, shares = None, np.zeros(len(self.texts))
         if cfg.experience_lexical_weight > 0:
             rows, share = self.lexical_shares(query)
-            floor = cfg.experience_lexical_floor
             if len(rows):
+                floor = cfg.experience_lexical_floor
+                lexical = np.zeros(self.n)
                 np.maximum.at(lexical, self.skill[rows], np.maximum(share - floor, 0.0) / (1.0 - floor))
                 shares[rows] = share
-        semantic = np.zeros(n)
+                value = cfg.experience_lexical_weight * lexical
         if query_vector is not None and nearest is not None and cfg.experience_weight > 0:
             rows, cos = self.witness_cosines(query_vector)
             semantic = self.vote(rows, cos, *nearest)
-            cosines[rows] = cos  # the whole request's: explanations and relevance read these
+            # the whole request's cosines: explanations and relevance read these
+            if rows is self._every:
+                cosines = cos
+            else:
+                cosines = np.zeros(len(self.texts))
+                cosines[rows] = cos
             for clause_vector, clause_nearest in parts:
-                vote = self.vote(*self.witness_cosines(clause_vector), *clause_nearest)
-                semantic = np.maximum(semantic, vote)
-        value = cfg.experience_lexical_weight * lexical + cfg.experience_weight * semantic
+                np.maximum(
+                    semantic, self.vote(*self.witness_cosines(clause_vector), *clause_nearest), semantic
+                )
+            semantic *= cfg.experience_weight
+            value = semantic if value is None else value + semantic
+        else:
+            cosines = np.zeros(len(self.texts))
+        if value is None:
+            return ExperienceEvidence(_NO_EVIDENCE.nodes, _NO_EVIDENCE.value, shares, cosines)
         nodes = np.flatnonzero(value > 0)
         return ExperienceEvidence(nodes, value[nodes], shares, cosines)
 
@@ -277,7 +299,9 @@ class ExperienceIndex:
         """(sorted nodes, lift) of the skills that come along with `anchor` scored `score`: its co-use
         share times the score times `co_use_weight`."""
         m = self.co_use
-        lo, hi = m.indptr[anchor], m.indptr[anchor + 1]
+        lo, hi = int(m.indptr[anchor]), int(m.indptr[anchor + 1])
+        if lo == hi:  # most skills have no companion
+            return _NO_EVIDENCE.nodes, _NO_EVIDENCE.value
         return m.indices[lo:hi].astype(np.int64), m.data[lo:hi] * (score * self.config.co_use_weight)
 
     def explain(self, node: int, evidence: ExperienceEvidence) -> tuple[int, str] | None:
