@@ -286,7 +286,11 @@ class ExperienceIndex:
         # unlifted, a request about nothing in the library gave most of its vote to the nearest own text.
         nothing = self.background + self.register_gap
         top = max(float(cos.max()) if len(cos) else -1.0, float(own_cos.max()) if len(own_cos) else -1.0)
-        kw, ko = np.exp((cos - top) / t), np.exp((own_cos - top) / t)
+        kw, ko = cos - top, own_cos - top
+        kw /= t
+        ko /= t
+        np.exp(kw, out=kw)
+        np.exp(ko, out=ko)
         total = float(kw.sum() + ko.sum()) + float(np.exp((nothing - top) / t))
         skill = self.skill if rows is self._every else self.skill[rows]
         semantic = np.bincount(skill, weights=kw, minlength=self.n)

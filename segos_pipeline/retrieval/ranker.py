@@ -308,11 +308,12 @@ class Retriever:
         xp = None
         if self.experience is not None:
             xp = self.experience.evidence(query, q_vec, nearest, parts)
-        reached = g_nodes if xp is None else union_positions(g_nodes, xp.nodes)[0]
-        extended = self.lexical.extend(ev, reached)  # candidates outside a cut get their evidence
-        if extended is not ev:
-            ev = extended
-            nodes, m = _fused(ev, sem_nodes, sem_z, lam)
+        if not ev.complete:  # candidates outside a cut get their evidence (a complete one holds them all)
+            reached = g_nodes if xp is None else union_positions(g_nodes, xp.nodes)[0]
+            extended = self.lexical.extend(ev, reached)
+            if extended is not ev:
+                ev = extended
+                nodes, m = _fused(ev, sem_nodes, sem_z, lam)
         cand, at_m, at_g = union_positions(nodes, g_nodes)  # never rank a skill with no evidence at all
         graph = np.zeros(len(cand))
         graph[at_g] = g_mass
