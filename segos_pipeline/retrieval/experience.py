@@ -262,9 +262,8 @@ class ExperienceIndex:
                 cosines = np.zeros(len(self.texts))
                 cosines[rows] = cos
             for clause_vector, clause_nearest in parts:
-                np.maximum(
-                    semantic, self.vote(*self.witness_cosines(clause_vector), *clause_nearest), semantic
-                )
+                vote = self.vote(*self.witness_cosines(clause_vector), *clause_nearest)
+                np.maximum(semantic, vote, out=semantic)
             semantic *= cfg.experience_weight
             value = semantic if value is None else value + semantic
         else:
