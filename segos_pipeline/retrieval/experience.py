@@ -38,7 +38,7 @@ import scipy.sparse as sp
 from ..config import RetrievalConfig
 from ..text.tokens import tokenize
 from .ann import InvertedLists, build_lists
-from .postings import bm25_idf, gather
+from .postings import bm25_idf
 from .semantic import SemanticIndex, _unit
 from .sets import value_at
 
@@ -110,10 +110,22 @@ class ExperienceIndex:
         shape = (len(self.texts), len(vocab))
         data = np.ones(len(rows))
         self.matrix = sp.csc_matrix((data, (np.array(rows, int), np.array(cols, int))), shape=shape)
-        self.idf = bm25_idf(len(self.texts), np.diff(self.matrix.indptr))
+        df = np.diff(self.matrix.indptr)
+        self.idf = bm25_idf(len(self.texts), df)
         self.unknown_idf = float(bm25_idf(len(self.texts), np.zeros(1))[0])
+        # Tokens most witnesses hold ("can", "me", "find") add little to a share and most of its cost: like
+        # the lexical seeds (SPEC §6.7) they are read only when nothing rarer is asked (`lexical_shares`).
+        self._common = (df > config.seed_df_max * len(self.texts)) & (df >= config.seed_df_min)
+        # Each token's postings (witness rows, ascending) as its own array: a query concatenates its few
+        # tokens' arrays instead of computing their positions in the matrix.
+        indptr, indices = self.matrix.indptr, self.matrix.indices.astype(np.int64)
+        self._postings = [
+            indices[a:b] for a, b in zip(indptr[:-1].tolist(), indptr[1:].tolist(), strict=True)
+        ]
+        self._df = df
         self.co_use, self.co_tasks = _co_use(self.skill, table, self.n, config.co_use_min_share)
         self._vectors: np.ndarray | None = None
+        self._every = np.arange(len(self.texts))  # the rows a query reads while the witnesses are few
         self._lists: InvertedLists | None = None
 
     @property
@@ -191,7 +203,7 @@ class ExperienceIndex:
         the vote, which is what the lists leave out."""
         vectors = self.vectors
         if len(vectors) <= _EXACT_WITNESSES:
-            return np.arange(len(vectors)), (vectors @ q).astype(np.float64)
+            return self._every, (vectors @ q).astype(np.float64)
         if self._lists is None:
             self._lists = build_lists(vectors)
         rows, cos = self._lists.scan(q, _SCAN_WITNESSES)
@@ -200,20 +212,20 @@ class ExperienceIndex:
     def lexical_shares(self, query: str) -> tuple[np.ndarray, np.ndarray]:
         """(witness rows, share of the query's idf mass each holds) for the witnesses the query touches."""
         tokens = set(tokenize(query))
-        cols = np.array([self.vocab[t] for t in tokens if t in self.vocab], dtype=np.int64)
-        if not len(cols):
+        vocab = self.vocab
+        known = [vocab[t] for t in tokens if t in vocab]
+        if not known:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
-        total = float(self.idf[cols].sum()) + self.unknown_idf * (len(tokens) - len(cols))
-        m = self.matrix
-        # Tokens most witnesses hold ("can", "me", "find") add little to a share and most of its cost: like
-        # the lexical seeds (SPEC §6.7) they are read only when nothing rarer is asked (they stay in `total`).
-        df = np.diff(m.indptr)[cols]
-        common = (df > self.config.seed_df_max * m.shape[0]) & (df >= self.config.seed_df_min)
-        if common.any() and not common.all():
-            cols = cols[~common]
-        rows, _, lengths = gather(m, cols)
-        held = np.bincount(rows, weights=np.repeat(self.idf[cols], lengths), minlength=m.shape[0])
-        rows = np.flatnonzero(held)
+        cols = np.array(known, dtype=np.int64)
+        idf = self.idf[cols]
+        total = float(idf.sum()) + self.unknown_idf * (len(tokens) - len(cols))
+        common = self._common[cols]  # skipped unless all are common; they stay in `total`
+        if 0 < np.count_nonzero(common) < len(cols):
+            cols, idf = cols[~common], idf[~common]
+        # each witness's idf mass, column after column from 0 (bincount adds in that order)
+        rows = np.concatenate([self._postings[c] for c in cols.tolist()])
+        held = np.bincount(rows, weights=np.repeat(idf, self._df[cols]), minlength=len(self.texts))
+        rows = np.flatnonzero(held != 0)  # a boolean's nonzero: a float array's is several times slower
         return rows, held[rows] / total
 
     def evidence(
@@ -229,24 +241,35 @@ class ExperienceIndex:
         cfg = self.config
         if not len(self.texts) or (cfg.experience_weight <= 0 and cfg.experience_lexical_weight <= 0):
             return _NO_EVIDENCE
-        n = self.n
-        lexical = np.zeros(n)
-        shares, cosines = np.zeros(len(self.texts)), np.zeros(len(self.texts))
+        # value = lexical weight · lexical + semantic weight · semantic, each term added only when it is
+        # not all zeros (adding zeros changes no bit)
+        value, shares = None, np.zeros(len(self.texts))
         if cfg.experience_lexical_weight > 0:
             rows, share = self.lexical_shares(query)
-            floor = cfg.experience_lexical_floor
             if len(rows):
+                floor = cfg.experience_lexical_floor
+                lexical = np.zeros(self.n)
                 np.maximum.at(lexical, self.skill[rows], np.maximum(share - floor, 0.0) / (1.0 - floor))
                 shares[rows] = share
-        semantic = np.zeros(n)
+                value = cfg.experience_lexical_weight * lexical
         if query_vector is not None and nearest is not None and cfg.experience_weight > 0:
             rows, cos = self.witness_cosines(query_vector)
             semantic = self.vote(rows, cos, *nearest)
-            cosines[rows] = cos  # the whole request's: explanations and relevance read these
+            # the whole request's cosines: explanations and relevance read these
+            if rows is self._every:
+                cosines = cos
+            else:
+                cosines = np.zeros(len(self.texts))
+                cosines[rows] = cos
             for clause_vector, clause_nearest in parts:
                 vote = self.vote(*self.witness_cosines(clause_vector), *clause_nearest)
-                semantic = np.maximum(semantic, vote)
-        value = cfg.experience_lexical_weight * lexical + cfg.experience_weight * semantic
+                np.maximum(semantic, vote, out=semantic)
+            semantic *= cfg.experience_weight
+            value = semantic if value is None else value + semantic
+        else:
+            cosines = np.zeros(len(self.texts))
+        if value is None:
+            return ExperienceEvidence(_NO_EVIDENCE.nodes, _NO_EVIDENCE.value, shares, cosines)
         nodes = np.flatnonzero(value > 0)
         return ExperienceEvidence(nodes, value[nodes], shares, cosines)
 
@@ -262,9 +285,15 @@ class ExperienceIndex:
         # unlifted, a request about nothing in the library gave most of its vote to the nearest own text.
         nothing = self.background + self.register_gap
         top = max(float(cos.max()) if len(cos) else -1.0, float(own_cos.max()) if len(own_cos) else -1.0)
-        kw, ko = np.exp((cos - top) / t), np.exp((own_cos - top) / t)
+        kw, ko = cos - top, own_cos - top
+        kw /= t
+        ko /= t
+        np.exp(kw, out=kw)
+        np.exp(ko, out=ko)
         total = float(kw.sum() + ko.sum()) + float(np.exp((nothing - top) / t))
-        semantic = np.bincount(self.skill[rows], weights=kw, minlength=self.n) / total
+        skill = self.skill if rows is self._every else self.skill[rows]
+        semantic = np.bincount(skill, weights=kw, minlength=self.n)
+        semantic /= total
         semantic[own_nodes] += ko / total
         semantic[semantic < _MIN_VOTE] = 0.0
         return semantic
@@ -273,7 +302,9 @@ class ExperienceIndex:
         """(sorted nodes, lift) of the skills that come along with `anchor` scored `score`: its co-use
         share times the score times `co_use_weight`."""
         m = self.co_use
-        lo, hi = m.indptr[anchor], m.indptr[anchor + 1]
+        lo, hi = int(m.indptr[anchor]), int(m.indptr[anchor + 1])
+        if lo == hi:  # most skills have no companion
+            return _NO_EVIDENCE.nodes, _NO_EVIDENCE.value
         return m.indices[lo:hi].astype(np.int64), m.data[lo:hi] * (score * self.config.co_use_weight)
 
     def explain(self, node: int, evidence: ExperienceEvidence) -> tuple[int, str] | None:
@@ -299,14 +330,21 @@ class ExperienceIndex:
         shares a word with the query (`Relevance`): a word the skill's own text shares with the query
         ("bake" in a Dockerfile's "bake secrets") must not weigh a witness's unrelated cosine."""
         words, cosine, meaning = np.zeros(len(nodes)), np.zeros(len(nodes)), np.zeros(len(nodes))
-        if not len(evidence.shares):
+        if not len(evidence.shares) or not len(nodes):
             return words, cosine, meaning
-        for k, node in enumerate(nodes.tolist()):
-            rows = self.witnesses_of(node)
-            if len(rows):
-                shares, cosines = evidence.shares[rows], evidence.cosines[rows]
-                words[k], cosine[k] = shares.max(), cosines.max()
-                meaning[k] = np.where(shares > 0, cosine_weight * cosines, cosines).max()
+        starts, ends = self._start[nodes], self._start[nodes + 1]
+        has = np.flatnonzero(ends > starts)
+        if not len(has):
+            return words, cosine, meaning
+        # Every witness of the skills that have any, skill after skill (a ragged arange), and the first of
+        # each skill's run: a max per run is the max of its witnesses, whatever their order.
+        lengths = ends[has] - starts[has]
+        first = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        rows = self._by_skill[np.arange(int(lengths.sum())) + np.repeat(starts[has] - first, lengths)]
+        shares, cosines = evidence.shares[rows], evidence.cosines[rows]
+        words[has] = np.maximum.reduceat(shares, first)
+        cosine[has] = np.maximum.reduceat(cosines, first)
+        meaning[has] = np.maximum.reduceat(np.where(shares > 0, cosine_weight * cosines, cosines), first)
         return words, cosine, meaning
 
 
@@ -334,7 +372,10 @@ def clauses(query: str) -> list[str]:
     (none for a request of one sentence, or of more than `_MAX_CLAUSES`: a long task text is one need
     described at length, and each sentence costs a semantic search). A sentence ends at . ? ! or ; before
     a space; one of fewer than two tokens ("Thanks!") asks for nothing."""
-    parts = [p for p in _SENTENCE_END.split(query.strip()) if len(tokenize(p)) >= 2]
+    split = _SENTENCE_END.split(query.strip())
+    if len(split) < 2:  # one sentence: nothing to tokenise
+        return []
+    parts = [p for p in split if len(tokenize(p)) >= 2]
     return parts if 2 <= len(parts) <= _MAX_CLAUSES else []
 
 

@@ -109,12 +109,12 @@ class PushOperator:
             r[frontier] = 0.0
             pushed.append(frontier)
             amounts.append(rf)
-            # the positions of the frontier's stored entries: one ragged arange
+            # the positions of the frontier's stored entries: one ragged arange (per-row values repeated
+            # over the row's edges, cheaper than a gather through an edge → row index)
             lengths = slots.degree[frontier]
             ends = np.add.accumulate(lengths)
             total = int(ends[-1])
-            owner = seq[: len(frontier)].repeat(lengths)
-            pos = seq[:total] + (slots.start[frontier] - ends + lengths)[owner]
+            pos = seq[:total] + (slots.start[frontier] - ends + lengths).repeat(lengths)
             targets = indices[pos]
             work += total
             at = slot[targets]
@@ -127,7 +127,7 @@ class PushOperator:
                 used = end
                 r, lim = slots.r[:used], slots.limit[:used]
                 at = slot[targets]
-            r += np.bincount(at, moved[pos] * rf[owner], used)
+            r += np.bincount(at, moved[pos] * rf.repeat(lengths), used)
             if self.any_dangling:
                 teleport = keep * float(rf[self.dangling[slots.node[frontier]]].sum())
                 if teleport > 0:  # dangling rows send their mass back to the personalisation vector
@@ -136,7 +136,8 @@ class PushOperator:
         if not pushed:
             return PushResult(seeds[:0], np.zeros(0), 1.0, 0, 0, 0)
         x = np.bincount(np.concatenate(pushed), alpha * np.concatenate(amounts), used)
-        got = x.nonzero()[0]  # the pushed slots: a push moves at least α·ε > 0 into x
+        # the pushed slots: a push moves at least α·ε > 0 into x (a boolean's nonzero: a float's is slower)
+        got = (x != 0).nonzero()[0]
         nodes = slots.node[got]
         order = nodes.argsort()
         mass = x[got[order]]

@@ -267,13 +267,18 @@ class Retriever:
         cut = None if patch.lexical or patch.vectors else depth
         ev = self.lexical.evidence(query, patch.lexical, max(cut, cfg.seed_k) if cut else None)
         lam, sem_nodes, sem_z, q_vec, nearest = 0.0, None, None, None, None
+        parts: list[tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]] = []
         if self.semantic is not None and query.strip() and self.embeds(ev, lam := self.fusion_weight(ev)):
-            q_vec = self.semantic.query_vector(query)
+            # the request and the sentences that vote in the experience (`clauses`), in one embedding call
+            sentences = clauses(query) if self.experience is not None and cfg.experience_weight > 0 else []
+            vectors = self.semantic.query_vectors([query, *sentences])
+            q_vec = vectors[0]
             near = cfg.semantic_candidates if self.experience is not None else 0
             sem_nodes, sem_z, near_nodes, near_cos = self.semantic.evidence_and_nearest(
                 q_vec, patch.vectors, near
             )
             nearest = (near_nodes, near_cos)
+            parts = [(v, self.semantic.nearest(v, patch.vectors, near)) for v in vectors[1:]]
             ev = self.lexical.extend(ev, sem_nodes)
         nodes, m = _fused(ev, sem_nodes, sem_z, lam)
         local = top_k(m, np.arange(len(nodes)), cfg.seed_k)  # ties to the smaller id: nodes are sorted
@@ -285,13 +290,13 @@ class Retriever:
             g_nodes, g_mass = seeds[:0], np.zeros(0)
         xp = None
         if self.experience is not None:
-            parts = self._clause_views(query, patch) if nearest is not None else []
             xp = self.experience.evidence(query, q_vec, nearest, parts)
-        reached = g_nodes if xp is None else union_positions(g_nodes, xp.nodes)[0]
-        extended = self.lexical.extend(ev, reached)  # candidates outside a cut get their evidence
-        if extended is not ev:
-            ev = extended
-            nodes, m = _fused(ev, sem_nodes, sem_z, lam)
+        if not ev.complete:  # candidates outside a cut get their evidence (a complete one holds them all)
+            reached = g_nodes if xp is None else union_positions(g_nodes, xp.nodes)[0]
+            extended = self.lexical.extend(ev, reached)
+            if extended is not ev:
+                ev = extended
+                nodes, m = _fused(ev, sem_nodes, sem_z, lam)
         cand, at_m, at_g = union_positions(nodes, g_nodes)  # never rank a skill with no evidence at all
         graph = np.zeros(len(cand))
         graph[at_g] = g_mass
@@ -309,21 +314,6 @@ class Retriever:
             self.n, cand, scores, seeds, g_nodes, g_mass, ev, sem_nodes, sem_z, xp, co_use, q_vec, query
         )
 
-    def _clause_views(
-        self, query: str, patch: RowPatch
-    ) -> list[tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]]:
-        """(unit vector, nearest skills and their cosines) of each sentence of a request that asks for several
-        things (experience.clauses), for the experience vote; none for a request of one sentence."""
-        parts = clauses(query)
-        if not parts or self.semantic is None or self.config.experience_weight <= 0:
-            return []
-        near = self.config.semantic_candidates
-        views = []
-        for v in self.semantic.query_vectors(parts):
-            _, _, nodes, cos = self.semantic.evidence_and_nearest(v, patch.vectors, near)
-            views.append((v, (nodes, cos)))
-        return views
-
     def _complete(self, cand: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, CoUse | None]:
         """Co-use completion (SPEC §8): the best candidate's companions score at least their lift.
 
@@ -332,7 +322,7 @@ class Retriever:
         outside a ranking cut at some depth enters at its lift: its own ρ, unknown there, is below the cut's
         last score, so the lift decides whether it enters either way."""
         assert self.experience is not None
-        best = top_k(scores, np.arange(len(cand)), 1)[0]
+        best = int(np.argmax(scores))  # the first of equal scores: cand is sorted, ties go to the smaller id
         nodes, lift = self.experience.companions(int(cand[best]), float(scores[best]))
         if not len(nodes):
             return cand, scores, None

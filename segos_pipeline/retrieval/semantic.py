@@ -277,13 +277,14 @@ class SemanticIndex:
         pos, z = head_of(sims, self.candidates, self.min_cosine)
         nodes = rows[pos]
         ranked = np.argsort(nodes, kind="stable")
-        if m <= 0:  # nobody asked for them (a version without experience): no selection on the query path
-            near = np.zeros(0, dtype=np.int64)
-        elif m < len(sims):
-            near = np.argpartition(-sims, m - 1)[:m]
-        else:
-            near = np.arange(len(sims))
-        return nodes[ranked], z[ranked], rows[near], sims[near]
+        return (nodes[ranked], z[ranked], *_nearest(rows, sims, m))
+
+    def nearest(
+        self, q: np.ndarray, patch: dict[int, np.ndarray] | None, m: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The m skills most similar to `q` and their cosines, as `evidence_and_nearest` finds them, without
+        the evidence (a request's sentences vote in the experience, their evidence is not fused)."""
+        return _nearest(*self._scored(q, patch), m)
 
     def _scored(self, q: np.ndarray, patch: dict[int, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray]:
         """(node ids, similarities) of the skills the search scores: the rows of the lists nearest `q`
@@ -305,6 +306,17 @@ class SemanticIndex:
         """The vector a (revised) one-row node table would get: to try a description rewrite."""
         heads, fulls = skill_texts(nodes_row)
         return embed_skills(self.backend, heads, fulls)[0]
+
+
+def _nearest(rows: np.ndarray, sims: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """The m scored skills with the largest similarities (unordered) and those similarities."""
+    if m <= 0:  # nobody asked for them (a version without experience): no selection on the query path
+        near = np.zeros(0, dtype=np.int64)
+    elif m < len(sims):
+        near = np.argpartition(-sims, m - 1)[:m]
+    else:
+        near = np.arange(len(sims))
+    return rows[near], sims[near]
 
 
 def _positions(rows: np.ndarray, nodes: np.ndarray) -> np.ndarray:

@@ -307,6 +307,74 @@ def test_each_sentence_of_a_request_votes_for_the_skill_it_asks_for(tmp_path, mo
     assert ranked(one)[2] == one_scores  # a one-sentence request has no sentences to vote
 
 
+def test_the_query_path_gives_the_same_numbers_as_the_plain_computations(tmp_path, monkeypatch):
+    """What a query reads from the experience, against the plain computations it replaced, bit for bit:
+    each witness's share of the query's idf mass (positions in the matrix, one bincount over all
+    witnesses), the members' closest witnesses (a loop over the members), a sentence's nearest skills (the
+    search that also gives its evidence), and the request embedded with its sentences (each alone), with
+    exact witnesses and through inverted lists."""
+    import numpy as np
+
+    from segos_pipeline.retrieval import experience as experience_module
+    from segos_pipeline.retrieval.experience import clauses
+    from segos_pipeline.retrieval.postings import gather
+    from segos_pipeline.text.tokens import tokenize
+
+    learned = _learned_ids(400, 0.1, held=False)[:30]
+    texts = [LEARNED, "graph my monthly ledger", "mail the board my pdf report", "merge pdf scans now"]
+    traces = [_trace(i, f"{texts[k % 4]} {k}", [sorted(SKILLS)[k % 5]]) for k, i in enumerate(learned)]
+    store, _ = _store_with(tmp_path, traces)
+    version = evolve(store, "w1")["version"]
+    queries = [
+        PARAPHRASE,
+        "Could you stitch these scanned dossiers into one booklet for me? Also I want my ledger drawn.",
+        "send my pdf report; plot the ledger; load the csv table",
+        "nothing any skill knows about",
+    ]
+    for exact in (True, False):
+        if not exact:
+            monkeypatch.setattr(experience_module, "_EXACT_WITNESSES", 4)
+            monkeypatch.setattr(experience_module, "_SCAN_WITNESSES", 8)
+        r = _retriever(store, version, "wordllama")
+        index, semantic = r.experience, r.semantic
+        assert index is not None and semantic is not None
+        for query in queries:
+            tokens = set(tokenize(query))
+            cols = np.array([index.vocab[t] for t in tokens if t in index.vocab], dtype=np.int64)
+            common = index._common[cols]
+            read = cols[~common] if common.any() and not common.all() else cols
+            rows, _, lengths = gather(index.matrix, read)
+            held = np.bincount(rows, np.repeat(index.idf[read], lengths), minlength=len(index.texts))
+            total = float(index.idf[cols].sum()) + index.unknown_idf * (len(tokens) - len(cols))
+            got_rows, got_shares = index.lexical_shares(query)
+            assert np.array_equal(got_rows, np.flatnonzero(held))
+            assert np.array_equal(got_shares, held[np.flatnonzero(held)] / total)
+
+            parts = clauses(query)
+            vectors = semantic.query_vectors([query, *parts])
+            alone = [semantic.query_vector(t) for t in [query, *parts]]
+            assert all(np.array_equal(a, b) for a, b in zip(vectors, alone, strict=True))
+            for v in vectors:
+                nodes, cos = semantic.nearest(v, None, 3)
+                assert all(
+                    np.array_equal(a, b)
+                    for a, b in zip((nodes, cos), semantic.evidence_and_nearest(v, None, 3)[2:], strict=True)
+                )
+
+            ranking = r.rank(query)
+            members = ranking.top(5)
+            evidence = ranking.experience
+            assert evidence is not None
+            words, cosine, meaning = index.closest(members, evidence, 0.5)
+            for k, node in enumerate(members.tolist()):
+                witnesses = index.witnesses_of(node)
+                shares, cosines = evidence.shares[witnesses], evidence.cosines[witnesses]
+                want = (0.0, 0.0, 0.0)
+                if len(witnesses):
+                    want = (shares.max(), cosines.max(), np.where(shares > 0, 0.5 * cosines, cosines).max())
+                assert (words[k], cosine[k], meaning[k]) == want
+
+
 def test_clauses_are_the_sentences_of_a_request_that_asks_for_several_things():
     from segos_pipeline.retrieval.experience import _MAX_CLAUSES, clauses
 
