@@ -192,7 +192,7 @@ class PushOperator:
             pushed.append(frontier)
             amounts.append(rf)
             nodes = node[frontier]
-            sent = matrix[nodes]
+            sent = matrix.take(nodes, axis=0)
             sent *= rf[:, None]
             r[slot] += np.add.reduce(sent, axis=0)
             if self.any_dangling:
