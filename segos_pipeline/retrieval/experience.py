@@ -101,7 +101,11 @@ class ExperienceIndex:
         where = {t: k for k, t in enumerate(self._distinct)}
         self._text_of = np.fromiter((where[t] for t in self.texts), np.int64, len(self.texts))
         vocab: dict[str, int] = {}
-        token_cols = [[vocab.setdefault(tok, len(vocab)) for tok in set(tokenize(t))] for t in self._distinct]
+        # Tokens in order of first use, not a set's (hash-seeded) order: the same columns, so the same sums
+        # and scores to the last bit, in every process.
+        token_cols = [
+            [vocab.setdefault(tok, len(vocab)) for tok in dict.fromkeys(tokenize(t))] for t in self._distinct
+        ]
         rows, cols = [], []
         for r, k in enumerate(self._text_of.tolist()):
             rows.extend([r] * len(token_cols[k]))
@@ -211,7 +215,7 @@ class ExperienceIndex:
 
     def lexical_shares(self, query: str) -> tuple[np.ndarray, np.ndarray]:
         """(witness rows, share of the query's idf mass each holds) for the witnesses the query touches."""
-        tokens = set(tokenize(query))
+        tokens = dict.fromkeys(tokenize(query))  # ordered: the same sums in every process
         vocab = self.vocab
         known = [vocab[t] for t in tokens if t in vocab]
         if not known:
