@@ -116,10 +116,7 @@ class PushOperator:
         while len(frontier):
             rounds += 1
             pushes += len(frontier)
-            rf = r[frontier]
-            r[frontier] = 0.0
-            pushed.append(frontier)
-            amounts.append(rf)
+            rf = _take(frontier, r, pushed, amounts)
             # the positions of the frontier's stored entries: one ragged arange (per-row values repeated
             # over the row's edges, cheaper than a gather through an edge → row index)
             lengths = slots.degree[frontier]
@@ -187,10 +184,7 @@ class PushOperator:
         while len(frontier):
             rounds += 1
             pushes += len(frontier)
-            rf = r[frontier]
-            r[frontier] = 0.0
-            pushed.append(frontier)
-            amounts.append(rf)
+            rf = _take(frontier, r, pushed, amounts)
             nodes = node[frontier]
             sent = matrix.take(nodes, axis=0)
             sent *= rf[:, None]
@@ -203,6 +197,17 @@ class PushOperator:
         # edges read, counted once: every pushed slot's node's out-degree
         work = int(self.degree[node[np.concatenate(pushed[len(pushed) - rounds :])]].sum())
         return rounds, pushes, work
+
+
+def _take(
+    frontier: np.ndarray, r: np.ndarray, pushed: list[np.ndarray], amounts: list[np.ndarray]
+) -> np.ndarray:
+    """Start a round: take the frontier's residuals (they are pushed now) and record what each pushes."""
+    rf = r[frontier]
+    r[frontier] = 0.0
+    pushed.append(frontier)
+    amounts.append(rf)
+    return rf
 
 
 class _Slots:
