@@ -113,8 +113,8 @@ class ExperienceIndex:
         self.vocab = vocab
         shape = (len(self.texts), len(vocab))
         data = np.ones(len(rows))
-        self.matrix = sp.csc_matrix((data, (np.array(rows, int), np.array(cols, int))), shape=shape)
-        df = np.diff(self.matrix.indptr)
+        matrix = sp.csc_matrix((data, (np.array(rows, int), np.array(cols, int))), shape=shape)
+        df = np.diff(matrix.indptr)
         self.idf = bm25_idf(len(self.texts), df)
         self.unknown_idf = float(bm25_idf(len(self.texts), np.zeros(1))[0])
         # Tokens most witnesses hold ("can", "me", "find") add little to a share and most of its cost: like
@@ -122,7 +122,7 @@ class ExperienceIndex:
         self._common = (df > config.seed_df_max * len(self.texts)) & (df >= config.seed_df_min)
         # Each token's postings (witness rows, ascending) as its own array: a query concatenates its few
         # tokens' arrays instead of computing their positions in the matrix.
-        indptr, indices = self.matrix.indptr, self.matrix.indices.astype(np.int64)
+        indptr, indices = matrix.indptr, matrix.indices.astype(np.int64)
         self._postings = [
             indices[a:b] for a, b in zip(indptr[:-1].tolist(), indptr[1:].tolist(), strict=True)
         ]

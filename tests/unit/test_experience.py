@@ -314,6 +314,7 @@ def test_the_query_path_gives_the_same_numbers_as_the_plain_computations(tmp_pat
     search that also gives its evidence), and the request embedded with its sentences (each alone), with
     exact witnesses and through inverted lists."""
     import numpy as np
+    import scipy.sparse as sp
 
     from segos_pipeline.retrieval import experience as experience_module
     from segos_pipeline.retrieval.experience import clauses
@@ -338,12 +339,20 @@ def test_the_query_path_gives_the_same_numbers_as_the_plain_computations(tmp_pat
         r = _retriever(store, version, "wordllama")
         index, semantic = r.experience, r.semantic
         assert index is not None and semantic is not None
+        # the witness x token matrix, rebuilt from the witnesses' texts
+        coords = [
+            (w, index.vocab[t]) for w, text in enumerate(index.texts) for t in dict.fromkeys(tokenize(text))
+        ]
+        matrix = sp.csc_matrix(
+            (np.ones(len(coords)), tuple(np.array(c) for c in zip(*coords, strict=True))),
+            shape=(len(index.texts), len(index.vocab)),
+        )
         for query in queries:
-            tokens = set(tokenize(query))
+            tokens = dict.fromkeys(tokenize(query))  # the order the index sums them in
             cols = np.array([index.vocab[t] for t in tokens if t in index.vocab], dtype=np.int64)
             common = index._common[cols]
             read = cols[~common] if common.any() and not common.all() else cols
-            rows, _, lengths = gather(index.matrix, read)
+            rows, _, lengths = gather(matrix, read)
             held = np.bincount(rows, np.repeat(index.idf[read], lengths), minlength=len(index.texts))
             total = float(index.idf[cols].sum()) + index.unknown_idf * (len(tokens) - len(cols))
             got_rows, got_shares = index.lexical_shares(query)
