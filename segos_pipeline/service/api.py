@@ -226,8 +226,8 @@ class SegosService(ServedVersions):
         # Each skill's record is the one `segos retrieve --json` prints (its figures rounded), with the
         # skill's contract; its position and prerequisites in the execution order are added below.
         kept = [
-            {**{k: round(v, 6) if isinstance(v, float) else v for k, v in asdict(s).items()}, **contract}
-            for s, contract in zip(bundle.skills, contracts, strict=True)
+            {**{k: round(v, 6) if isinstance(v, float) else v for k, v in record.items()}, **contract}
+            for record, contract in zip(bundle.to_dict()["skills"], contracts, strict=True)
         ]
         seed_ids, pruned, over = bundle.seeds, bundle.pruned, bundle.over_budget
         members = [s["id"] for s in kept]
