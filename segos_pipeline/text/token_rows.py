@@ -1,7 +1,7 @@
 """The token table as integer rows over a sorted vocabulary, in node-range chunks: its one integer encoding.
 
 Parse workers encode their own slice of skills (`EncodedTokens.of_nodes`, each over its own sorted
-vocabulary), the build merges the slices as they come (`TokenMerger`) and the store writes its string rows
+vocabulary), the build merges the slices (`TokenMerger`) and the store writes its string rows
 decoded a part at a time (`rows`); the lexical index is built from the chunks (retrieval/lexical.py), read
 back from a stored version a part at a time (`of_parts`), and an evolution round splices revised skills'
 rows in (`revised`) and commits the signature of the result (`signature`).
@@ -31,7 +31,6 @@ import scipy.sparse as sp
 from . import lexicon
 from .chunk_tokens import chunk_rows
 from .lexicon import CODED_FIELDS, FIELD_CODE, OTHER_FIELD, SIGNATURE_FIELDS, TOKEN_SCHEMA, Signature
-from .string_index import StringIndex
 
 NAME = FIELD_CODE["name"]
 CHUNK_NODES = 4096  # skills per chunk of a table coded from strings: a revision re-sorts only its chunk
@@ -297,33 +296,30 @@ class EncodedTokens:
 
 
 class TokenMerger:
-    """Consecutive encoded slices (slice i's nodes follow slice i-1's) merged one at a time as they come,
-    e.g. while parse workers are still tokenising later ones. A slice's columns become first-seen ids of
-    one growing `StringIndex` (a hash lookup per distinct token of the slice, then an integer gather);
-    `result` sorts the vocabulary once and maps every id to its column. A slice's own columns are string
-    ranks, so its rows, sorted by them, are sorted by the final columns too: no row is sorted again."""
+    """Consecutive encoded slices (slice i's nodes follow slice i-1's) gathered as they come, e.g. while
+    parse workers are still tokenising later ones; `result` sorts the union of their vocabularies once and
+    maps each slice's columns into it by binary search. A slice's own columns are string ranks, so the map
+    is monotone and its rows, sorted by them, stay sorted: no row is sorted again."""
 
-    def __init__(self, index: StringIndex | None = None) -> None:
-        self.index = StringIndex() if index is None else index
-        self.chunks: list[TokenRows] = []
+    def __init__(self) -> None:
+        self.parts: list[EncodedTokens] = []
         self.n_nodes = 0
 
     def add(self, part: EncodedTokens) -> None:
-        ids = self.index.ids(part.vocab)
         n = self.n_nodes
-        self.chunks.extend(
-            TokenRows(c.start + n, c.stop + n, c.node + n, c.field, ids[c.col], c.tf) for c in part.chunks
-        )
+        chunks = [TokenRows(c.start + n, c.stop + n, c.node + n, c.field, c.col, c.tf) for c in part.chunks]
+        self.parts.append(EncodedTokens(chunks, part.vocab, part.n_nodes))
         self.n_nodes += part.n_nodes
 
     def result(self) -> EncodedTokens:
         """The table of every slice added so far."""
-        tokens = self.index.series()
-        order = tokens.arg_sort().to_numpy()
-        col = np.empty(len(order), dtype=np.int32)
-        col[order] = np.arange(len(order), dtype=np.int32)
-        chunks = [replace(c, col=col[c.col]) for c in self.chunks]
-        return EncodedTokens(chunks, tokens.gather(order).alias("token"), self.n_nodes)
+        words = [p.vocab for p in self.parts]
+        vocab = distinct_sorted(pl.concat(words) if words else pl.Series("token", [], dtype=pl.String))
+        chunks = []
+        for p in self.parts:
+            col = vocab.search_sorted(p.vocab).to_numpy().astype(np.int32)
+            chunks.extend(replace(c, col=col[c.col]) for c in p.chunks)
+        return EncodedTokens(chunks, vocab, self.n_nodes)
 
 
 def token_table(nodes: pl.DataFrame) -> pl.DataFrame:

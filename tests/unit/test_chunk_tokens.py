@@ -12,7 +12,6 @@ from segos_pipeline.graph.parsing import parse_library
 from segos_pipeline.paths import DEFAULT_LIBRARY
 from segos_pipeline.text import lexicon
 from segos_pipeline.text.chunk_tokens import word_codes
-from segos_pipeline.text.string_index import StringIndex
 from segos_pipeline.text.token_rows import EncodedTokens, TokenMerger
 
 from ..conftest import SHARED_DATA, write_skill
@@ -29,8 +28,8 @@ def _slices(nodes: pl.DataFrame, sizes: list[int]) -> list[pl.DataFrame]:
     return out
 
 
-def _merged(chunks: list[EncodedTokens], index: StringIndex | None = None) -> EncodedTokens:
-    merger = TokenMerger(index)
+def _merged(chunks: list[EncodedTokens]) -> EncodedTokens:
+    merger = TokenMerger()
     for chunk in chunks:
         merger.add(chunk)
     return merger.result()
@@ -151,48 +150,6 @@ def test_word_codes_are_exact_even_when_keys_collide():
         assert codes.dtype == np.uint32 or np.issubdtype(codes.dtype, np.integer)
 
 
-def _first_then(after):
-    """A token key that is the real hash on the first chunk, then `after(tokens, first_keys)`."""
-    seen: list[np.ndarray] = []
-
-    def key(tokens: pl.Series) -> np.ndarray:
-        if not seen:
-            seen.append(tokens.hash().to_numpy())
-            return seen[0]
-        return after(tokens, seen[0])
-
-    return key
-
-
-@pytest.mark.parametrize(
-    "key",
-    [
-        lambda t: t.str.len_bytes().cast(pl.UInt64).to_numpy(),  # collides on the first chunk
-        _first_then(lambda t, first: (t.hash() % 4).to_numpy()),  # unseen tokens collide with each other
-        _first_then(lambda t, first: np.full(len(t), first[0])),  # every token "found", as the wrong one
-    ],
-    ids=["lengths", "later-among-new", "later-with-known"],
-)
-def test_vocabulary_merge_is_exact_when_token_keys_collide(key):
-    nodes = parse_library(DEFAULT_LIBRARY).nodes
-    chunks = [EncodedTokens.of_nodes(s) for s in _slices(nodes, [7])]
-    vocab = StringIndex(key)
-    merged = _merged(chunks, vocab)
-    assert vocab.index is not None  # the exact fallback took over
-    _assert_same(merged, string_token_table(nodes), nodes)
-    assert merged.vocab.n_unique() == len(merged.vocab)
-
-
-def test_vocabulary_merge_keeps_to_hashes_on_real_tokens(generated_nodes):
-    chunks = [EncodedTokens.of_nodes(s) for s in _slices(generated_nodes, [50])]
-    vocab = StringIndex()
-    merged = _merged(chunks, vocab)
-    assert (
-        vocab.index is None
-        and len(vocab.keys) + len(vocab.recent) == len(merged.vocab) == merged.vocab.n_unique()
-    )
-
-
 def test_chunks_keep_the_order_and_report_progress(monkeypatch):
     nodes = parse_library(DEFAULT_LIBRARY).nodes
     monkeypatch.setattr(lexicon, "TOKEN_CHUNK", 7)
@@ -200,23 +157,3 @@ def test_chunks_keep_the_order_and_report_progress(monkeypatch):
     got = EncodedTokens.tokenise(nodes, heard.append)
     assert heard == [*range(7, nodes.height, 7), nodes.height]
     _assert_same(got, string_token_table(nodes), nodes)
-
-
-@pytest.mark.parametrize("recent_min", [1, 4, 1_000_000])
-def test_string_index_levels_give_first_seen_ids(monkeypatch, recent_min):
-    """New keys wait in a small level and join the large one in merges: ids stay the first-seen order of
-    a plain dictionary through any number of merges, batches that repeat earlier strings included."""
-    from segos_pipeline.text import string_index
-
-    monkeypatch.setattr(string_index, "_RECENT_MIN", recent_min)
-    rng = np.random.default_rng(7)
-    index, reference = string_index.StringIndex(), {}
-    for _ in range(60):
-        batch = list(dict.fromkeys(f"t{v}" for v in rng.integers(0, 400, 25)))
-        got = index.ids(pl.Series(batch, dtype=pl.String))
-        expected = [reference.setdefault(w, len(reference)) for w in batch]
-        assert got.tolist() == expected
-    assert index.index is None and len(index.keys) + len(index.recent) == len(reference) == len(index)
-    assert index.series().to_list() == list(reference)
-    if recent_min == 1:
-        assert len(index.recent) <= max(1, len(index.keys) // 8) and len(index.keys) > 0
