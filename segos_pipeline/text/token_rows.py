@@ -207,23 +207,29 @@ class EncodedTokens:
         """The string token rows (`TOKEN_SCHEMA`) of nodes [start, end), sorted by node, field name and
         token string, as a version stores them; `local` numbers them from 0."""
         end = self.n_nodes if end is None else end
-        parts = [pl.DataFrame(schema={"node": pl.Int32, "field": pl.UInt8, "col": pl.Int32, "tf": pl.UInt32})]
+        parts = []
         for c in self.chunks:
             if c.start < end and start < c.stop:
                 a, b = np.searchsorted(c.node, [start, end])
-                parts.append(
-                    pl.DataFrame(
-                        {"node": c.node[a:b], "field": c.field[a:b], "col": c.col[a:b], "tf": c.tf[a:b]}
-                    )
-                )
-        # (node, field, col) order is (node, field name, token string): codes and columns are ranks
-        rows = pl.concat(parts, how="vertical_relaxed").sort("node", "field", "col")
+                parts.append((c.node[a:b], c.field[a:b], c.col[a:b], c.tf[a:b]))
+        if parts:
+            node, field, col, tf = (np.concatenate(arrays) for arrays in zip(*parts, strict=True))
+        else:
+            node, field, col, tf = (np.zeros(0, dtype=np.int64) for _ in range(4))
+        node = node.astype(np.int64) - start
+        # Within a node the rows are in column order, so a stable sort on (node, field) alone gives (node,
+        # field, col), which is (node, field name, token string): codes and columns are ranks. A store
+        # part's key fits 16 bits, where numpy's stable sort is a radix sort.
+        key = node * len(CODED_FIELDS) + field
+        if (end - start) * len(CODED_FIELDS) <= 1 << 16:
+            key = key.astype(np.uint16)
+        order = np.argsort(key, kind="stable")
         return pl.DataFrame(
             {
-                "node": rows["node"] - (start if local else 0),
-                "field": _FIELD_NAMES.gather(rows["field"]),
-                "token": self.vocab.gather(rows["col"]),
-                "tf": rows["tf"],
+                "node": (node[order] + (0 if local else start)).astype(np.uint32),
+                "field": _FIELD_NAMES.gather(pl.Series(field[order])),
+                "token": self.vocab.gather(pl.Series(col[order])),
+                "tf": tf[order].astype(np.uint32),
             },
             schema=TOKEN_SCHEMA,
         )
