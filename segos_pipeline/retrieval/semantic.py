@@ -140,9 +140,20 @@ def compute_vectors(
     heads, fulls = skill_texts(nodes[todo.tolist()]) if len(todo) else ([], [])
     fresh = embed_skills(backend, heads, fulls)
     dim = fresh.shape[1] if len(todo) else donors[int(source[0])].matrix.shape[1] if len(hashes) else 0
-    matrix = np.zeros((len(hashes), dim), dtype=np.float32)
-    for d in np.unique(source[source >= 0]).tolist():
-        at = np.flatnonzero(source == d)
+    n = len(hashes)
+    # A draft's donor is mostly its parent, row for row: copied whole (one copy of contiguous memory),
+    # then only the rows it does not give in place are set.
+    in_place = (source >= 0) & (row == np.arange(n))
+    done = np.zeros(n, dtype=bool)
+    matrix = np.zeros((n, dim), dtype=np.float32)
+    if in_place.any():
+        base = int(np.bincount(source[in_place]).argmax())
+        if donors[base].matrix.shape == matrix.shape:
+            matrix = np.array(donors[base].matrix, dtype=np.float32)
+            done = in_place & (source == base)
+    rest = np.flatnonzero((source >= 0) & ~done)
+    for d in np.unique(source[rest]).tolist():
+        at = rest[source[rest] == d]
         matrix[at] = donors[d].matrix[row[at]]
     if len(todo):
         matrix[todo] = fresh
