@@ -179,6 +179,8 @@ def node_text_hashes(nodes: pl.DataFrame) -> list[str]:
             continue
         if old is nodes:
             return old_hashes
+        if any(nodes[c].dtype != old[c].dtype for c in _TEXT_COLUMNS):
+            break  # a column of another type: hashed whole, not compared
         changed = np.zeros(nodes.height, dtype=bool)
         for column in _TEXT_COLUMNS:
             changed |= ~nodes[column].eq_missing(old[column]).to_numpy()
