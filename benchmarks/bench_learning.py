@@ -13,6 +13,11 @@ elsewhere), so that other requests for the same tools, in other words, check wha
   odd requests of the *other* tools (do no harm: they must not fall) and of the traced tools (the lift);
 - `multi`: the 250 two-tool requests over the 47 merged tools, even half as traces, odd half tested
   (recall@5 and COMP@5);
+- `held-out conditions`: the issue's held-out checks learn from every dev trace, twice the traces above.
+  Nearer their conditions: five folds by position, each fifth tested after learning from the other four
+  (800 traces: one round, and five rounds of 160; two-tool: 200 traces), pooled; do no harm with every dev
+  trace of half the tools, each half in turn, every request of the other half's tools tested; the traced
+  half's lift in five folds within that half;
 - `companions` (CONSTRUCTED traces): each even-positioned tool of the sorted list is always used with the
   next tool (its companion); the even requests as traces with both, the odd ones tested: recall@5 and
   COMP@5 of the pair for requests of a tool with a companion, hit@5 for the others; with co-use completion
@@ -36,6 +41,7 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -67,6 +73,7 @@ class Names:
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMAND = "python benchmarks/bench_learning.py"
+FOLDS = 5
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -89,6 +96,13 @@ def quality(ranker: Any, names: Names, queries: list[dict[str, Any]], k: int = 5
     out["n"] = len(queries)
     out["p50_ms"] = round(harness.percentile(times, 50), 3)
     return out
+
+
+def pooled(folds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The metrics of disjoint query sets as if measured on their union (means weighted by size)."""
+    n = sum(f["n"] for f in folds)
+    out = {k: round(sum(f[k] * f["n"] for f in folds) / n, 4) for k in ("hit", "recall", "comp", "mrr")}
+    return {**out, "n": n}
 
 
 def side_by_side(rankers: dict[str, Any], names: Names, queries: list[dict[str, Any]]) -> dict[str, Any]:
@@ -159,6 +173,68 @@ def as_traces(queries: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]
     ]
 
 
+def held_out_conditions(
+    lab: Callable[[str, Path], Lab],
+    meta: Path,
+    names: Names,
+    tools: list[str],
+    single: list[dict[str, Any]],
+    dev: list[dict[str, Any]],
+    multi_t: list[dict[str, Any]],
+    multi_q: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The module docstring's `held-out conditions`: each fold's queries tested once, metrics pooled."""
+    library, library_47 = meta / "library", meta / "library-47"
+    out: dict[str, Any] = {}
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for fold in range(FOLDS):
+        traced = [t for i, t in enumerate(single) if i % FOLDS != fold]
+        tested = dev[fold::FOLDS]
+        one, five = lab(f"fold{fold}", library), lab(f"fold{fold}-rounds", library)
+        rows.setdefault("cold", []).append(quality(one.retriever(one.cold), names, tested))
+        rows.setdefault("one round", []).append(quality(one.retriever(one.round(traced)), names, tested))
+        size = len(traced) // 5
+        for r in range(5):
+            five.round(traced[r * size : (r + 1) * size])
+            rows.setdefault(f"round {r + 1} of 5", []).append(
+                quality(five.retriever(five.latest), names, tested)
+            )
+    out["other requests (800 traces)"] = {label: pooled(per) for label, per in rows.items()}
+    for parity, half_name in enumerate(("even", "odd")):
+        half = {t for i, t in enumerate(tools) if i % 2 == parity}
+        h = lab(f"half-{half_name}", library)
+        h.round([t for t in single if names.resolve(t["used"][0]) in half])
+        others = [q for q in dev if names.resolve(q["gold"][0]) not in half]
+        mine = [i for i, q in enumerate(dev) if names.resolve(q["gold"][0]) in half]
+        lifted: dict[str, list[dict[str, Any]]] = {"cold": [], "evolved": []}
+        for fold in range(FOLDS):
+            f = lab(f"half-{half_name}-fold{fold}", library)
+            f.round([single[i] for j, i in enumerate(mine) if j % FOLDS != fold])
+            tested = [dev[i] for j, i in enumerate(mine) if j % FOLDS == fold]
+            lifted["cold"].append(quality(f.retriever(f.cold), names, tested))
+            lifted["evolved"].append(quality(f.retriever(f.latest), names, tested))
+        out[f"tools at {half_name} positions traced"] = {
+            "untraced tools' requests (all their traces)": {
+                "cold": quality(h.retriever(h.cold), names, others),
+                "evolved": quality(h.retriever(h.latest), names, others),
+            },
+            "traced tools' requests (4/5 of their traces)": {k: pooled(v) for k, v in lifted.items()},
+        }
+    multi: dict[str, list[dict[str, Any]]] = {}
+    for fold in range(FOLDS):
+        d = lab(f"multi-fold{fold}", library_47)
+        traced = [t for i, t in enumerate(multi_t) if i % FOLDS != fold]
+        rankers = {
+            "cold": d.retriever(d.cold),
+            "evolved": d.retriever(d.round(traced)),
+            "bm25s+appended": probe(d, traced),
+        }
+        for label, q in side_by_side(rankers, d.names(), multi_q[fold::FOLDS]).items():
+            multi.setdefault(label, []).append(q)
+    out["two-tool requests (200 traces)"] = {label: pooled(per) for label, per in multi.items()}
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
@@ -225,6 +301,11 @@ def main() -> int:
         rankers = {"cold": d.retriever(d.cold), "evolved": evolved, "bm25s+appended": probe(d, multi_t[0::2])}
         result["multi"] = side_by_side(rankers, mnames, multi_q[1::2])
         print("multi", json.dumps(result["multi"]), flush=True)
+
+        result["held-out conditions"] = held_out_conditions(
+            lab, meta, names, tools, single, dev, multi_t, multi_q
+        )
+        print("held-out conditions", json.dumps(result["held-out conditions"]), flush=True)
 
         g = lab("companions", meta / "library")
         mate = {t: tools[i + 1] for i, t in enumerate(tools[:-1]) if i % 2 == 0}

@@ -121,6 +121,7 @@ def description_update(
 
     The cost follows the candidates, not the library: revisions are tried on patched rows of
     `retriever`'s index, only the revised skills are re-tokenised (`patch_tokens`), and `rebuild` is
+    given the revised nodes, the revised skills' token rows (`revised_tokens`) and their rows; it is
     called once when some revision passed both gates (again only in a round where that exact pass
     reverts one, for the smaller set), never when none did.
     """
@@ -253,15 +254,15 @@ def description_update(
             "rank_before_others": {t: rank(t, skill) for t in other_texts},
         }
 
-    new_nodes, new_tokens = nodes, tokens
+    new_nodes, revised_rows = nodes, {}
     while accepted:  # exact verification with every accepted revision applied at once
         revised_rows = {index[s]: a["after"] for s, a in accepted.items()}
         new_nodes = _apply(nodes, revised_rows)
-        new_tokens = patch_tokens(tokens, new_nodes, revised_rows)
         if rebuild is None:
             break
         changed = np.array(sorted(revised_rows), dtype=np.int64)
-        exact = RankPositions(rebuild(new_nodes, new_tokens, changed))
+        fresh = revised_tokens(new_nodes, changed).select(tokens.columns)
+        exact = RankPositions(rebuild(new_nodes, fresh, changed))
         failed = []
         for skill, a in accepted.items():
             i = index[skill]
@@ -277,7 +278,9 @@ def description_update(
             a = accepted.pop(skill)
             counters["reverted_on_verification"] += 1
             records.append({**_record(a), "outcome": "reverted: failed a gate on the rebuilt index"})
-        new_nodes, new_tokens = nodes, tokens
+        new_nodes, revised_rows = nodes, {}
+    # the token table of the set kept, made once: a set reverted on verification never needs one
+    new_tokens = patch_tokens(tokens, new_nodes, revised_rows)
     for a in accepted.values():
         records.append({**_record(a), "committed": True, "outcome": "committed"})
     counters["committed"] = len(accepted)
@@ -360,9 +363,8 @@ def patch_tokens(tokens: pl.DataFrame, nodes: pl.DataFrame, changed: Iterable[in
     if len(node) > 1 and np.any(node[1:] < node[:-1]):
         tokens = tokens.sort("node", "field", "token")  # splicing needs rows grouped by node, in order
         node = tokens["node"].to_numpy()
-    fresh = token_table(nodes[rows.tolist()])
-    local = fresh["node"].to_numpy()
-    fresh = fresh.with_columns(node=pl.Series(rows[local], dtype=pl.UInt32))
+    fresh = revised_tokens(nodes, rows)
+    local = np.searchsorted(rows, fresh["node"].to_numpy())
     starts = np.searchsorted(node, rows, side="left")
     ends = np.searchsorted(node, rows, side="right")
     fresh_bounds = np.searchsorted(local, np.arange(len(rows) + 1), side="left")
@@ -374,6 +376,13 @@ def patch_tokens(tokens: pl.DataFrame, nodes: pl.DataFrame, changed: Iterable[in
         kept_from = int(ends[k])
     pieces.append(tokens.slice(kept_from))
     return pl.concat(pieces, rechunk=True).select(tokens.columns)
+
+
+def revised_tokens(nodes: pl.DataFrame, rows: np.ndarray) -> pl.DataFrame:
+    """The token rows of the given rows of `nodes` (sorted, distinct), numbered by their row in `nodes`."""
+    fresh = token_table(nodes[rows.tolist()])
+    local = fresh["node"].to_numpy()
+    return fresh.with_columns(node=pl.Series(rows[local], dtype=pl.UInt32))
 
 
 def _improves(before: int | None, after: int | None) -> bool:

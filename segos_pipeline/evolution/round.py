@@ -225,29 +225,26 @@ def l3_stage(
         state.built_lexical.append((state.tokens, retriever.lexical))
 
         encoded: list[EncodedTokens] = []  # the round's token rows, coded once, on the first rebuild
+        latest: list[tuple[LexicalIndex, EncodedTokens]] = []  # the last rebuild's index and rows
 
-        def rebuild(new_nodes: pl.DataFrame, new_tokens: pl.DataFrame, changed: np.ndarray) -> Retriever:
+        def rebuild(new_nodes: pl.DataFrame, fresh: pl.DataFrame, changed: np.ndarray) -> Retriever:
             # Only the text changed: the draft with the revised text keeps its edges and operator. Its
             # lexical index is built from the round's integer token rows with the revised skills' rows
-            # spliced in: the index the revised table gives, without coding the library's strings again.
+            # (`fresh`) spliced in: the index the revised table gives, without coding the library's
+            # strings again.
             if not encoded:  # the round's index holds this table's vocabulary: not sorted again
                 vocab = retriever.lexical.vocab.tokens
                 encoded.append(EncodedTokens.of_table(state.tokens, state.nodes.height, vocab=vocab))
-            fresh = new_tokens.filter(pl.col("node").is_in(pl.Series(changed, dtype=pl.UInt32).implode()))
             rows = encoded[0].revised(fresh)
             lexical = LexicalIndex.of(rows, retrieval)
-            # the gate's index and the commit's signature when this set is kept (a set reverted on
-            # verification is let go: a smaller one is rebuilt)
-            state.built_lexical = [(t, x) for t, x in state.built_lexical if t is state.tokens]
-            state.built_lexical.append((new_tokens, lexical))
-            state.built_rows = (new_tokens, rows)
+            latest[:] = [(lexical, rows)]  # a set reverted on verification is let go
             revised = replace(
                 draft,
                 version=f"{parent.version}+revised",
                 path=None,
                 manifest={"config": parent.manifest.get("config", {})},
                 nodes=new_nodes,
-                token_table=new_tokens,
+                token_table=None,
                 _cache={},
             )
             return Retriever(revised, retrieval, lexical=lexical)
@@ -255,6 +252,12 @@ def l3_stage(
         traces = state.evidence if state.evidence is not None else state.selected
         assert traces is not None
         l3 = description_update(retriever, traces, config, retrieval.top_n, editor, rebuild)
+        if l3.tokens is not state.tokens and latest:
+            # revisions were kept: the last rebuild was of exactly that set (every earlier one reverted
+            # some), so its index is the gate's and its rows give the commit's signature
+            lexical, rows = latest[0]
+            state.built_lexical.append((l3.tokens, lexical))
+            state.built_rows = (l3.tokens, rows)
         state.nodes, state.tokens, state.revisions = l3.nodes, l3.tokens, l3.revisions
         state.counters["l3"] = l3.counters
     state.timings["l3"] = time.perf_counter() - t

@@ -165,7 +165,6 @@ class Retriever:
         self.n = nodes.height
         self.ids = nodes["id"].to_numpy()
         self._nodes = nodes
-        self.names = SkillNames(nodes)
         self.lexical = lexical if lexical is not None else index_for(snapshot, self.config)
         self.semantic: SemanticIndex | None = semantic_index(snapshot, self.config)
         self.experience: ExperienceIndex | None = experience_index(
@@ -498,6 +497,12 @@ class Retriever:
         _ = self.incidence, self.names.suggestions
         if self.experience is not None:
             self.experience.prepare()
+
+    @cached_property
+    def names(self) -> SkillNames:
+        """Skill references resolved by id or name (built on first use: ranking never needs them, and an
+        evolution round builds several retrievers over one library)."""
+        return SkillNames(self._nodes)
 
     @cached_property
     def incidence(self) -> Incidence:

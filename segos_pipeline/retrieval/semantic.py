@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -115,31 +116,88 @@ def _remember(key: str, vectors: SkillVectors) -> None:
 
 def compute_vectors(
     backend: EmbeddingBackend,
-    heads: Sequence[str],
-    fulls: Sequence[str],
+    nodes: pl.DataFrame,
     hashes: Sequence[str],
     donors: Sequence[SkillVectors] = (),
 ) -> SkillVectors:
-    """Vectors of the skills whose texts are given (see `skill_texts`, `text_hashes`), reusing any donor's
-    vector whose text hash matches; the rest are embedded."""
-    known: dict[str, np.ndarray] = {}
-    for donor in donors:
+    """Vectors of the skills of `nodes` (their text hashes: `text_hashes` of `skill_texts`), reusing the
+    vector of the first donor that holds a skill's text hash (its last row with that hash); the rest are
+    embedded, in one batch in row order. Only the embedded skills' texts are made."""
+    source = np.full(len(hashes), -1, dtype=np.int64)  # which donor gives each row its vector
+    row = np.zeros(len(hashes), dtype=np.int64)  # and from which of its rows
+    for d, donor in enumerate(donors):
         if donor.fingerprint != backend.fingerprint:
             continue
-        wanted = set(hashes) - known.keys()
-        for i, h in enumerate(donor.hashes):
-            if h in wanted:
-                known[h] = donor.matrix[i]
-    todo = [i for i, h in enumerate(hashes) if h not in known]
-    fresh = embed_skills(backend, [heads[i] for i in todo], [fulls[i] for i in todo])
-    dim = fresh.shape[1] if len(todo) else next(iter(known.values())).shape[0] if known else 0
-    matrix = np.zeros((len(hashes), dim), dtype=np.float32)
-    for i, h in enumerate(hashes):
-        if h in known:
-            matrix[i] = known[h]
-    if todo:
-        matrix[np.asarray(todo)] = fresh
+        open_rows = np.flatnonzero(source < 0)
+        if not len(open_rows):
+            break
+        where = {h: i for i, h in enumerate(donor.hashes)}
+        found = [(k, where[hashes[k]]) for k in open_rows.tolist() if hashes[k] in where]
+        if found:
+            at, rows = np.array(found, dtype=np.int64).T
+            source[at], row[at] = d, rows
+    todo = np.flatnonzero(source < 0)
+    heads, fulls = skill_texts(nodes[todo.tolist()]) if len(todo) else ([], [])
+    fresh = embed_skills(backend, heads, fulls)
+    dim = fresh.shape[1] if len(todo) else donors[int(source[0])].matrix.shape[1] if len(hashes) else 0
+    n = len(hashes)
+    # A draft's donor is mostly its parent, row for row: copied whole (one copy of contiguous memory),
+    # then only the rows it does not give in place are set.
+    in_place = (source >= 0) & (row == np.arange(n))
+    done = np.zeros(n, dtype=bool)
+    matrix = np.zeros((n, dim), dtype=np.float32)
+    if in_place.any():
+        base = int(np.bincount(source[in_place]).argmax())
+        if donors[base].matrix.shape == matrix.shape:
+            matrix = np.array(donors[base].matrix, dtype=np.float32)
+            done = in_place & (source == base)
+    rest = np.flatnonzero((source >= 0) & ~done)
+    for d in np.unique(source[rest]).tolist():
+        at = rest[source[rest] == d]
+        matrix[at] = donors[d].matrix[row[at]]
+    if len(todo):
+        matrix[todo] = fresh
     return SkillVectors(backend.fingerprint, list(hashes), matrix, len(todo))
+
+
+# The text hashes of node tables hashed recently in this process, each held by a weak reference to its
+# table: an evolution round's drafts and an incremental update differ from their parent in a few rows,
+# and only those rows' texts are made and hashed again.
+_HASHED: list[tuple[weakref.ref[pl.DataFrame], list[str]]] = []
+_HASHED_MAX = 2
+_TEXT_COLUMNS = ("name", "folder", "description", "body")  # what `skill_texts` reads
+
+
+def node_text_hashes(nodes: pl.DataFrame) -> list[str]:
+    """`text_hashes(*skill_texts(nodes))`: computed again only for the rows whose text columns differ from
+    a table of the same height hashed recently."""
+    with _RECENT_LOCK:
+        recent = [(ref(), hashes) for ref, hashes in reversed(_HASHED)]
+    out: list[str] | None = None
+    for old, old_hashes in recent:
+        if old is None or old.height != nodes.height:
+            continue
+        if old is nodes:
+            return old_hashes
+        if any(nodes[c].dtype != old[c].dtype for c in _TEXT_COLUMNS):
+            break  # a column of another type: hashed whole, not compared
+        changed = np.zeros(nodes.height, dtype=bool)
+        for column in _TEXT_COLUMNS:
+            changed |= ~nodes[column].eq_missing(old[column]).to_numpy()
+        rows = np.flatnonzero(changed)
+        if len(rows) * 4 > nodes.height:  # mostly new texts: hashed whole
+            break
+        out = list(old_hashes)
+        if len(rows):
+            for k, h in zip(rows.tolist(), text_hashes(*skill_texts(nodes[rows.tolist()])), strict=True):
+                out[k] = h
+        break
+    if out is None:
+        out = text_hashes(*skill_texts(nodes))
+    with _RECENT_LOCK:
+        live = [(r, h) for r, h in _HASHED if r() is not None and r() is not nodes]
+        _HASHED[:] = [*live[len(live) - _HASHED_MAX + 1 :], (weakref.ref(nodes), out)]
+    return out
 
 
 def _cache_key(fingerprint: str, hashes: Sequence[str]) -> str:
@@ -192,8 +250,7 @@ def vectors_for(snapshot: Snapshot, backend: EmbeddingBackend) -> SkillVectors:
     """The skill vectors of a version: from the store's cache, else computed (reusing unchanged skills'
     vectors) and cached. A draft (no folder) and a store that cannot be written to go without the disk
     cache; the process keeps the last few in memory either way."""
-    heads, fulls = skill_texts(snapshot.nodes)
-    hashes = text_hashes(heads, fulls)
+    hashes = node_text_hashes(snapshot.nodes)
     key = _cache_key(backend.fingerprint, hashes)
     with _RECENT_LOCK:
         hit = _RECENT.get(key)
@@ -213,7 +270,7 @@ def vectors_for(snapshot: Snapshot, backend: EmbeddingBackend) -> SkillVectors:
         donors = list(reversed(_RECENT.values()))
     if root is not None:
         donors += _cached_donors(root, backend.fingerprint)
-    vectors = replace(compute_vectors(backend, heads, fulls, hashes, donors), key=key)
+    vectors = replace(compute_vectors(backend, snapshot.nodes, hashes, donors), key=key)
     if root is not None:
         _save_entry(root, key, vectors)
     _remember(key, vectors)

@@ -147,6 +147,42 @@ def test_vectors_are_cached_per_version_and_recomputed_only_for_changed_skills(s
     assert np.allclose(healed.matrix, first.matrix, atol=1e-6)
 
 
+def test_hashes_of_an_edited_table_and_vectors_from_donors_equal_those_made_from_scratch(store):
+    """A draft's text hashes come from the table it was edited from (only differing rows re-hashed), and
+    its vectors from a donor row for row: the same hashes and vectors as hashing and copying every row."""
+    import polars as pl
+
+    from segos_pipeline.retrieval.semantic import (
+        SkillVectors,
+        compute_vectors,
+        node_text_hashes,
+        skill_texts,
+        text_hashes,
+    )
+
+    backend = backend_for("wordllama")
+    nodes = store.load().nodes
+    hashes = node_text_hashes(nodes)
+    assert hashes == text_hashes(*skill_texts(nodes))
+    edited = nodes.with_columns(
+        description=nodes["description"].scatter([1, 4], ["Rain radar maps.", None]),
+        name=nodes["name"].scatter([6], ["renamed"]),
+    )
+    fresh = text_hashes(*skill_texts(edited))
+    assert node_text_hashes(edited) == fresh
+    assert [k for k in range(len(fresh)) if fresh[k] != hashes[k]] == [1, 4, 6]
+
+    parent = compute_vectors(backend, nodes, hashes)
+    swapped = SkillVectors(backend.fingerprint, hashes[::-1], parent.matrix[::-1].copy(), 0)
+    other = SkillVectors("another-backend", fresh, np.ones_like(parent.matrix), 0)
+    draft = compute_vectors(backend, edited, fresh, [other, parent, swapped])
+    assert draft.embedded == 3
+    expected = parent.matrix.copy()
+    expected[[1, 4, 6]] = compute_vectors(backend, edited[[1, 4, 6]], [fresh[k] for k in (1, 4, 6)]).matrix
+    assert np.array_equal(draft.matrix, expected)
+    assert pl.Series(draft.hashes).equals(pl.Series(fresh))
+
+
 def test_a_second_store_of_the_same_library_gets_its_vectors_on_disk(store, tmp_path):
     """Vectors this process already holds for the same texts (another store, a draft) are reused, and the
     version still gets its cache entry: a later process must not embed every skill again. Before, the
