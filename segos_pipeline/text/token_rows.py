@@ -35,6 +35,7 @@ from .lexicon import CODED_FIELDS, FIELD_CODE, OTHER_FIELD, SIGNATURE_FIELDS, TO
 NAME = FIELD_CODE["name"]
 CHUNK_NODES = 4096  # skills per chunk of a table coded from strings: a revision re-sorts only its chunk
 _FIELD_NAMES = pl.Series("field", CODED_FIELDS, dtype=pl.String)
+_ROWS_SCHEMA = {"node": pl.Int32, "field": pl.UInt8, "col": pl.Int32, "tf": pl.UInt16}
 
 
 @dataclass(frozen=True)
@@ -211,25 +212,25 @@ class EncodedTokens:
         for c in self.chunks:
             if c.start < end and start < c.stop:
                 a, b = np.searchsorted(c.node, [start, end])
-                parts.append((c.node[a:b], c.field[a:b], c.col[a:b], c.tf[a:b]))
-        if parts:
-            node, field, col, tf = (np.concatenate(arrays) for arrays in zip(*parts, strict=True))
-        else:
-            node, field, col, tf = (np.zeros(0, dtype=np.int64) for _ in range(4))
-        node = node.astype(np.int64) - start
+                parts.append(
+                    pl.DataFrame(
+                        {"node": c.node[a:b], "field": c.field[a:b], "col": c.col[a:b], "tf": c.tf[a:b]}
+                    )
+                )
+        frame = pl.concat(parts, how="vertical_relaxed") if parts else pl.DataFrame(schema=_ROWS_SCHEMA)
         # Within a node the rows are in column order, so a stable sort on (node, field) alone gives (node,
-        # field, col), which is (node, field name, token string): codes and columns are ranks. A store
-        # part's key fits 16 bits, where numpy's stable sort is a radix sort.
-        key = node * len(CODED_FIELDS) + field
-        if (end - start) * len(CODED_FIELDS) <= 1 << 16:
-            key = key.astype(np.uint16)
-        order = np.argsort(key, kind="stable")
+        # field, col), which is (node, field name, token string): codes and columns are ranks. In polars,
+        # not numpy: the store decodes parts on its writer threads, and numpy's temporaries there grew
+        # those threads' own glibc arenas, which nothing on the build's thread reuses (issue 30).
+        frame = frame.sort(
+            pl.col("node").cast(pl.Int64) * len(CODED_FIELDS) + pl.col("field"), maintain_order=True
+        )
         return pl.DataFrame(
             {
-                "node": (node[order] + (0 if local else start)).astype(np.uint32),
-                "field": _FIELD_NAMES.gather(pl.Series(field[order])),
-                "token": self.vocab.gather(pl.Series(col[order])),
-                "tf": tf[order].astype(np.uint32),
+                "node": (frame["node"].cast(pl.Int64) - (start if local else 0)).cast(pl.UInt32),
+                "field": _FIELD_NAMES.gather(frame["field"]),
+                "token": self.vocab.gather(frame["col"]),
+                "tf": frame["tf"].cast(pl.UInt32),
             },
             schema=TOKEN_SCHEMA,
         )
@@ -313,7 +314,13 @@ class TokenMerger:
 
     def add(self, part: EncodedTokens) -> None:
         n = self.n_nodes
-        chunks = [TokenRows(c.start + n, c.stop + n, c.node + n, c.field, c.col, c.tf) for c in part.chunks]
+        # Every array copied here, on the build's thread: a parse worker's slice was unpickled on the
+        # process pool's result thread, into that thread's own glibc arena; held until the build ended, it
+        # pinned that arena, whose space the build's later allocations did not reuse (issue 30).
+        chunks = [
+            TokenRows(c.start + n, c.stop + n, c.node + n, c.field.copy(), c.col.copy(), c.tf.copy())
+            for c in part.chunks
+        ]
         self.parts.append(EncodedTokens(chunks, part.vocab, part.n_nodes))
         self.n_nodes += part.n_nodes
 
