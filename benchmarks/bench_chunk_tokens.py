@@ -1,12 +1,12 @@
-"""CPU per skill of `ChunkTokens.of` and of its steps, as a parse worker meets 2,000-skill chunks.
+"""CPU per skill of `EncodedTokens.of_nodes` and of its steps, as a parse worker meets 2,000-skill chunks.
 
     .venv/bin/python benchmarks/bench_chunk_tokens.py --library LIB --cache DIR \
         [--chunks 9] [--chunk 2000] [--save DIR]
 
 Parses the first `chunks` × `chunk` packages of LIB (read-only) once into parquet files under `--cache`
 (reused on later runs). Then, in each of two fresh processes (as a worker: nothing memoised), it tokenises
-chunk 0 to warm up and times chunks 1.. : one process times `ChunkTokens.of` whole, the other its steps
-one after the other (field texts, word rows, word codes, vocabulary), each step meeting the chunk's
+chunk 0 to warm up and times chunks 1.. : one process times `EncodedTokens.of_nodes` whole, the other its
+steps one after the other (field texts, word rows, word codes, vocabulary), each step meeting the chunk's
 unseen words for the first time. Process CPU time (polars threads included), µs per skill.
 
 `--save DIR` writes each chunk's frame and vocab, so two trees' outputs can be compared file by file.
@@ -27,6 +27,7 @@ from segos_pipeline.config import ParseConfig
 from segos_pipeline.graph import discovery, parsing
 from segos_pipeline.text import chunk_tokens
 from segos_pipeline.text.lexicon import field_texts
+from segos_pipeline.text.token_rows import EncodedTokens
 
 
 def prepare(library: Path, cache: Path, chunks: int, chunk: int) -> list[Path]:
@@ -48,20 +49,20 @@ def prepare(library: Path, cache: Path, chunks: int, chunk: int) -> list[Path]:
 
 def _whole(files: list[str], save: str | None) -> dict[str, float]:
     frames = [pl.read_parquet(f) for f in files]
-    chunk_tokens.ChunkTokens.of(frames[0])
+    EncodedTokens.of_nodes(frames[0])
     total, skills = 0.0, 0
     for i, nodes in enumerate(frames[1:], 1):
-        got, _, cpu = harness.timed(lambda n=nodes: chunk_tokens.ChunkTokens.of(n))
+        got, _, cpu = harness.timed(lambda n=nodes: EncodedTokens.of_nodes(n))
         total, skills = total + cpu, skills + nodes.height
         if save:
-            got.frame.write_parquet(Path(save) / f"frame-{i:03d}.parquet")
+            got.rows().write_parquet(Path(save) / f"rows-{i:03d}.parquet")
             got.vocab.to_frame().write_parquet(Path(save) / f"vocab-{i:03d}.parquet")
     return {"of total": 1e6 * total / skills}
 
 
 def _steps(files: list[str]) -> dict[str, float]:
     frames = [pl.read_parquet(f) for f in files]
-    chunk_tokens.ChunkTokens.of(frames[0])
+    EncodedTokens.of_nodes(frames[0])
     spent: dict[str, float] = {}
     skills, distinct = 0, 0
     for nodes in frames[1:]:

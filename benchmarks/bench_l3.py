@@ -40,7 +40,7 @@ from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.round import RoundState, draft_snapshot, l1_stage, l2_stage, prepare_round
 from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR
 from segos_pipeline.retrieval import lexical
-from segos_pipeline.text import compact_tokens
+from segos_pipeline.text import token_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -85,7 +85,7 @@ def counting() -> Iterator[dict[str, int]]:
     """Counts lexical indexes built and node rows tokenised while the block runs (wraps, never
     changes, the two functions)."""
     counts = {"lexical_indexes_built": 0, "skills_tokenised": 0}
-    init, table = lexical.LexicalIndex.__init__, compact_tokens.token_table
+    init, table = lexical.LexicalIndex.__init__, token_rows.token_table
 
     def counted_init(self: Any, *args: Any, **kwargs: Any) -> None:
         counts["lexical_indexes_built"] += 1
@@ -96,7 +96,7 @@ def counting() -> Iterator[dict[str, int]]:
         return table(nodes)
 
     held = (m for m in list(sys.modules.values()) if getattr(m, "token_table", None) is table)
-    modules = [compact_tokens, *held]
+    modules = [token_rows, *held]
     lexical.LexicalIndex.__init__ = counted_init  # type: ignore[method-assign]
     for m in modules:
         m.token_table = counted_table  # type: ignore[attr-defined]

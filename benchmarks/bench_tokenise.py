@@ -4,14 +4,13 @@
                                                   [--out benchmarks/results]
 
 Reads the nodes of a built store (read-only). Times, on the same nodes and in the same process:
-1. STRING: `CompactTokens.of` as it was before the integer path (the string table of each 20k-skill
+1. STRING: the tokenise stage as it was before the integer path (the string table of each 20k-skill
    chunk, now kept as the integer path's test oracle in tests/string_tokens.py: group and sort on token
    strings, then a join of every row's token string against the growing vocabulary);
-2. INTEGER: `CompactTokens.of` now (ChunkTokens.of per 20k-skill chunk, two chunks at a time on
-   threads, merged), and again on one thread;
-3. PER CHUNK: `ChunkTokens.of` on 2,000-skill chunks (the parse workers' chunk), once in a fresh spawned
-   process (as a worker: nothing cached) and once after the runs above in this process, and the
-   `CompactTokens.from_chunks` merge of all of them.
+2. INTEGER: `EncodedTokens.tokenise` now (`EncodedTokens.of_nodes` per 20k-skill chunk, merged);
+3. PER CHUNK: `EncodedTokens.of_nodes` on 2,000-skill chunks (the parse workers' chunk), once in a fresh
+   spawned process (as a worker: nothing cached) and once after the runs above in this process, and the
+   `TokenMerger` merge of all of them.
 CPU (process time) and wall for each; checks that both paths give equal rows and signature. The machine is
 shared: compare A/B within one run. Writes tokenise.json and tokenise.md.
 """
@@ -30,8 +29,8 @@ import polars as pl
 
 from segos_pipeline import SnapshotStore
 from segos_pipeline.text import lexicon
-from segos_pipeline.text.compact_tokens import ChunkTokens, CompactTokens
-from segos_pipeline.text.lexicon import FIELD_CODE
+from segos_pipeline.text.lexicon import CODED_FIELDS, FIELD_CODE, TOKEN_SCHEMA
+from segos_pipeline.text.token_rows import EncodedTokens, TokenMerger
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -56,7 +55,8 @@ def _encode(chunk: pl.DataFrame, vocab: pl.DataFrame) -> tuple[pl.DataFrame, pl.
     return encoded, vocab
 
 
-def string_path(nodes: pl.DataFrame) -> CompactTokens:
+def string_path(nodes: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
+    """(rows node, field code, token id, tf; the token of each id), as the string path made them."""
     vocab = pl.DataFrame(schema={"token": pl.String, "id": pl.UInt32})
     parts = []
     for start in range(0, nodes.height, lexicon.TOKEN_CHUNK):
@@ -64,26 +64,36 @@ def string_path(nodes: pl.DataFrame) -> CompactTokens:
         chunk = chunk.with_columns(node=pl.col("node") + start)
         encoded, vocab = _encode(chunk, vocab)
         parts.append(encoded)
-    return CompactTokens(pl.concat(parts, how="vertical_relaxed", rechunk=True), vocab["token"], nodes.height)
+    return pl.concat(parts, how="vertical_relaxed", rechunk=True), vocab["token"]
 
 
-def _same(a: CompactTokens, b: CompactTokens) -> bool:
-    sa, sb = a.signature(), b.signature()
-    return (
-        a.rows().equals(b.rows())
-        and sa.vocab.equals(sb.vocab)
-        and sa.matrix.shape == sb.matrix.shape
-        and (sa.matrix != sb.matrix).nnz == 0
+def _decoded(old: tuple[pl.DataFrame, pl.Series]) -> pl.DataFrame:
+    frame, vocab = old
+    return pl.DataFrame(
+        {
+            "node": frame["node"],
+            "field": pl.Series(CODED_FIELDS).gather(frame["field"]),
+            "token": vocab.gather(frame["token"]),
+            "tf": frame["tf"].cast(pl.UInt32),
+        },
+        schema=TOKEN_SCHEMA,
     )
 
 
+def _merged(chunks: list[EncodedTokens]) -> EncodedTokens:
+    merger = TokenMerger()
+    for chunk in chunks:
+        merger.add(chunk)
+    return merger.result()
+
+
 def _cold_chunks(store: str, skills: int | None, chunk: int) -> tuple[float, float]:
-    """(CPU s, wall s) of `ChunkTokens.of` over every chunk in this process (run in a fresh one)."""
+    """(CPU s, wall s) of `EncodedTokens.of_nodes` over every chunk in this process (run in a fresh one)."""
     snap = SnapshotStore(store)
     nodes = snap.load(snap.latest()).nodes
     nodes = nodes.slice(0, skills) if skills else nodes
     slices = [nodes.slice(s, chunk) for s in range(0, nodes.height, chunk)]
-    _, wall, cpu = harness.timed(lambda: [ChunkTokens.of(s) for s in slices])
+    _, wall, cpu = harness.timed(lambda: [EncodedTokens.of_nodes(s) for s in slices])
     return cpu, wall
 
 
@@ -97,10 +107,10 @@ def run(nodes: pl.DataFrame, repeat: int, chunk: int) -> dict[str, Any]:
     for r in range(repeat):
         # the integer path first on even runs: it meets the stemmer's per-process cache cold
         if r % 2 == 0:
-            new, new_wall, new_cpu = harness.timed(lambda: CompactTokens.of(nodes))
+            new, new_wall, new_cpu = harness.timed(lambda: EncodedTokens.tokenise(nodes))
         old, old_wall, old_cpu = harness.timed(lambda: string_path(nodes))
         if r % 2 == 1:
-            new, new_wall, new_cpu = harness.timed(lambda: CompactTokens.of(nodes))
+            new, new_wall, new_cpu = harness.timed(lambda: EncodedTokens.tokenise(nodes))
         out.setdefault("runs", []).append(
             {
                 "string_cpu_s": old_cpu,
@@ -110,13 +120,14 @@ def run(nodes: pl.DataFrame, repeat: int, chunk: int) -> dict[str, Any]:
             }
         )
         if r == 0:
-            out["equal"] = _same(old, new)
+            out["equal"] = _decoded(old).equals(new.rows())
             out["rows"] = new.height
             out["vocab"] = len(new.vocab)
-            out["frame_bytes_per_row"] = new.frame.estimated_size() / max(1, new.height)
+            size = sum(a.nbytes for c in new.chunks for a in (c.node, c.field, c.col, c.tf))
+            out["frame_bytes_per_row"] = size / max(1, new.height)
     slices = [nodes.slice(s, chunk) for s in range(0, nodes.height, chunk)]
-    chunks, chunk_wall, chunk_cpu = harness.timed(lambda: [ChunkTokens.of(s) for s in slices])
-    merged, merge_wall, merge_cpu = harness.timed(lambda: CompactTokens.from_chunks(chunks))
+    chunks, chunk_wall, chunk_cpu = harness.timed(lambda: [EncodedTokens.of_nodes(s) for s in slices])
+    merged, merge_wall, merge_cpu = harness.timed(lambda: _merged(chunks))
     out["per_chunk"] = {
         "chunk_skills": chunk,
         "chunks": len(chunks),
@@ -128,7 +139,7 @@ def run(nodes: pl.DataFrame, repeat: int, chunk: int) -> dict[str, Any]:
         ),
         "merge_cpu_s": merge_cpu,
         "merge_wall_s": merge_wall,
-        "equal": _same(merged, new),
+        "equal": merged.rows().equals(new.rows()),
     }
     return out
 
@@ -139,7 +150,7 @@ def _markdown(res: dict[str, Any]) -> str:
         "",
         f"Same process, same nodes; polars threads {res['polars_threads']}; shared 2-core machine (noisy).",
         f"Rows {res['rows']:,}, vocabulary {res['vocab']:,}, frame {res['frame_bytes_per_row']:.1f} B/row; "
-        f"equal rows and signature: {res['equal']}.",
+        f"equal rows: {res['equal']}.",
         "",
         "| run | string CPU s | string wall s | integer CPU s | integer wall s | CPU × | wall × |",
         "|---|---|---|---|---|---|---|",
@@ -153,13 +164,14 @@ def _markdown(res: dict[str, Any]) -> str:
     pc = res["per_chunk"]
     lines += [
         "",
-        f"ChunkTokens.of on {pc['chunks']} chunks of {pc['chunk_skills']:,} skills, in a fresh process: "
+        f"EncodedTokens.of_nodes on {pc['chunks']} chunks of {pc['chunk_skills']:,} skills, "
+        "in a fresh process: "
         f"{pc['cold_process_cpu_us_per_skill']:.0f} µs CPU / {pc['cold_process_wall_us_per_skill']:.0f} µs "
         f"wall per skill; after the runs above in this process: "
         f"{pc['cpu_us_per_skill']:.0f} µs CPU / {pc['wall_us_per_skill']:.0f} µs wall per skill; mean chunk "
         f"vocabulary {pc['mean_chunk_vocab']:,.0f}; pickled {pc['pickled_bytes_per_skill']:.0f} B per skill.",
-        f"CompactTokens.from_chunks of them: {pc['merge_cpu_s']:.2f} s CPU / "
-        f"{pc['merge_wall_s']:.2f} s wall; equal to CompactTokens.of: {pc['equal']}.",
+        f"TokenMerger of them: {pc['merge_cpu_s']:.2f} s CPU / "
+        f"{pc['merge_wall_s']:.2f} s wall; equal to EncodedTokens.tokenise: {pc['equal']}.",
         "",
     ]
     return "\n".join(lines)
@@ -170,7 +182,7 @@ def main() -> None:
     ap.add_argument("--store", type=Path, required=True, help="a built store; its latest version's nodes")
     ap.add_argument("--skills", type=int, default=None, help="only the first N skills")
     ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--chunk", type=int, default=2_000, help="skills per ChunkTokens.of chunk")
+    ap.add_argument("--chunk", type=int, default=2_000, help="skills per EncodedTokens.of_nodes chunk")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
     store = SnapshotStore(args.store)

@@ -1,15 +1,19 @@
-"""The token table computed on strings, the oracle of the integer path (`text/compact_tokens.py`).
+"""The token table and its signature computed on strings, the oracle of the integer path
+(`text/token_rows.py`).
 
-The build tokenises on integers (`ChunkTokens`, `CompactTokens`). This is the same rules computed the plain
-way: cut with the polars regex, stem each distinct word, then group the string rows and sort them. Tests
-hold the integer path's rows and signature equal to it on any slicing; nothing in the package uses it.
+The build tokenises on integers (`EncodedTokens`). This is the same rules computed the plain way: cut with
+the polars regex, stem each distinct word, then group the string rows and sort them; the signature is the
+distinct (skill, token) pairs of the signature fields. Tests hold the integer path's rows and signature
+equal to them on any slicing; nothing in the package uses them.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
+import scipy.sparse as sp
 
-from segos_pipeline.text.lexicon import TOKEN_SCHEMA, field_texts
+from segos_pipeline.text.lexicon import SIGNATURE_FIELDS, TOKEN_SCHEMA, Signature, field_texts
 from segos_pipeline.text.tokens import tokenize_column, word_tokens
 
 
@@ -36,3 +40,14 @@ def string_token_table(nodes: pl.DataFrame) -> pl.DataFrame:
         .select(list(TOKEN_SCHEMA))
         .cast(TOKEN_SCHEMA)  # type: ignore[arg-type]
     )
+
+
+def string_signature(tokens: pl.DataFrame, n_nodes: int) -> Signature:
+    """Binary node × token matrix of the signature fields' tokens, columns in sorted token order."""
+    sig = tokens.filter(pl.col("field").is_in(SIGNATURE_FIELDS)).select("node", "token").unique()
+    vocab = sig["token"].unique().sort()
+    lookup = pl.DataFrame({"token": vocab, "col": np.arange(len(vocab), dtype=np.int64)})
+    cols = sig.join(lookup, on="token", how="left", maintain_order="left")["col"].to_numpy()
+    rows = sig["node"].to_numpy().astype(np.int64)
+    data = np.ones(len(rows), dtype=np.float32)
+    return Signature(sp.csr_matrix((data, (rows, cols)), shape=(n_nodes, len(vocab))), vocab.alias("token"))

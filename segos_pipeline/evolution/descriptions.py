@@ -32,7 +32,7 @@ import polars as pl
 
 from ..config import EvolutionConfig
 from ..retrieval.ranker import Retriever, RowPatch
-from ..text.compact_tokens import token_table
+from ..text.token_rows import token_table
 from ..text.tokens import keep_word, stem
 from .editor import Critique, Editor, EditorError, make_editor
 from .evidence import WindowEvidence, l3_partials

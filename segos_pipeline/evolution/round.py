@@ -31,11 +31,11 @@ from ..progress import Progress
 from ..retrieval.lexical import LexicalIndex
 from ..retrieval.ranker import Retriever
 from ..retrieval.round_traces import ROUND_TRACES
-from ..retrieval.token_rows import EncodedTokens
 from ..store.layout import EXPERIENCE, REVISIONS, WINDOW_FILES, window_refs
 from ..store.served import advance
 from ..store.snapshot import Snapshot, SnapshotStore
 from ..text.lexicon import Signature
+from ..text.token_rows import EncodedTokens
 from .descriptions import REVISION_SCHEMA, description_update
 from .editor import Editor
 from .engines import Engine, TraceInput, make_engine
@@ -233,7 +233,7 @@ def l3_stage(
             # (`fresh`) spliced in: the index the revised table gives, without coding the library's
             # strings again.
             if not encoded:  # the round's index holds this table's vocabulary: not sorted again
-                vocab = retriever.lexical.vocab
+                vocab = retriever.lexical.vocab.tokens
                 encoded.append(EncodedTokens.of_table(state.tokens, state.nodes.height, vocab=vocab))
             rows = encoded[0].revised(fresh)
             lexical = LexicalIndex.of(rows, retrieval)

@@ -17,9 +17,8 @@ from ..progress import Progress, Tick
 from ..store.layout import REPORT
 from ..store.parts import NewPart, split_rows
 from ..store.snapshot import Snapshot, SnapshotStore
-from ..text.chunk_tokens import ChunkTokens
-from ..text.compact_tokens import CompactTokens, TokenMerger
 from ..text.lexicon import Signature
+from ..text.token_rows import EncodedTokens, TokenMerger
 from .edges import counts_by_relation
 from .parsing import ParsedLibrary, parse_library
 from .semantic_edges import SemanticStats, semantic_edges
@@ -33,7 +32,7 @@ class GraphTables:
     nodes: pl.DataFrame
     # the token table in integer columns, which the store writes part by part without ever holding the
     # whole string table
-    tokens: CompactTokens
+    tokens: EncodedTokens
     edges: pl.DataFrame
     transition: sp.csr_matrix
     semantic: SemanticStats
@@ -41,10 +40,10 @@ class GraphTables:
 
 
 class DecodedParts(Sequence[NewPart]):
-    """The store's parts of a node table and its compact tokens, each decoded to strings only when the
+    """The store's parts of a node table and its encoded tokens, each decoded to strings only when the
     store writes it, so one part's string rows are held at a time."""
 
-    def __init__(self, nodes: pl.DataFrame, tokens: CompactTokens):
+    def __init__(self, nodes: pl.DataFrame, tokens: EncodedTokens):
         self.nodes, self.tokens = nodes, tokens
         self.ranges = split_rows(nodes.height)
 
@@ -67,7 +66,7 @@ def library_fingerprint(nodes: pl.DataFrame) -> str:
 
 def parse_stage(
     library: str | Path, config: BuildConfig, progress: Progress | None = None
-) -> tuple[ParsedLibrary, CompactTokens]:
+) -> tuple[ParsedLibrary, EncodedTokens]:
     """Parse `library` and tokenise its skills: the first stage of every cold start (`segos build` and the
     Dagster cold start alike). The parse workers tokenise the chunks they parse, on every core, and their
     tables are merged here as they come back; out of id order, the sorted node table is tokenised instead
@@ -78,7 +77,7 @@ def parse_stage(
         library,
         config.parse,
         progress=lambda n, total: say(Tick("parse packages", n, total)),
-        per_chunk=ChunkTokens.of,
+        per_chunk=EncodedTokens.of_nodes,
         on_chunk=merged.add,  # while the workers parse on
     )
     say(f"parsed {parsed.nodes.height} skills; {parsed.n_problems} problem(s) in the build report")
@@ -97,13 +96,13 @@ def require_skills(parsed: ParsedLibrary, library: str | Path, allow_empty: bool
         )
 
 
-def tokenise(nodes: pl.DataFrame, progress: Progress | None = None) -> CompactTokens:
+def tokenise(nodes: pl.DataFrame, progress: Progress | None = None) -> EncodedTokens:
     say = progress or (lambda _msg: None)
-    return CompactTokens.of(nodes, lambda n: say(Tick("tokenise skills", n, nodes.height)))
+    return EncodedTokens.tokenise(nodes, lambda n: say(Tick("tokenise skills", n, nodes.height)))
 
 
 def semantic_stage(
-    nodes: pl.DataFrame, tokens: CompactTokens, config: BuildConfig, progress: Progress | None = None
+    nodes: pl.DataFrame, tokens: EncodedTokens, config: BuildConfig, progress: Progress | None = None
 ) -> tuple[Signature, pl.DataFrame, SemanticStats]:
     """The skills' token signature and their semantic kNN edges (the second stage of a cold start)."""
     say = progress or (lambda _msg: None)
@@ -125,7 +124,7 @@ def graph_tables(
     nodes: pl.DataFrame,
     config: BuildConfig,
     progress: Progress | None = None,
-    tokens: CompactTokens | None = None,
+    tokens: EncodedTokens | None = None,
 ) -> GraphTables:
     """Tokens (unless given: the parse workers' own), semantic edges and operator of a node table (the pure
     core of a cold-start build)."""
@@ -183,7 +182,7 @@ def commit_cold_start(
     )
 
 
-def parsed_tokens(parsed: ParsedLibrary, merged: TokenMerger) -> CompactTokens | None:
+def parsed_tokens(parsed: ParsedLibrary, merged: TokenMerger) -> EncodedTokens | None:
     """The token table of the chunks the parse workers tokenised (`merged` as they came); None when their
     chunks were not in id order (nested packages, or a folder name that is another's prefix followed by a
     character before "/"), and the table has to be tokenised from the sorted node table."""

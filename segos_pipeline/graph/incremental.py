@@ -48,8 +48,8 @@ from ..store.parts import NewPart, local_tokens, split_rows
 from ..store.served import advance
 from ..store.snapshot import SnapshotError, SnapshotStore
 from ..store.version_files import SamePart, VersionFiles
-from ..text.compact_tokens import token_table
 from ..text.lexicon import TOKEN_SCHEMA, Signature
+from ..text.token_rows import table_signature, token_table
 from .build import library_fingerprint
 from .discovery import SKILL_FILE, SKIP_DIRS
 from .edges import counts_by_relation
@@ -272,7 +272,7 @@ def patch_version(
     old_sig = (
         parent.read_signature()
         if parent.has_signature()
-        else Signature.of(parent.read_tokens(), n_old)  # format 1: derive it once (slow path)
+        else table_signature(parent.read_tokens(), n_old)  # format 1: derive it once (slow path)
     )
     sig, old_cols, new_cols = patch_signature(old_sig, idx, present, new_tokens)
     vocab_size = sig.matrix.shape[1]

@@ -26,11 +26,11 @@ import scipy.sparse as sp
 
 from ..config import RetrievalConfig
 from ..store.cache import cache_root, read_entry, write_entry
-from ..text.lexicon import Vocabulary
+from ..text.lexicon import CODED_FIELDS, position_index
+from ..text.token_rows import NAME, EncodedTokens, TokenRows, field_codes, sorted_rows
 from ..text.tokens import tokenize
 from .postings import bm25_idf, column_sums, gather, high_tier, sums_at
 from .sets import contains, merged_columns, scattered, top_k, union_positions, unique, value_at
-from .token_rows import CODED_FIELDS, NAME, EncodedTokens, TokenRows, field_codes, sorted_rows
 
 if TYPE_CHECKING:
     from ..store.snapshot import Snapshot
@@ -114,9 +114,20 @@ _CANDIDATES = 512
 _KEEP_ALL = 1_024
 
 
+class Vocabulary:
+    """Token ↔ column of one index: the sorted distinct tokens, and a dictionary of them for queries."""
+
+    def __init__(self, tokens: pl.Series):
+        self.tokens = tokens
+        self.index: dict[str, int] = position_index(tokens)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
 def parts_index(files: VersionFiles, n_nodes: int, config: RetrievalConfig) -> LexicalIndex:
     """The index of a stored version, read a token part at a time (the string table is never held whole)."""
-    return LexicalIndex.of(EncodedTokens.of_parts(files, n_nodes), config)
+    return LexicalIndex.of(EncodedTokens.of_parts(files.token_parts(), n_nodes), config)
 
 
 class LexicalIndex:
@@ -133,11 +144,11 @@ class LexicalIndex:
 
     def _build(self, encoded: EncodedTokens, config: RetrievalConfig | None) -> None:
         # Integer arithmetic a chunk at a time: field lengths and df are bincounts, each chunk's matrix is
-        # assembled from its sorted rows (token_rows.py), then the chunks are stacked; no group-by, no join,
-        # no global sort.
+        # assembled from its sorted rows (text/token_rows.py), then the chunks are stacked; no group-by, no
+        # join, no global sort.
         self.config = config = config or RetrievalConfig()
         self.n = n = encoded.n_nodes
-        self.vocab = vocab = encoded.vocab
+        self.vocab = vocab = Vocabulary(encoded.vocab)
         chunks = encoded.chunks
         n_cols, n_fields = len(vocab), len(CODED_FIELDS)
         lengths = np.zeros((n, n_fields))

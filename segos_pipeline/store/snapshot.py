@@ -32,6 +32,7 @@ import scipy.sparse as sp
 from .._version import __version__
 from ..config import WRITER_WAIT_S
 from ..text.lexicon import Signature
+from ..text.token_rows import table_signature
 from .durable import fsync_dir, write_atomically
 from .errors import DamagedSnapshot, SnapshotError, StaleParent, StoreBusy, StoreWriteError, UnknownVersion
 from .layout import (
@@ -120,7 +121,7 @@ class Snapshot:
             if files is not None and files.has_signature():
                 self._cache["signature"] = files.read_signature()
             else:
-                self._cache["signature"] = Signature.of(self.tokens, self.nodes.height)
+                self._cache["signature"] = table_signature(self.tokens, self.nodes.height)
         return self._cache["signature"]
 
     def content_key(self, table: str) -> str | None:
@@ -446,7 +447,7 @@ class SnapshotStore:
             ):
                 sig: Signature | VersionFiles = base_files
             else:
-                sig = Signature.of(tokens, nodes.height)
+                sig = table_signature(tokens, nodes.height)
         else:
             sig = signature
         return self.write_parts(

@@ -1,21 +1,19 @@
 """The token rows of one slice of skills in integer columns, with the slice's own sorted vocabulary.
 
-`ChunkTokens.of` tokenises a node frame with no global state, so parse workers can run it on their own
-chunk and send back a few integer columns and one small string column (polars pickles as Arrow IPC). The
+`chunk_rows` tokenises a node frame with no global state, so parse workers can run it on their own chunk
+(`token_rows.EncodedTokens.of_nodes`) and send back a few integer columns and one small string column. The
 heavy work is on integers and bytes: the words are cut by the polars regex (`tokens.tokenize_column`),
 every occurrence is hashed (u64) and resolved to the chunk's distinct words by one
 sort, each distinct word is stemmed once (vectorised, `tokens.word_tokens`), and the rows are counted and
-ordered by one sort of packed u64 keys (node, field, token). The token part of the key is the token's
-rank among the chunk's distinct token strings, so integer order is exactly the token table's order
-(node, field name, token string) and no string is ever sorted row by row.
+ordered by one sort of packed u64 keys (node, token, field). The token part of the key is the token's
+rank among the chunk's distinct token strings and the field's its name's rank, so integer order is the
+order of `token_rows.TokenRows` (node, token string, field name) and no string is ever sorted row by row.
 
 Word hashes are only a shortcut: each occurrence is compared with the word its hash was resolved to, and a
 collision (two distinct words, one hash prefix) falls back to keying on the strings themselves.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -24,26 +22,18 @@ from ..config import FIELDS
 from .lexicon import CODED_FIELDS, field_texts
 from .tokens import tokenize_column, word_tokens
 
-# The token table sorts by field name, and a field's code (`lexicon.FIELD_CODE`) is its name's rank: the
-# physical code of this Enum, so the sort key carries the code itself.
+# A field's code (`lexicon.FIELD_CODE`) is its name's rank: the physical code of this Enum, so the sort key
+# carries the code itself.
 _FIELD_CODES = pl.Enum(CODED_FIELDS[:-1])
 _FIELD_BITS = max(1, (len(FIELDS) - 1).bit_length())
 _FIELD_MASK = np.uint64((1 << _FIELD_BITS) - 1)
 _U16_MAX = np.iinfo(np.uint16).max
 _DROPPED = np.iinfo(np.uint32).max  # the token rank of a word that carries no signal (a stopword, a number)
 
-FRAME_SCHEMA: dict[str, pl.DataType] = {
-    "node": pl.UInt32,
-    "field": pl.UInt8,
-    "token": pl.UInt32,
-    "tf": pl.UInt16,  # UInt32 when a count does not fit
-}
-
 
 def _word_rows(nodes: pl.DataFrame) -> tuple[np.ndarray, pl.Series]:
     """(the slot of each word occurrence, the raw word): a slot is node (local) << _FIELD_BITS | field
-    code, so slots order as the token table does (node, field name); not in text order (the counting sort
-    makes order moot)."""
+    code; not in text order (the counting sort makes order moot)."""
     texts = field_texts(nodes)
     field = texts["field"].cast(_FIELD_CODES).to_physical().to_numpy()
     slot = (texts["node"].to_numpy().astype(np.uint64) << np.uint64(_FIELD_BITS)) | field
@@ -105,43 +95,30 @@ def _counted(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return keys[starts], np.diff(np.append(starts, len(keys)))
 
 
-@dataclass(frozen=True)
-class ChunkTokens:
-    """The token rows of `n_nodes` skills: node local to the chunk, field code, token = index into the
-    chunk's own `vocab` (sorted), tf; rows sorted by node, field name, token string."""
-
-    frame: pl.DataFrame  # FRAME_SCHEMA
-    vocab: pl.Series  # the chunk's distinct tokens, sorted
-    n_nodes: int
-
-    @classmethod
-    def of(cls, nodes: pl.DataFrame) -> ChunkTokens:
-        """Tokenise a node frame on its own (node i is `nodes` row i)."""
-        slots, words = _word_rows(nodes)
-        distinct, codes = word_codes(words, words.hash())
-        vocab, lut = _vocabulary(distinct)
-        token = lut[codes]
-        token_bits = max(1, len(vocab).bit_length())
-        node_bits = max(1, nodes.height.bit_length())
-        if node_bits + _FIELD_BITS + token_bits > 64:
-            raise ValueError(
-                f"a chunk of {nodes.height} skills with {len(vocab)} distinct tokens does not fit a "
-                "64-bit sort key: tokenise it in smaller chunks"
-            )
-        keys = ((slots << np.uint64(token_bits)) | token)[token != _DROPPED]
-        keys, tf = _counted(keys)
-        tf_type = pl.UInt16 if not len(tf) or int(tf.max()) <= _U16_MAX else pl.UInt32
-        frame = pl.DataFrame(
-            {
-                "node": (keys >> np.uint64(_FIELD_BITS + token_bits)).astype(np.uint32),
-                "field": ((keys >> np.uint64(token_bits)) & _FIELD_MASK).astype(np.uint8),
-                "token": (keys & np.uint64((1 << token_bits) - 1)).astype(np.uint32),
-                "tf": tf,
-            },
-            schema={**FRAME_SCHEMA, "tf": tf_type},
+def chunk_rows(nodes: pl.DataFrame) -> tuple[dict[str, np.ndarray], pl.Series]:
+    """(the columns node, col, field, tf of a node frame's token rows, sorted by node, col, field; the
+    chunk's distinct tokens, sorted, which `col` indexes): node i is `nodes` row i."""
+    slots, words = _word_rows(nodes)
+    distinct, codes = word_codes(words, words.hash())
+    vocab, lut = _vocabulary(distinct)
+    token = lut[codes]
+    token_bits = max(1, len(vocab).bit_length())
+    node_bits = max(1, nodes.height.bit_length())
+    if node_bits + _FIELD_BITS + token_bits > 64:
+        raise ValueError(
+            f"a chunk of {nodes.height} skills with {len(vocab)} distinct tokens does not fit a "
+            "64-bit sort key: tokenise it in smaller chunks"
         )
-        return cls(frame, vocab.alias("token"), nodes.height)
-
-    @property
-    def height(self) -> int:
-        return self.frame.height
+    kept = token != _DROPPED
+    slots, token = slots[kept], token[kept].astype(np.uint64)
+    field = slots & _FIELD_MASK
+    node_token = ((slots >> np.uint64(_FIELD_BITS)) << np.uint64(token_bits)) | token
+    keys, tf = _counted((node_token << np.uint64(_FIELD_BITS)) | field)
+    tf_type = np.uint16 if not len(tf) or int(tf.max()) <= _U16_MAX else np.uint32
+    columns = {
+        "node": (keys >> np.uint64(_FIELD_BITS + token_bits)).astype(np.int32),
+        "col": ((keys >> np.uint64(_FIELD_BITS)) & np.uint64((1 << token_bits) - 1)).astype(np.int32),
+        "field": (keys & _FIELD_MASK).astype(np.uint8),
+        "tf": tf.astype(tf_type),
+    }
+    return columns, vocab.alias("token")

@@ -1,8 +1,8 @@
 """Per-field token table of a node table, and the sparse matrices built from it.
 
-The token table (node, field, token, tf) is computed once per version (`compact_tokens.token_table`: the
-build's integer path, decoded) and stored in the snapshot; the lexical index and the signature sets of the
-Jaccard graph are both derived from it, so the library is tokenised exactly once and never per query.
+The token table (node, field, token, tf) is computed once per version (`token_rows`: the build's integer
+path, decoded) and stored in the snapshot; the lexical index and the signature sets of the Jaccard graph
+are both derived from it, so the library is tokenised exactly once and never per query.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
@@ -23,7 +22,7 @@ TOKEN_SCHEMA: dict[str, pl.DataType] = {
     "tf": pl.UInt32,
 }
 
-# The one field coding of the integer token tables (`chunk_tokens`, `compact_tokens`, `retrieval.token_rows`):
+# The one field coding of the integer token table (`token_rows`, and the parse workers' `chunk_tokens`):
 # the code of a field is its rank in alphabetical order, the table's own sort order, so rows sorted by code
 # are sorted by name. CODED_FIELDS is the inverse. A field outside config.FIELDS gets the last code, "":
 # never scored (no weight can name it), but its tokens count in df as every field's do.
@@ -86,36 +85,6 @@ def position_index(values: pl.Series) -> dict[Any, int]:
     return out
 
 
-class Vocabulary:
-    """Token ↔ column id, fixed for one version."""
-
-    def __init__(self, tokens: pl.Series):
-        # unique in first-seen order, then sorted: the same vocabulary as unique().sort(), in about half the
-        # time on millions of token rows
-        self.tokens = tokens.drop_nulls().unique(maintain_order=True).sort()
-        self.index: dict[str, int] = position_index(self.tokens)
-
-    def __len__(self) -> int:
-        return len(self.index)
-
-    def ids(self, tokens: list[str]) -> np.ndarray:
-        """Distinct known token ids of a token list; unknown tokens are dropped (they match nothing)."""
-        found = {self.index[t] for t in tokens if t in self.index}
-        return np.fromiter(sorted(found), dtype=np.int64, count=len(found))
-
-    @property
-    def lookup(self) -> pl.DataFrame:
-        """(token, col) for joins."""
-        return pl.DataFrame({"token": self.tokens, "col": np.arange(len(self.tokens), dtype=np.int64)})
-
-    def column(self, tokens: pl.Series) -> np.ndarray:
-        """The column of each token, in order; NaN for a token outside the vocabulary. A join, not a cast to
-        the vocabulary as an Enum: that cast was no faster and held the GIL for long stretches at a
-        time, stalling requests while a version loads in the background."""
-        frame = pl.DataFrame({"token": tokens})
-        return frame.join(self.lookup, on="token", how="left", maintain_order="left")["col"].to_numpy()
-
-
 @dataclass(frozen=True)
 class Signature:
     """The binary skill × token signature matrix and its vocabulary (column j is token `vocab[j]`).
@@ -126,19 +95,3 @@ class Signature:
 
     matrix: sp.csr_matrix
     vocab: pl.Series
-
-    @classmethod
-    def of(cls, tokens: pl.DataFrame, n_nodes: int) -> Signature:
-        """The signature of a token table (what a version stores, derived when it stores none)."""
-        matrix, vocab = signature_matrix(tokens, n_nodes)
-        return cls(matrix, vocab.tokens)
-
-
-def signature_matrix(tokens: pl.DataFrame, n_nodes: int) -> tuple[sp.csr_matrix, Vocabulary]:
-    """Binary node × token matrix of signature tokens (the sets whose Jaccard overlap makes the graph)."""
-    sig = tokens.filter(pl.col("field").is_in(SIGNATURE_FIELDS)).select("node", "token").unique()
-    vocab = Vocabulary(sig["token"])
-    rows = sig["node"].to_numpy().astype(np.int64)
-    cols = vocab.column(sig["token"])
-    data = np.ones(len(rows), dtype=np.float32)
-    return sp.csr_matrix((data, (rows, cols)), shape=(n_nodes, len(vocab))), vocab

@@ -15,10 +15,9 @@ from segos_pipeline.graph import semantic_edges as join
 from segos_pipeline.graph.build import graph_tables
 from segos_pipeline.graph.parsing import parse_library
 from segos_pipeline.text import lexicon
-from segos_pipeline.text.compact_tokens import CompactTokens
-from segos_pipeline.text.lexicon import Signature
+from segos_pipeline.text.token_rows import EncodedTokens
 
-from ..string_tokens import string_token_table
+from ..string_tokens import string_signature, string_token_table
 
 
 @pytest.fixture(scope="module")
@@ -29,25 +28,25 @@ def synthetic_nodes(tmp_path_factory: pytest.TempPathFactory) -> pl.DataFrame:
 
 
 def _spec_edges(nodes: pl.DataFrame) -> pl.DataFrame:
-    """The edges as the build made them before the scale work: string table, Signature.of, SPEC §4's growing
-    cap max(1,000, 1% N), one process."""
-    sig = Signature.of(string_token_table(nodes), nodes.height)
+    """The edges as the build made them before the scale work: string table, its signature, SPEC §4's
+    growing cap max(1,000, 1% N), one process."""
+    sig = string_signature(string_token_table(nodes), nodes.height)
     spec_cap = GraphConfig(df_cap_min=1_000, df_cap_fraction=0.01)
     return join.semantic_edges(nodes["id"], sig.matrix, spec_cap, workers=1)[0]
 
 
-def test_compact_tokens_decode_to_the_string_table(synthetic_nodes, monkeypatch):
+def test_encoded_tokens_decode_to_the_string_table(synthetic_nodes, monkeypatch):
     monkeypatch.setattr(lexicon, "TOKEN_CHUNK", 97)  # many chunks: the vocabulary grows across them
     strings = string_token_table(synthetic_nodes)
-    compact = CompactTokens.of(synthetic_nodes)
+    compact = EncodedTokens.tokenise(synthetic_nodes)
     assert compact.height == strings.height
-    assert compact.frame.schema["token"] == pl.UInt32 and compact.frame.schema["field"] == pl.UInt8
-    assert compact.frame.estimated_size() <= 11 * compact.height  # bytes a row: 4 + 1 + 4 + 2
+    size = sum(a.nbytes for c in compact.chunks for a in (c.node, c.field, c.col, c.tf))
+    assert size <= 11 * compact.height  # bytes a row: 4 + 1 + 4 + 2
     assert compact.rows().equals(strings)
     a, b = 150, 420
     in_range = strings.filter(pl.col("node").is_between(a, b, closed="left"))
     assert compact.rows(a, b, local=True).equals(in_range.with_columns(node=pl.col("node") - a))
-    expected, got = Signature.of(strings, synthetic_nodes.height), compact.signature()
+    expected, got = string_signature(strings, synthetic_nodes.height), compact.signature()
     assert got.vocab.equals(expected.vocab)
     assert got.matrix.shape == expected.matrix.shape and (got.matrix != expected.matrix).nnz == 0
     # the stored bytes too: the same row pointers, column order within rows and values (all 1)
@@ -64,8 +63,8 @@ def test_term_counts_past_u16_are_kept(tmp_path):
     (lib / "echo").mkdir(parents=True)
     (lib / "echo" / "SKILL.md").write_text("---\nname: echo\ndescription: echo words\n---\n" + "xy " * 66_000)
     nodes = parse_library(lib).nodes
-    compact = CompactTokens.of(nodes)
-    assert compact.frame.schema["tf"] == pl.UInt32
+    compact = EncodedTokens.tokenise(nodes)
+    assert {c.tf.dtype for c in compact.chunks} == {np.dtype(np.uint32)}
     assert compact.rows().equals(string_token_table(nodes))
     assert compact.rows().filter(pl.col("token") == "xy")["tf"].max() == 66_000
 
@@ -79,7 +78,7 @@ def test_cold_start_stores_the_string_token_table(synthetic_nodes, tmp_path, mon
     assert len(manifest["parts"]) > 1
     assert snap.tokens.equals(string_token_table(snap.nodes))
     stored = snap.files.read_signature()
-    expected = Signature.of(snap.tokens, snap.nodes.height)
+    expected = string_signature(snap.tokens, snap.nodes.height)
     assert stored.vocab.equals(expected.vocab) and (stored.matrix != expected.matrix).nnz == 0
     assert snap.edges.equals(_spec_edges(snap.nodes))
 
@@ -151,17 +150,20 @@ def test_tokens_from_the_parse_workers_build_the_same_version(tmp_path, monkeypa
     generate_library(lib, 300, seed=5, workers=1)
     monkeypatch.setattr(parsing, "_PARALLEL_MIN", 40)  # a pool, and workers that find their own packages
     monkeypatch.setattr(parsing, "_CHUNK", 37)
-    chunks: list[build.ChunkTokens] = []
-    parsed = parse_library(lib, workers=2, per_chunk=build.ChunkTokens.of, on_chunk=chunks.append)
+    chunks: list[EncodedTokens] = []
+    parsed = parse_library(lib, workers=2, per_chunk=EncodedTokens.of_nodes, on_chunk=chunks.append)
     assert parsed.in_order and len(chunks) > 3
-    from_workers = build.CompactTokens.from_chunks(chunks)
+    merger = build.TokenMerger()
+    for chunk in chunks:
+        merger.add(chunk)
+    from_workers = merger.result()
     assert from_workers.rows().equals(string_token_table(parsed.nodes))
     # merged as each chunk came back, while the workers went on: the same table
     merger = build.TokenMerger()
-    as_they_came = parse_library(lib, workers=2, per_chunk=build.ChunkTokens.of, on_chunk=merger.add)
+    as_they_came = parse_library(lib, workers=2, per_chunk=EncodedTokens.of_nodes, on_chunk=merger.add)
     assert merger.n_nodes == parsed.nodes.height
     merged = build.parsed_tokens(as_they_came, merger)
-    assert merged is not None and merged.frame.equals(from_workers.frame)
+    assert merged is not None and merged.rows().equals(from_workers.rows())
     assert merged.vocab.equals(from_workers.vocab)
     # a chunk out of order (as nested packages make it): the merged chunks would number skills wrongly
     out_of_order = parsing.ParsedLibrary(parsed.nodes, parsed.report, lib, in_order=False)

@@ -1,5 +1,5 @@
-"""The integer tokenise path: `CompactTokens.of` and `CompactTokens.from_chunks` over `ChunkTokens` of any
-slicing give exactly the string token table's rows (same order) and its signature."""
+"""The integer tokenise path: `EncodedTokens.tokenise`, and `TokenMerger` over `EncodedTokens.of_nodes` of
+any slicing, give exactly the string token table's rows (same order) and its signature."""
 
 import pickle
 
@@ -11,13 +11,11 @@ from segos_pipeline.evaluation.synthetic import generate_library
 from segos_pipeline.graph.parsing import parse_library
 from segos_pipeline.paths import DEFAULT_LIBRARY
 from segos_pipeline.text import lexicon
-from segos_pipeline.text.chunk_tokens import ChunkTokens, word_codes
-from segos_pipeline.text.compact_tokens import CompactTokens, _merged
-from segos_pipeline.text.lexicon import Signature
-from segos_pipeline.text.string_index import StringIndex
+from segos_pipeline.text.chunk_tokens import word_codes
+from segos_pipeline.text.token_rows import EncodedTokens, TokenMerger
 
 from ..conftest import SHARED_DATA, write_skill
-from ..string_tokens import string_token_table
+from ..string_tokens import string_signature, string_token_table
 
 
 def _slices(nodes: pl.DataFrame, sizes: list[int]) -> list[pl.DataFrame]:
@@ -30,7 +28,14 @@ def _slices(nodes: pl.DataFrame, sizes: list[int]) -> list[pl.DataFrame]:
     return out
 
 
-def _assert_same(got: CompactTokens, strings: pl.DataFrame, nodes: pl.DataFrame) -> None:
+def _merged(chunks: list[EncodedTokens]) -> EncodedTokens:
+    merger = TokenMerger()
+    for chunk in chunks:
+        merger.add(chunk)
+    return merger.result()
+
+
+def _assert_same(got: EncodedTokens, strings: pl.DataFrame, nodes: pl.DataFrame) -> None:
     n = nodes.height
     assert got.n_nodes == n and got.height == strings.height
     assert got.rows().equals(strings)
@@ -38,17 +43,17 @@ def _assert_same(got: CompactTokens, strings: pl.DataFrame, nodes: pl.DataFrame)
         in_range = strings.filter(pl.col("node").is_between(a, b, closed="left"))
         assert got.rows(a, b).equals(in_range)
         assert got.rows(a, b, local=True).equals(in_range.with_columns(node=pl.col("node") - a))
-    expected, sig = Signature.of(strings, n), got.signature()
+    expected, sig = string_signature(strings, n), got.signature()
     assert sig.vocab.equals(expected.vocab)
     assert sig.matrix.shape == expected.matrix.shape and (sig.matrix != expected.matrix).nnz == 0
 
 
 def _assert_contract(nodes: pl.DataFrame, slicings: list[list[int]]) -> None:
     strings = string_token_table(nodes)
-    _assert_same(CompactTokens.of(nodes), strings, nodes)
+    _assert_same(EncodedTokens.tokenise(nodes), strings, nodes)
     for sizes in slicings:
-        chunks = [ChunkTokens.of(s) for s in _slices(nodes, sizes)]
-        _assert_same(CompactTokens.from_chunks(chunks), strings, nodes)
+        chunks = [EncodedTokens.of_nodes(s) for s in _slices(nodes, sizes)]
+        _assert_same(_merged(chunks), strings, nodes)
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +70,9 @@ def test_demo_library_any_slicing():
 
 def test_generated_library_any_slicing(generated_nodes, monkeypatch):
     _assert_contract(generated_nodes, [[2_000], [97], [1, 0, 250, 13]])
-    monkeypatch.setattr(lexicon, "TOKEN_CHUNK", 61)  # CompactTokens.of over many chunks too
-    _assert_same(CompactTokens.of(generated_nodes), string_token_table(generated_nodes), generated_nodes)
+    monkeypatch.setattr(lexicon, "TOKEN_CHUNK", 61)  # EncodedTokens.tokenise over many chunks too
+    strings = string_token_table(generated_nodes)
+    _assert_same(EncodedTokens.tokenise(generated_nodes), strings, generated_nodes)
 
 
 def test_real_libraries_any_slicing():
@@ -91,41 +97,48 @@ def test_awkward_text(tmp_path):
         write_skill(tmp_path, name, f"name: {name}\ndescription: {body[:200]}", body)
     nodes = parse_library(tmp_path).nodes
     _assert_contract(nodes, [[1], [2, 0, 4], [len(texts)]])
-    chunks = [ChunkTokens.of(s) for s in _slices(nodes, [1])]
-    assert {c.frame.schema["tf"] for c in chunks} == {pl.UInt16, pl.UInt32}  # relaxed when merged
-    assert CompactTokens.from_chunks(chunks).frame.schema["tf"] == pl.UInt32
+    chunks = [EncodedTokens.of_nodes(s) for s in _slices(nodes, [1])]
+    assert {c.chunks[0].tf.dtype for c in chunks} == {np.dtype(np.uint16), np.dtype(np.uint32)}
+    assert _merged(chunks).rows()["tf"].max() >= 66_000
 
 
 def test_empty_input():
     nodes = parse_library(DEFAULT_LIBRARY).nodes.clear()
-    empty = ChunkTokens.of(nodes)
+    empty = EncodedTokens.of_nodes(nodes)
     assert empty.height == 0 and empty.n_nodes == 0 and len(empty.vocab) == 0
-    for got in (CompactTokens.of(nodes), CompactTokens.from_chunks([]), CompactTokens.from_chunks([empty])):
+    for got in (EncodedTokens.tokenise(nodes), _merged([]), _merged([empty])):
         assert got.n_nodes == 0 and got.height == 0
         assert got.rows().equals(string_token_table(nodes))
 
 
 def test_chunk_is_integer_rows_with_its_own_sorted_vocabulary_and_pickles_small(generated_nodes):
-    chunk = ChunkTokens.of(generated_nodes.slice(100, 200))
-    frame = chunk.frame
-    assert dict(frame.schema) == {"node": pl.UInt32, "field": pl.UInt8, "token": pl.UInt32, "tf": pl.UInt16}
-    assert frame["node"].min() == 0 and frame["node"].max() == 199  # local to the chunk
+    chunk = EncodedTokens.of_nodes(generated_nodes.slice(100, 200))
+    (rows,) = chunk.chunks
+    dtypes = [a.dtype for a in (rows.node, rows.field, rows.col, rows.tf)]
+    assert dtypes == [np.dtype(t) for t in (np.int32, np.uint8, np.int32, np.uint16)]
+    assert (rows.start, rows.stop) == (0, 200)
+    assert rows.node.min() == 0 and rows.node.max() == 199  # local to the chunk
     assert chunk.vocab.is_sorted() and chunk.vocab.n_unique() == len(chunk.vocab)
-    assert frame["token"].max() == len(chunk.vocab) - 1 and frame["token"].n_unique() == len(chunk.vocab)
+    assert rows.col.max() == len(chunk.vocab) - 1 and len(np.unique(rows.col)) == len(chunk.vocab)
+    key = (rows.node.astype(np.int64) * len(chunk.vocab) + rows.col) * len(lexicon.CODED_FIELDS) + rows.field
+    assert (np.diff(key) > 0).all()  # sorted by (node, col, field), as every chunk of the table is
     back = pickle.loads(pickle.dumps(chunk))
-    assert back.frame.equals(frame) and back.vocab.equals(chunk.vocab) and back.n_nodes == 200
+    assert back.rows().equals(chunk.rows()) and back.vocab.equals(chunk.vocab) and back.n_nodes == 200
     # a few integer columns and the distinct tokens once: far smaller than the string rows pickled
     strings = string_token_table(generated_nodes.slice(100, 200))
     assert len(pickle.dumps(chunk)) < len(pickle.dumps(strings)) / 2
 
 
-def test_chunk_field_codes_are_the_token_rows_field_codes(generated_nodes):
-    """One field coding: the codes the parse workers send are the ones the lexical index's rows use."""
-    from segos_pipeline.retrieval.token_rows import field_codes
-
-    compact = CompactTokens.of(generated_nodes)
-    assert compact.frame["field"].equals(compact.rows().select(field_codes())["field"], check_names=False)
-    assert compact.frame["field"].n_unique() == len(lexicon.FIELD_CODE)  # every field is met
+def test_tokenised_rows_are_the_rows_coded_from_the_string_table(generated_nodes):
+    """One encoding: what the build tokenises is, array for array, what the string table it stores codes
+    to (the lexical index's input either way), field codes and vocabulary included."""
+    encoded = EncodedTokens.tokenise(generated_nodes)
+    coded = EncodedTokens.of_table(encoded.rows(), generated_nodes.height, step=lexicon.TOKEN_CHUNK)
+    assert encoded.vocab.equals(coded.vocab)
+    for a, b in zip(encoded.chunks, coded.chunks, strict=True):
+        for name in ("node", "field", "col", "tf"):
+            assert (getattr(a, name) == getattr(b, name)).all(), name
+    assert len(np.unique(np.concatenate([c.field for c in encoded.chunks]))) == len(lexicon.FIELD_CODE)
 
 
 def test_word_codes_are_exact_even_when_keys_collide():
@@ -137,72 +150,10 @@ def test_word_codes_are_exact_even_when_keys_collide():
         assert codes.dtype == np.uint32 or np.issubdtype(codes.dtype, np.integer)
 
 
-def _first_then(after):
-    """A token key that is the real hash on the first chunk, then `after(tokens, first_keys)`."""
-    seen: list[np.ndarray] = []
-
-    def key(tokens: pl.Series) -> np.ndarray:
-        if not seen:
-            seen.append(tokens.hash().to_numpy())
-            return seen[0]
-        return after(tokens, seen[0])
-
-    return key
-
-
-@pytest.mark.parametrize(
-    "key",
-    [
-        lambda t: t.str.len_bytes().cast(pl.UInt64).to_numpy(),  # collides on the first chunk
-        _first_then(lambda t, first: (t.hash() % 4).to_numpy()),  # unseen tokens collide with each other
-        _first_then(lambda t, first: np.full(len(t), first[0])),  # every token "found", as the wrong one
-    ],
-    ids=["lengths", "later-among-new", "later-with-known"],
-)
-def test_vocabulary_merge_is_exact_when_token_keys_collide(key):
-    nodes = parse_library(DEFAULT_LIBRARY).nodes
-    chunks = [ChunkTokens.of(s) for s in _slices(nodes, [7])]
-    vocab = StringIndex(key)
-    merged = _merged(chunks, vocab)
-    assert vocab.index is not None  # the exact fallback took over
-    _assert_same(merged, string_token_table(nodes), nodes)
-    assert merged.vocab.n_unique() == len(merged.vocab)
-
-
-def test_vocabulary_merge_keeps_to_hashes_on_real_tokens(generated_nodes):
-    chunks = [ChunkTokens.of(s) for s in _slices(generated_nodes, [50])]
-    vocab = StringIndex()
-    merged = _merged(chunks, vocab)
-    assert (
-        vocab.index is None
-        and len(vocab.keys) + len(vocab.recent) == len(merged.vocab) == merged.vocab.n_unique()
-    )
-
-
 def test_chunks_keep_the_order_and_report_progress(monkeypatch):
     nodes = parse_library(DEFAULT_LIBRARY).nodes
     monkeypatch.setattr(lexicon, "TOKEN_CHUNK", 7)
     heard: list[int] = []
-    got = CompactTokens.of(nodes, heard.append)
+    got = EncodedTokens.tokenise(nodes, heard.append)
     assert heard == [*range(7, nodes.height, 7), nodes.height]
     _assert_same(got, string_token_table(nodes), nodes)
-
-
-@pytest.mark.parametrize("recent_min", [1, 4, 1_000_000])
-def test_string_index_levels_give_first_seen_ids(monkeypatch, recent_min):
-    """New keys wait in a small level and join the large one in merges: ids stay the first-seen order of
-    a plain dictionary through any number of merges, batches that repeat earlier strings included."""
-    from segos_pipeline.text import string_index
-
-    monkeypatch.setattr(string_index, "_RECENT_MIN", recent_min)
-    rng = np.random.default_rng(7)
-    index, reference = string_index.StringIndex(), {}
-    for _ in range(60):
-        batch = list(dict.fromkeys(f"t{v}" for v in rng.integers(0, 400, 25)))
-        got = index.ids(pl.Series(batch, dtype=pl.String))
-        expected = [reference.setdefault(w, len(reference)) for w in batch]
-        assert got.tolist() == expected
-    assert index.index is None and len(index.keys) + len(index.recent) == len(reference) == len(index)
-    assert index.series().to_list() == list(reference)
-    if recent_min == 1:
-        assert len(index.recent) <= max(1, len(index.keys) // 8) and len(index.keys) > 0

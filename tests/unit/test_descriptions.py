@@ -202,7 +202,7 @@ def test_description_changes_appear_in_the_diff(store):
 
 def test_patch_tokens_equals_retokenising_the_whole_library(demo_store):
     from segos_pipeline.evolution.descriptions import patch_tokens
-    from segos_pipeline.text.compact_tokens import token_table
+    from segos_pipeline.text.token_rows import token_table
 
     snap = SnapshotStore(demo_store).load()
     last = snap.nodes.height - 1
@@ -241,7 +241,7 @@ def test_l3_stage_equals_a_from_scratch_round_on_the_demo_data(tmp_path):
     from segos_pipeline import Retriever
     from segos_pipeline.evolution.descriptions import description_update
     from segos_pipeline.evolution.round import draft_snapshot, l3_stage
-    from segos_pipeline.text.compact_tokens import token_table
+    from segos_pipeline.text.token_rows import token_table
 
     state, config, retrieval = _demo_round_before_l3(tmp_path)
     parent, edges = state.parent, state.edges
@@ -266,7 +266,7 @@ def test_rank_positions_equal_rank_of(demo_store, demo_queries):
 
     from segos_pipeline import Retriever
     from segos_pipeline.evolution.descriptions import RankPositions
-    from segos_pipeline.text.compact_tokens import token_table
+    from segos_pipeline.text.token_rows import token_table
 
     retriever = Retriever(SnapshotStore(demo_store).load())
     positions = RankPositions(retriever, keep=2)

@@ -229,7 +229,7 @@ def test_parallel_parse_equals_serial(tmp_path, monkeypatch):
 def test_chunked_tokenisation_equals_one_pass(monkeypatch):
     import segos_pipeline.text.lexicon as lexicon
     from segos_pipeline.paths import DEFAULT_LIBRARY
-    from segos_pipeline.text.compact_tokens import token_table
+    from segos_pipeline.text.token_rows import token_table
 
     nodes = parse_library(DEFAULT_LIBRARY).nodes
     whole = token_table(nodes)

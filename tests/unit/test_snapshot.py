@@ -14,10 +14,11 @@ from segos_pipeline.store import parts as parts_mod
 from segos_pipeline.store import staging as staging_mod
 from segos_pipeline.store.layout import MANIFEST
 from segos_pipeline.store.snapshot import DamagedSnapshot, SnapshotStore, UnknownVersion
-from segos_pipeline.text.compact_tokens import token_table
-from segos_pipeline.text.lexicon import TOKEN_SCHEMA, signature_matrix
+from segos_pipeline.text.lexicon import TOKEN_SCHEMA
+from segos_pipeline.text.token_rows import token_table
 
 from ..conftest import damage, simple_library, write_format1
+from ..string_tokens import string_signature
 
 SKILLS = {
     "csv-loader": "Load CSV files into a dataframe.",
@@ -123,9 +124,9 @@ def test_parts_load_back_as_whole_tables(parted):
     snap = st.load()
     assert snap.nodes["id"].is_sorted() and m["parts"][0]["first"] == snap.nodes["id"][0]
     assert snap.tokens.equals(token_table(snap.nodes))  # node indices are global again after loading
-    matrix, vocab = signature_matrix(snap.tokens, snap.nodes.height)
+    expected = string_signature(snap.tokens, snap.nodes.height)
     stored = snap.signature()
-    assert stored.vocab.equals(vocab.tokens) and (stored.matrix != matrix).nnz == 0
+    assert stored.vocab.equals(expected.vocab) and (stored.matrix != expected.matrix).nnz == 0
 
 
 def test_a_part_is_stored_as_the_bytes_of_its_rows_alone(tmp_path, monkeypatch):

@@ -7,11 +7,10 @@ import pytest
 from segos_pipeline import RetrievalConfig, SnapshotStore
 from segos_pipeline.evolution.descriptions import patch_tokens
 from segos_pipeline.retrieval.lexical import LexicalIndex
-from segos_pipeline.retrieval.token_rows import EncodedTokens
-from segos_pipeline.text.compact_tokens import token_table
-from segos_pipeline.text.lexicon import Signature
+from segos_pipeline.text.token_rows import EncodedTokens, table_signature, token_table
 
 from ..conftest import SHARED_DATA
+from ..string_tokens import string_signature
 from .test_retrieval import _same_index
 
 REVISIONS = {
@@ -53,12 +52,12 @@ def test_rows_in_any_order_give_the_same_rows(request, library):
     assert not shuffled["node"].is_sorted()
     _same_rows(EncodedTokens.of_table(shuffled, n, step=7), want)
     # L3 passes the vocabulary of the round's index instead of sorting the table's tokens again
-    vocab = LexicalIndex(tokens, n, RetrievalConfig()).vocab
+    vocab = LexicalIndex(tokens, n, RetrievalConfig()).vocab.tokens
     _same_rows(EncodedTokens.of_table(tokens, n, step=7, vocab=vocab), want)
 
 
 def _same_rows(got: EncodedTokens, want: EncodedTokens) -> None:
-    assert got.vocab.tokens.equals(want.vocab.tokens)
+    assert got.vocab.equals(want.vocab)
     assert [(c.start, c.stop) for c in got.chunks] == [(c.start, c.stop) for c in want.chunks]
     for g, w in zip(got.chunks, want.chunks, strict=True):
         for name in ("node", "field", "col", "tf"):
@@ -82,7 +81,7 @@ def test_revised_rows_give_the_index_of_the_revised_table(request, library, step
     spliced = LexicalIndex.of(encoded.revised(fresh), cfg)
     reference = LexicalIndex(revised_tokens, n, cfg)
     _same_index(spliced, reference)
-    assert "zyxglorp" in spliced.vocab.index and "zyxglorp" not in encoded.vocab.index
+    assert "zyxglorp" in spliced.vocab.index and "zyxglorp" not in encoded.vocab
     # the round's rows are not changed by a revision: a second verification starts from them again
     _same_index(LexicalIndex.of(encoded, cfg), LexicalIndex(tokens, n, cfg))
     # a revision made of words the skill already has: the vocabulary and every other chunk are shared
@@ -101,8 +100,8 @@ def test_revised_rows_give_the_index_of_the_revised_table(request, library, step
 @pytest.mark.parametrize("library", ["demo", "real"])
 def test_signature_of_revised_rows_is_the_signature_of_the_revised_table(request, library):
     """A round that revised descriptions commits the signature of its spliced rows: it must be the one
-    `Signature.of` the revised table gives, entry for entry and column for column (the version's files,
-    and so its id, depend on it), with the tokens a revision brings or takes away."""
+    the string oracle gives of the revised table, entry for entry and column for column (the version's
+    files, and so its id, depend on it), with the tokens a revision brings or takes away."""
     nodes, tokens = _library_tokens(request, library)
     n = nodes.height
     rows = [0, n // 2, n - 1]
@@ -115,7 +114,8 @@ def test_signature_of_revised_rows_is_the_signature_of_the_revised_table(request
         (encoded, tokens),
         (encoded.revised(revised_tokens.filter(pl.col("node").is_in(rows))), revised_tokens),
     ):
-        got, want = mine.signature(), Signature.of(table, n)
+        got, want = mine.signature(), string_signature(table, n)
+        assert table_signature(table, n).vocab.equals(got.vocab)
         assert got.matrix.shape == want.matrix.shape
         assert (got.matrix.indptr == want.matrix.indptr).all()
         assert (got.matrix.indices == want.matrix.indices).all()
