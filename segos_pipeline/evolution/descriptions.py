@@ -114,16 +114,15 @@ def description_update(
     editor: Editor | None = None,
     rebuild: Callable[[pl.DataFrame, pl.DataFrame, np.ndarray], Retriever] | None = None,
 ) -> L3Result:
-    """Run L3 on the round's graph (`retriever`); `rebuild(nodes, tokens, revised rows)` gives a retriever
-    over revised nodes for the exact verification pass. `traces` is the round's selected traces, or the
-    window's evidence whose `witnesses` and `usage` the engine summed from them (the same candidates,
-    without holding the traces).
+    """Run L3 on the round's graph (`retriever`); `rebuild(nodes, revised skills' token rows, their row
+    numbers)` gives a retriever over revised nodes for the exact verification pass. `traces` is the
+    round's selected traces, or the window's evidence whose `witnesses` and `usage` the engine summed from
+    them (the same candidates, without holding the traces).
 
     The cost follows the candidates, not the library: revisions are tried on patched rows of
-    `retriever`'s index, only the revised skills are re-tokenised (`patch_tokens`), and `rebuild` is
-    given the revised nodes, the revised skills' token rows (`revised_tokens`) and their rows; it is
-    called once when some revision passed both gates (again only in a round where that exact pass
-    reverts one, for the smaller set), never when none did.
+    `retriever`'s index, only the revised skills are re-tokenised (`revised_tokens`, `patch_tokens`), and
+    `rebuild` is called once when some revision passed both gates (again only in a round where that exact
+    pass reverts one, for the smaller set), never when none did.
     """
     editor = editor or make_editor(config)
     nodes, tokens = retriever.snapshot.nodes, retriever.snapshot.tokens

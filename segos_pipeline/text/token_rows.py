@@ -221,7 +221,7 @@ class EncodedTokens:
         # Within a node the rows are in column order, so a stable sort on (node, field) alone gives (node,
         # field, col), which is (node, field name, token string): codes and columns are ranks. In polars,
         # not numpy: the store decodes parts on its writer threads, and numpy's temporaries there grew
-        # those threads' own glibc arenas, which nothing on the build's thread reuses (issue 30).
+        # those threads' own glibc arenas, which nothing on the build's thread reuses.
         frame = frame.sort(
             pl.col("node").cast(pl.Int64) * len(CODED_FIELDS) + pl.col("field"), maintain_order=True
         )
@@ -316,7 +316,7 @@ class TokenMerger:
         n = self.n_nodes
         # Every array copied here, on the build's thread: a parse worker's slice was unpickled on the
         # process pool's result thread, into that thread's own glibc arena; held until the build ended, it
-        # pinned that arena, whose space the build's later allocations did not reuse (issue 30).
+        # pinned that arena, whose space the build's later allocations did not reuse.
         chunks = [
             TokenRows(c.start + n, c.stop + n, c.node + n, c.field.copy(), c.col.copy(), c.tf.copy())
             for c in part.chunks
