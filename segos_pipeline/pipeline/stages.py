@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,7 +18,7 @@ import polars as pl
 import scipy.sparse as sp
 
 from ..config import RetrievalConfig
-from ..evaluation.replay import load_queries, replay
+from ..evaluation.replay import QueryFile, replay
 
 # The stages live with the cold start and the round themselves; re-exported here for orchestrators.
 from ..evolution.round import (
@@ -66,10 +65,10 @@ def duplicate_ids(nodes: pl.DataFrame) -> list[str]:
 
 
 def replay_metrics(
-    snapshot: Snapshot, queries: Path, k: int = 5, retrieval: RetrievalConfig | None = None
+    snapshot: Snapshot, queries: QueryFile, k: int = 5, retrieval: RetrievalConfig | None = None
 ) -> dict[str, Any]:
-    """Replay a query file against a version (the numbers `segos replay --json` prints)."""
-    return replay(Retriever(snapshot, retrieval or RetrievalConfig()), load_queries(queries), k=k)
+    """Replay a query file's queries against a version (the numbers `segos replay --json` prints)."""
+    return replay(Retriever(snapshot, retrieval or RetrievalConfig()), queries, k=k)
 
 
 def content_hash(obj: Any) -> str:
