@@ -344,6 +344,13 @@ def write_charts(result: dict[str, Any], out: Path) -> dict[str, str]:
     k = result["k"]
     sim = " — SIMULATED traces in the evolution source" if _sim_note(result) else ""
     written: dict[str, str] = {}
+
+    def save(fig: Any, role: str) -> None:
+        fig.tight_layout()
+        fig.savefig(out / CHARTS[role], dpi=110)
+        plt.close(fig)
+        written[role] = CHARTS[role]
+
     protos = result["protocols"]
     panels = [("deployment", protos["deployment"]["methods"])]
     if any(m["kind"] == "factorial" for m in protos["transfer"]["methods"]):
@@ -353,10 +360,7 @@ def write_charts(result: dict[str, Any], out: Path) -> dict[str, str]:
     for ax, (proto, methods) in zip(axes, panels, strict=True):
         _bars(ax, methods, CORE, f"{proto} protocol, k={k}{sim if proto else ''}")
     axes[0].legend(fontsize=8, ncol=4, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(out / CHARTS["methods"], dpi=110)
-    plt.close(fig)
-    written["methods"] = CHARTS["methods"]
+    save(fig, "methods")
 
     rounds = result.get("rounds") or {}
     if rounds.get("deployment"):
@@ -372,10 +376,7 @@ def write_charts(result: dict[str, Any], out: Path) -> dict[str, str]:
         ax.set_title(f"multi-round curve{sim}", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, ncol=2)
-        fig.tight_layout()
-        fig.savefig(out / CHARTS["rounds"], dpi=110)
-        plt.close(fig)
-        written["rounds"] = CHARTS["rounds"]
+        save(fig, "rounds")
 
     counts = result["leakage"]["counts"]
     wanted = ["bm25", "lexical", "ppr"]
@@ -398,10 +399,7 @@ def write_charts(result: dict[str, Any], out: Path) -> dict[str, str]:
     ax.set_title(f"recall by query-to-gold token overlap{sim}", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / CHARTS["leakage"], dpi=110)
-    plt.close(fig)
-    written["leakage"] = CHARTS["leakage"]
+    save(fig, "leakage")
     return written
 
 

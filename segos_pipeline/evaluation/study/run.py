@@ -205,16 +205,13 @@ def run_study(
             {q.task: "|".join(sorted(q.gold_names)) for q in prepared} if config.split_by == "gold" else None
         )
         half_a, half_b = split_tasks([q.task for q in prepared], config.seed, groups)
-        sim_label = (
-            " [SIMULATED traces included]"
-            if traces.simulate > 0 or int(traces.frame["simulated"].sum() if traces.frame.height else 0)
-            else ""
-        )
+        given = trace_counts(traces.frame)
+        sim_label = " [SIMULATED traces included]" if traces.simulate > 0 or given["simulated"] else ""
         result["traces"] = {
             "sources": traces.sources,
-            "read": traces.frame.height,
-            "real": traces.frame.height - int(traces.frame["simulated"].sum() if traces.frame.height else 0),
-            "simulated_in_files": int(traces.frame["simulated"].sum()) if traces.frame.height else 0,
+            "read": given["traces"],
+            "real": given["real"],
+            "simulated_in_files": given["simulated"],
             "simulated_per_evolution": traces.simulate,
             "unmatched_to_query_tasks": source.unmatched,
             "includes_simulated": bool(sim_label),
