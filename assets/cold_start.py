@@ -192,8 +192,6 @@ def cold_start(
             "problems": report.height,
             "problems_by_severity": MetadataValue.json(
                 {str(k): int(v) for k, v in report.group_by("severity").len().iter_rows()}
-                if report.height
-                else {}
             ),
             "problems_table": problems_table(report),
             "library_root": MetadataValue.path(str(library)),

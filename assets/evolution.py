@@ -507,23 +507,17 @@ EVAL_METHODS = ("version", "ppr", "lexical", "bm25")  # this version first, then
 
 
 def evaluation_columns(k: int) -> dict[str, Any]:
-    return {
-        "method": pl.String,
-        f"hit@{k}": pl.Float64,
-        f"recall@{k}": pl.Float64,
-        f"comp@{k}": pl.Float64,
-        "mrr": pl.Float64,
-    }
+    return {"method": pl.String, **dict.fromkeys(_eval_metrics(k), pl.Float64)}
+
+
+def _eval_metrics(k: int) -> tuple[str, ...]:
+    return (f"hit@{k}", f"recall@{k}", f"comp@{k}", "mrr")
 
 
 def evaluation_rows(headline: dict[str, float], k: int) -> list[dict[str, Any]]:
-    """`eval.<method>.<metric>` numbers (study/headline.py) as one row per method."""
-    rows = []
-    for method in EVAL_METHODS:
-        row: dict[str, Any] = {"method": method}
-        for column in evaluation_columns(k):
-            if column != "method":
-                row[column] = headline.get(f"eval.{method}.{column}")
-        if any(v is not None for c, v in row.items() if c != "method"):
-            rows.append(row)
-    return rows
+    """`eval.<method>.<metric>` numbers (study/headline.py) as one row per method that has any."""
+    rows = [
+        {"method": method, **{m: headline.get(f"eval.{method}.{m}") for m in _eval_metrics(k)}}
+        for method in EVAL_METHODS
+    ]
+    return [row for row in rows if any(row[m] is not None for m in _eval_metrics(k))]
