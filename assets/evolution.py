@@ -42,7 +42,7 @@ from dagster import (
     multi_asset,
 )
 
-from segos_pipeline.evaluation.replay import load_queries
+from segos_pipeline.evaluation.replay import load_queries, replay
 from segos_pipeline.evaluation.study.headline import headline_numbers
 from segos_pipeline.evaluation.study.run import resolve_base
 from segos_pipeline.evolution.descriptions import REVISION_SCHEMA
@@ -59,8 +59,8 @@ from segos_pipeline.pipeline.stages import (
     l2_stage,
     l3_stage,
     prepare_round,
-    replay_metrics,
 )
+from segos_pipeline.retrieval.ranker import Retriever
 from segos_pipeline.store.diff import counts_by_relation as diff_counts_by_relation
 from segos_pipeline.store.diff import diff_versions, largest_changes
 
@@ -471,14 +471,14 @@ def replay_report(
     store = segos.store()
     snapshot = store.load(graph_snapshot["version"])
     queries, retrieval = load_queries(segos.queries_path()), retrieval_settings.config(snapshot.manifest)
-    result = replay_metrics(snapshot, queries, segos.replay_k, retrieval)
+    result = replay(Retriever(snapshot, retrieval), queries, k=segos.replay_k)
     k = result["k"]
     # Headline numbers of the offline study (SPEC §10, `segos eval`): this version next to the trace-free
     # baselines on its cold start (flat BM25, lexical seeds, reverse-aware PPR), so every version shows
     # in the UI whether it beats them; the full study (factorial, protocols) stays a `segos eval` run.
     base = store.load(resolve_base(store, None, [snapshot.version]))
     headline = headline_numbers(snapshot, base, queries, segos.replay_k, retrieval)
-    replay = {
+    numbers = {
         f"hit@{k}": rounded(result["hit"]),
         "mrr": rounded(result["mrr"]),
         "mean_best_rank": None if result["mean_best_rank"] is None else rounded(result["mean_best_rank"]),
@@ -496,7 +496,7 @@ def replay_report(
             # the two numbers plotted across windows
             f"recall@{k}": rounded(result["recall"]),
             f"comp@{k}": rounded(result["comp"]),
-            "replay": MetadataValue.json(replay),
+            "replay": MetadataValue.json(numbers),
             "versus_baselines": table(evaluation_rows(headline, k), evaluation_columns(k)),
             "unknown_gold": MetadataValue.json(result["unknown_gold"]),
         },

@@ -17,9 +17,6 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from ..config import RetrievalConfig
-from ..evaluation.replay import QueryFile, replay
-
 # The stages live with the cold start and the round themselves; re-exported here for orchestrators.
 from ..evolution.round import (
     RoundState,
@@ -39,8 +36,7 @@ from ..graph.build import (
     semantic_stage,
 )
 from ..graph.transition import row_sums, transition_matrix
-from ..retrieval.ranker import Retriever, warm_caches
-from ..store.snapshot import Snapshot
+from ..retrieval.ranker import warm_caches
 
 # ----------------------------------------------------------------------------------------- inspection
 
@@ -62,13 +58,6 @@ def transition_health(transition: sp.csr_matrix, tol: float = 1e-9) -> dict[str,
 
 def duplicate_ids(nodes: pl.DataFrame) -> list[str]:
     return nodes.group_by("id").len().filter(pl.col("len") > 1)["id"].sort().to_list()
-
-
-def replay_metrics(
-    snapshot: Snapshot, queries: QueryFile, k: int = 5, retrieval: RetrievalConfig | None = None
-) -> dict[str, Any]:
-    """Replay a query file's queries against a version (the numbers `segos replay --json` prints)."""
-    return replay(Retriever(snapshot, retrieval or RetrievalConfig()), queries, k=k)
 
 
 def content_hash(obj: Any) -> str:
@@ -108,7 +97,6 @@ __all__ = [
     "library_fingerprint",
     "parse_stage",
     "prepare_round",
-    "replay_metrics",
     "require_skills",
     "semantic_stage",
     "transition_health",
