@@ -309,10 +309,8 @@ def skill_card(detail: dict[str, Any]) -> str:
     if detail["folder"] is not None:
         where = f"Folder: {detail['folder']}"
         if detail["files"]:
-            where += (
-                f"\nFiles: {', '.join(f['path'] for f in detail['files'])} (skill://{detail['skill']['id']}"
-            )
-            where += "/files/{path})"
+            files = ", ".join(f["path"] for f in detail["files"])
+            where += f"\nFiles: {files} (skill://{detail['skill']['id']}/files/{{path}})"
     else:
         where = f"Folder: none on this machine ({detail['folder_error']})"
     lines = head.split("\n")
