@@ -8,6 +8,8 @@ skipped); inside an evolution round a failed blocking check stops the round befo
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 import scipy.sparse as sp
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, MetadataValue
@@ -47,49 +49,35 @@ def manifest_spec(asset: str) -> AssetCheckSpec:
     return spec(MANIFEST_HASHES, asset, "The committed version's files match the manifest's sha256 hashes.")
 
 
+def _result(asset: str, name: str, passed: bool, metadata: dict[str, Any]) -> AssetCheckResult:
+    return AssetCheckResult(
+        asset_key=asset, check_name=name, passed=passed, severity=AssetCheckSeverity.ERROR, metadata=metadata
+    )
+
+
 def check_unique_ids(asset: str, nodes: pl.DataFrame) -> AssetCheckResult:
     dups = duplicate_ids(nodes)
-    return AssetCheckResult(
-        asset_key=asset,
-        check_name=UNIQUE_IDS,
-        passed=not dups,
-        severity=AssetCheckSeverity.ERROR,
-        metadata={"skills": nodes.height, "duplicate_ids": len(dups), "examples": ", ".join(dups[:10])},
-    )
+    metadata = {"skills": nodes.height, "duplicate_ids": len(dups), "examples": ", ".join(dups[:10])}
+    return _result(asset, UNIQUE_IDS, not dups, metadata)
 
 
 def check_edges(asset: str, edges: pl.DataFrame, node_ids: pl.Series) -> AssetCheckResult:
     found = violations(edges, node_ids)
-    return AssetCheckResult(
-        asset_key=asset,
-        check_name=EDGE_INVARIANTS,
-        passed=not any(found.values()),
-        severity=AssetCheckSeverity.ERROR,
-        metadata={"edges": edges.height, **{k: int(v) for k, v in found.items()}},
-    )
+    metadata = {"edges": edges.height, **{k: int(v) for k, v in found.items()}}
+    return _result(asset, EDGE_INVARIANTS, not any(found.values()), metadata)
 
 
 def check_transition(asset: str, transition: sp.csr_matrix) -> AssetCheckResult:
     health = transition_health(transition)
-    return AssetCheckResult(
-        asset_key=asset,
-        check_name=TRANSITION_STOCHASTIC,
-        passed=health["rows_bad"] == 0 and health["negative_entries"] == 0,
-        severity=AssetCheckSeverity.ERROR,
-        metadata=health,
-    )
+    passed = health["rows_bad"] == 0 and health["negative_entries"] == 0
+    return _result(asset, TRANSITION_STOCHASTIC, passed, health)
 
 
 def check_manifest(asset: str, store: SnapshotStore, version: str) -> AssetCheckResult:
     bad = store.verify(version)
-    return AssetCheckResult(
-        asset_key=asset,
-        check_name=MANIFEST_HASHES,
-        passed=not bad,
-        severity=AssetCheckSeverity.ERROR,
-        metadata={
-            "version": version,
-            "files_checked": len(store.manifest(version)["files"]),
-            "mismatched": MetadataValue.text(", ".join(bad) or "none"),
-        },
-    )
+    metadata = {
+        "version": version,
+        "files_checked": len(store.manifest(version)["files"]),
+        "mismatched": MetadataValue.text(", ".join(bad) or "none"),
+    }
+    return _result(asset, MANIFEST_HASHES, not bad, metadata)

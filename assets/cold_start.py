@@ -28,9 +28,8 @@ from dagster import (
     multi_asset,
 )
 
-from segos_pipeline.graph.edges import EDGE_SCHEMA, counts_by_relation
+from segos_pipeline.graph.edges import EDGE_SCHEMA
 from segos_pipeline.graph.parsing import NODE_SCHEMA
-from segos_pipeline.graph.report import REPORT_SCHEMA
 from segos_pipeline.pipeline.stages import (
     GraphTables,
     commit_cold_start,
@@ -51,9 +50,9 @@ from .metadata import (
     OWNERS,
     TABLE_KINDS,
     column_schema,
+    edge_output,
     frame_table,
     rounded,
-    table,
     tags,
 )
 from .resources import BuildSettings, SegosPaths
@@ -64,15 +63,20 @@ PROBLEM_COLUMNS = ["severity", "file", "problem", "action"]  # the build report,
 
 def problems_table(report: pl.DataFrame, limit: int = 50) -> MetadataValue:
     """The build report's first `limit` problems as a table (the full list: `segos report <version>`)."""
-    if report.is_empty():
-        return table([], {c: REPORT_SCHEMA[c] for c in PROBLEM_COLUMNS})
     return frame_table(report, PROBLEM_COLUMNS, limit)
 
 
-def version_uri(store: SnapshotStore, version: str) -> dict[str, Any]:
-    """The version's folder at the store's URI, for a store at one (`path` names its local cache copy)."""
-    url = store.url(f"versions/{version}")
-    return {"uri": MetadataValue.url(url)} if url is not None else {}
+def version_metadata(store: SnapshotStore, manifest: dict[str, Any]) -> dict[str, Any]:
+    """A committed version's metadata: its id, its folder (`path`; for a store at a URI, its local cache
+    copy, and `uri` the version's folder there) and its edges by relation (one number each, plotted)."""
+    vid = manifest["version"]
+    url = store.url(f"versions/{vid}")
+    return {
+        "version": vid,
+        "path": MetadataValue.path(str(store.versions_dir / vid)),
+        **({"uri": MetadataValue.url(url)} if url is not None else {}),
+        **{f"edges.{rel}": n for rel, n in manifest["counts"]["edges_by_relation"].items()},
+    }
 
 
 def version_record(manifest: dict[str, Any], store_root: str) -> dict[str, Any]:
@@ -188,8 +192,6 @@ def cold_start(
             "problems": report.height,
             "problems_by_severity": MetadataValue.json(
                 {str(k): int(v) for k, v in report.group_by("severity").len().iter_rows()}
-                if report.height
-                else {}
             ),
             "problems_table": problems_table(report),
             "library_root": MetadataValue.path(str(library)),
@@ -202,24 +204,20 @@ def cold_start(
 
     t1 = time.perf_counter()
     signature, edges, stats = semantic_stage(nodes, tokens, config, say)
-    yield Output(
-        {"edges": edges.height, "edges_by_relation": counts_by_relation(edges), "semantic": stats.as_dict()},
-        output_name="semantic_edges",
-        data_version=DataVersion(content_hash(edges)),
-        metadata={
-            "dagster/row_count": edges.height,
-            "edges_by_relation": MetadataValue.json(counts_by_relation(edges)),
-            "stats": MetadataValue.json(
-                {
-                    "unordered_pairs": stats.unordered_pairs,
-                    "mutual_pairs": stats.mutual_pairs,
-                    "max_degree": stats.max_degree,
-                    "isolated_skills": stats.isolated,
-                    "df_cap": stats.df_cap,
-                    "capped_tokens": stats.capped_tokens,
-                }
-            ),
-        },
+    yield edge_output(
+        "semantic_edges",
+        edges,
+        {"semantic": stats.as_dict()},
+        stats=MetadataValue.json(
+            {
+                "unordered_pairs": stats.unordered_pairs,
+                "mutual_pairs": stats.mutual_pairs,
+                "max_degree": stats.max_degree,
+                "isolated_skills": stats.isolated,
+                "df_cap": stats.df_cap,
+                "capped_tokens": stats.capped_tokens,
+            }
+        ),
     )
     yield from _blocking("semantic_edges", checks.check_edges("semantic_edges", edges, nodes["id"]))
 
@@ -265,10 +263,7 @@ def cold_start(
         # the files' hashes, not the version id: rebuilding identical content is not a data change
         data_version=DataVersion(record["files_sha256"]),
         metadata={
-            "version": vid,
-            "path": MetadataValue.path(str(store.versions_dir / vid)),
-            **version_uri(store, vid),
-            **{f"edges.{rel}": n for rel, n in counts["edges_by_relation"].items()},
+            **version_metadata(store, manifest),
             "counts": MetadataValue.json(
                 {
                     **{k: counts.get(k) for k in ("skills", "edges", "transition_nnz", "problems")},

@@ -42,7 +42,7 @@ from dagster import (
     multi_asset,
 )
 
-from segos_pipeline.evaluation.replay import load_queries
+from segos_pipeline.evaluation.replay import load_queries, replay
 from segos_pipeline.evaluation.study.headline import headline_numbers
 from segos_pipeline.evaluation.study.run import resolve_base
 from segos_pipeline.evolution.descriptions import REVISION_SCHEMA
@@ -50,7 +50,7 @@ from segos_pipeline.evolution.engines import make_engine
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.round import window_files
 from segos_pipeline.evolution.traces import TRACE_SCHEMA
-from segos_pipeline.graph.edges import EDGE_SCHEMA, counts_by_relation, violations
+from segos_pipeline.graph.edges import EDGE_SCHEMA, violations
 from segos_pipeline.pipeline.stages import (
     commit_round,
     content_hash,
@@ -59,15 +59,25 @@ from segos_pipeline.pipeline.stages import (
     l2_stage,
     l3_stage,
     prepare_round,
-    replay_metrics,
 )
+from segos_pipeline.retrieval.ranker import Retriever
 from segos_pipeline.store.diff import counts_by_relation as diff_counts_by_relation
 from segos_pipeline.store.diff import diff_versions, largest_changes
 
 from . import checks
-from .cold_start import version_record, version_uri
+from .cold_start import version_metadata, version_record
 from .locations import start_date
-from .metadata import OWNERS, RECORD_KINDS, TABLE_KINDS, column_schema, frame_table, rounded, table, tags
+from .metadata import (
+    OWNERS,
+    RECORD_KINDS,
+    TABLE_KINDS,
+    column_schema,
+    edge_output,
+    frame_table,
+    rounded,
+    table,
+    tags,
+)
 from .resources import EngineSettings, EvolutionSettings, RetrievalSettings, SegosPaths
 from .spark_pipes import PipesSparkEngine
 
@@ -89,6 +99,7 @@ DIFF_COLUMNS = {  # a diff's largest changes (store.diff.largest_changes rows)
     "before": pl.Float64,
     "after": pl.Float64,
 }
+INGEST_COUNTS = ("read", "accepted", "duplicates", "quarantined")  # an ingest report's counts, in order
 
 
 # ------------------------------------------------------------------------------------------------ traces
@@ -120,12 +131,7 @@ def traces(
         # As `segos ingest` reads it (the streaming columnar path). Skill names resolve against the
         # cold-start version: the node set never changes in evolution.
         report = trace_store.ingest_path(landing, window=window, version=cold_start_snapshot["version"])
-        counts = {
-            "read": report.read,
-            "accepted": report.accepted,
-            "duplicates": report.duplicates,
-            "quarantined": report.quarantined,
-        }
+        counts = {key: getattr(report, key) for key in INGEST_COUNTS}
         meta.update(
             quarantine_reasons=MetadataValue.json(report.quarantine_reasons),
             unknown_skills=MetadataValue.json(report.unknown_skills),
@@ -138,7 +144,7 @@ def traces(
         context.log.info(
             f"no landing file {landing}: 0 new traces; the window keeps what was ingested before"
         )
-        counts = {"read": 0, "accepted": 0, "duplicates": 0, "quarantined": 0}
+        counts = dict.fromkeys(INGEST_COUNTS, 0)
         meta["note"] = MetadataValue.text("no landing file for this window: 0 new traces")
     record = window_record(trace_store, window)
     meta.update(
@@ -173,26 +179,27 @@ def window_record(trace_store: TraceStore, window: str) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------- the round (L1-L3)
 
 
-def _edge_meta(edges: pl.DataFrame) -> dict[str, Any]:
-    return {
-        "dagster/row_count": edges.height,
-        "edges_by_relation": MetadataValue.json(counts_by_relation(edges)),
-    }
-
-
 REVISION_COLUMNS = ["skill", "rank_before", "rank_after", "after"]
 
 
 def revisions_record(revisions: pl.DataFrame) -> dict[str, int]:
     """What the descriptions asset passes on: the revisions are stored with the version (`revisions`)."""
-    committed = int(revisions["committed"].sum()) if revisions.height else 0
-    return {"revisions": revisions.height, "committed": committed}
+    return {"revisions": revisions.height, "committed": int(revisions["committed"].sum())}
+
+
+def _descriptions_output(revisions: pl.DataFrame, metadata: dict[str, Any]) -> Output[dict[str, int]]:
+    record = revisions_record(revisions)
+    return Output(
+        record,
+        output_name="descriptions",
+        data_version=DataVersion(content_hash(revisions)),
+        metadata={"dagster/row_count": revisions.height, "committed": record["committed"], **metadata},
+    )
 
 
 def revisions_table(revisions: pl.DataFrame, limit: int = 20) -> MetadataValue:
     """The descriptions committed this round (skill, its rank for the query before and after, new text)."""
-    done = revisions.filter(pl.col("committed")) if revisions.height else revisions
-    return frame_table(done, REVISION_COLUMNS, limit)
+    return frame_table(revisions.filter(pl.col("committed")), REVISION_COLUMNS, limit)
 
 
 @multi_asset(
@@ -312,22 +319,18 @@ def evolution_round(
     context.log.info(f"evidence computed by the {engine.name} engine: {state.engine}")
 
     l1_stage(state, config)
-    yield from _stage_output("topology_update", state.edges, ids, {"counters": state.counters.get("l1", {})})
+    yield from _stage_output("topology_update", state.edges, ids, state.counters.get("l1", {}))
 
     l2_stage(state, config)
-    yield from _stage_output("edge_weights", state.edges, ids, {"counters": state.counters.get("l2", {})})
+    yield from _stage_output("edge_weights", state.edges, ids, state.counters.get("l2", {}))
 
     l3_stage(state, config, retrieval)
     experience_stage(state, config, retrieval)
     l3 = state.counters.get("l3", {})
     experience = state.counters.get("experience", {})
-    yield Output(
-        revisions_record(state.revisions),
-        output_name="descriptions",
-        data_version=DataVersion(content_hash(state.revisions)),
-        metadata={
-            "dagster/row_count": state.revisions.height,
-            "committed": int(state.revisions["committed"].sum()) if state.revisions.height else 0,
+    yield _descriptions_output(
+        state.revisions,
+        {
             "counters": MetadataValue.json(l3),
             "committed_revisions": revisions_table(state.revisions),
             # the round's experience and its held-out check (SPEC §8)
@@ -356,13 +359,10 @@ def evolution_round(
         output_name="graph_snapshot",
         data_version=DataVersion(record["files_sha256"]),
         metadata={
-            "version": vid,
+            **version_metadata(store, manifest),
             "parent": parent_id,
             "round": MetadataValue.text(str(manifest["round"])),
-            "path": MetadataValue.path(str(store.versions_dir / vid)),
-            **version_uri(store, vid),
             "traces": traces["traces"],  # traces per window, plotted next to the edges by relation
-            **{f"edges.{rel}": n for rel, n in counts["edges_by_relation"].items()},
             "counts": MetadataValue.json({k: counts.get(k) for k in ("skills", "edges", "transition_nnz")}),
             "counters": MetadataValue.json(state.counters),
             "timings_s": MetadataValue.json(manifest.get("timings_s", {})),
@@ -377,15 +377,10 @@ def evolution_round(
     yield checks.check_transition("graph_snapshot", store.load(vid, verify=False).transition)
 
 
-def _stage_output(name: str, edges: pl.DataFrame, ids: pl.Series, extra: dict[str, Any]) -> Iterator[Any]:
+def _stage_output(name: str, edges: pl.DataFrame, ids: pl.Series, counters: dict[str, Any]) -> Iterator[Any]:
     """An edge-table stage: a blocking invariant check first, so a bad table stops the round uncommitted."""
     result = checks.check_edges(name, edges, ids)
-    yield Output(
-        {"edges": edges.height, "edges_by_relation": counts_by_relation(edges)},
-        output_name=name,
-        data_version=DataVersion(content_hash(edges)),
-        metadata={**_edge_meta(edges), "counters": MetadataValue.json(extra["counters"])},
-    )
+    yield edge_output(name, edges, counters=MetadataValue.json(counters))
     yield result
     if not result.passed:
         bad = {k: v for k, v in violations(edges, ids).items() if v}
@@ -394,15 +389,9 @@ def _stage_output(name: str, edges: pl.DataFrame, ids: pl.Series, extra: dict[st
 
 def _unchanged(parent_id: str, parent: Any, store: Any, window: str) -> Iterator[Any]:
     ids = parent.nodes["id"]
-    yield from _stage_output("topology_update", parent.edges, ids, {"counters": {}})
-    yield from _stage_output("edge_weights", parent.edges, ids, {"counters": {}})
-    revisions = pl.DataFrame(schema=REVISION_SCHEMA)
-    yield Output(
-        revisions_record(revisions),
-        output_name="descriptions",
-        data_version=DataVersion(content_hash(revisions)),
-        metadata={"dagster/row_count": 0, "committed": 0, "counters": MetadataValue.json({})},
-    )
+    yield from _stage_output("topology_update", parent.edges, ids, {})
+    yield from _stage_output("edge_weights", parent.edges, ids, {})
+    yield _descriptions_output(pl.DataFrame(schema=REVISION_SCHEMA), {"counters": MetadataValue.json({})})
     yield checks.check_unique_ids("descriptions", parent.nodes)
     record = {
         **version_record(parent.manifest, store.address),
@@ -481,22 +470,15 @@ def replay_report(
 ) -> Iterator[Any]:
     store = segos.store()
     snapshot = store.load(graph_snapshot["version"])
-    result = replay_metrics(
-        snapshot, segos.queries_path(), segos.replay_k, retrieval_settings.config(snapshot.manifest)
-    )
+    queries, retrieval = load_queries(segos.queries_path()), retrieval_settings.config(snapshot.manifest)
+    result = replay(Retriever(snapshot, retrieval), queries, k=segos.replay_k)
     k = result["k"]
     # Headline numbers of the offline study (SPEC §10, `segos eval`): this version next to the trace-free
     # baselines on its cold start (flat BM25, lexical seeds, reverse-aware PPR), so every version shows
     # in the UI whether it beats them; the full study (factorial, protocols) stays a `segos eval` run.
     base = store.load(resolve_base(store, None, [snapshot.version]))
-    headline = headline_numbers(
-        snapshot,
-        base,
-        load_queries(segos.queries_path()),
-        segos.replay_k,
-        retrieval_settings.config(snapshot.manifest),
-    )
-    replay = {
+    headline = headline_numbers(snapshot, base, queries, segos.replay_k, retrieval)
+    numbers = {
         f"hit@{k}": rounded(result["hit"]),
         "mrr": rounded(result["mrr"]),
         "mean_best_rank": None if result["mean_best_rank"] is None else rounded(result["mean_best_rank"]),
@@ -514,7 +496,7 @@ def replay_report(
             # the two numbers plotted across windows
             f"recall@{k}": rounded(result["recall"]),
             f"comp@{k}": rounded(result["comp"]),
-            "replay": MetadataValue.json(replay),
+            "replay": MetadataValue.json(numbers),
             "versus_baselines": table(evaluation_rows(headline, k), evaluation_columns(k)),
             "unknown_gold": MetadataValue.json(result["unknown_gold"]),
         },
@@ -525,23 +507,17 @@ EVAL_METHODS = ("version", "ppr", "lexical", "bm25")  # this version first, then
 
 
 def evaluation_columns(k: int) -> dict[str, Any]:
-    return {
-        "method": pl.String,
-        f"hit@{k}": pl.Float64,
-        f"recall@{k}": pl.Float64,
-        f"comp@{k}": pl.Float64,
-        "mrr": pl.Float64,
-    }
+    return {"method": pl.String, **dict.fromkeys(_eval_metrics(k), pl.Float64)}
+
+
+def _eval_metrics(k: int) -> tuple[str, ...]:
+    return (f"hit@{k}", f"recall@{k}", f"comp@{k}", "mrr")
 
 
 def evaluation_rows(headline: dict[str, float], k: int) -> list[dict[str, Any]]:
-    """`eval.<method>.<metric>` numbers (study/headline.py) as one row per method."""
-    rows = []
-    for method in EVAL_METHODS:
-        row: dict[str, Any] = {"method": method}
-        for column in evaluation_columns(k):
-            if column != "method":
-                row[column] = headline.get(f"eval.{method}.{column}")
-        if any(v is not None for c, v in row.items() if c != "method"):
-            rows.append(row)
-    return rows
+    """`eval.<method>.<metric>` numbers (study/headline.py) as one row per method that has any."""
+    rows = [
+        {"method": method, **{m: headline.get(f"eval.{method}.{m}") for m in _eval_metrics(k)}}
+        for method in EVAL_METHODS
+    ]
+    return [row for row in rows if any(row[m] is not None for m in _eval_metrics(k))]

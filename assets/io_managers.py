@@ -16,9 +16,7 @@ later run would load.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,8 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 from dagster import ConfigurableIOManager, InputContext, MetadataValue, OutputContext
+
+from segos_pipeline.store.durable import write_atomically
 
 from .locations import local_root, store_location
 
@@ -45,17 +45,6 @@ def _table_in(obj: Any) -> str | None:
         return type(obj).__name__
     values = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, list | tuple) else ()
     return next((found for v in values if (found := _table_in(v)) is not None), None)
-
-
-def _replace_file(text: str, target: Path) -> None:
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.stem}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        Path(tmp).write_text(text)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 class SegosIOManager(ConfigurableIOManager):
@@ -81,9 +70,8 @@ class SegosIOManager(ConfigurableIOManager):
             )
         partition = context.asset_partition_key if context.has_asset_partitions else None
         stem = self._stem(list(context.asset_key.path), partition)
-        stem.parent.mkdir(parents=True, exist_ok=True)
         target = _with(stem, ".json")
-        _replace_file(json.dumps(obj, indent=2, default=str), target)
+        write_atomically(target, json.dumps(obj, indent=2, default=str).encode())
         for copy in [stem, *(_with(stem, ext) for ext in _COPIES)]:
             if copy.is_dir():
                 shutil.rmtree(copy)

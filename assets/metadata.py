@@ -18,7 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from dagster import MetadataValue, TableColumn, TableRecord, TableSchema
+from dagster import DataVersion, MetadataValue, Output, TableColumn, TableRecord, TableSchema
+
+from segos_pipeline.graph.edges import counts_by_relation
+from segos_pipeline.pipeline.stages import content_hash
 
 from .locations import PROJECT_ROOT
 
@@ -116,3 +119,21 @@ def frame_table(frame: pl.DataFrame, columns: list[str], limit: int) -> Metadata
 
 def rounded(value: float) -> float:
     return round(float(value), DIGITS)
+
+
+def edge_output(
+    name: str, edges: pl.DataFrame, record: dict[str, Any] | None = None, **metadata: Any
+) -> Output[dict[str, Any]]:
+    """An edge-table stage's output: its counts as the record (plus `record`), versioned by the table's
+    content, with the row count and the edges by relation (plus `metadata`) as metadata."""
+    by_relation = counts_by_relation(edges)
+    return Output(
+        {"edges": edges.height, "edges_by_relation": by_relation, **(record or {})},
+        output_name=name,
+        data_version=DataVersion(content_hash(edges)),
+        metadata={
+            "dagster/row_count": edges.height,
+            "edges_by_relation": MetadataValue.json(by_relation),
+            **metadata,
+        },
+    )

@@ -35,11 +35,10 @@ def _paths_given(kwargs: dict[str, Any]) -> str:
 
 
 def _polars_message(exc: BaseException, kwargs: dict[str, Any]) -> str:
-    if os_errno(exc) is not None:  # an OS error inside polars (it does not name the file)
-        where = _paths_given(kwargs)
-        return f"{explain(exc)} (while working on {where or 'the store'})"
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     given = _paths_given(kwargs)
+    if os_errno(exc) is not None:  # an OS error inside polars (it does not name the file)
+        return f"{explain(exc)} (while working on {given or 'the store'})"
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return f"could not read or process the data ({type(exc).__name__}: {first})" + (
         f"; check the input given ({given}): is it the format the command expects?" if given else ""
     )

@@ -97,8 +97,6 @@ def eval_cmd(
     Example:
       segos eval --store data/store --queries queries.jsonl --simulate 500 --out eval-out --json
     """
-    if k < 1:
-        raise ValueError("--k must be at least 1")
     if n_simulate < 0 or rounds < 0 or n_boot < 1:
         raise ValueError("--simulate and --rounds must be >= 0 and --bootstrap >= 1")
     require_extra("eval", ["bm25s"] + ([] if no_charts else ["matplotlib"]), "segos eval")

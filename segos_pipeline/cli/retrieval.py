@@ -92,8 +92,6 @@ def replay_cmd(
     Example:
       segos replay queries.jsonl --store data/store --k 5 --json
     """
-    if k < 1:
-        _fail("--k must be at least 1")
     from ..evaluation.replay import load_queries, replay
 
     retriever = _load_retriever(store, version)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..config import REMOTE_POLL_S, WRITER_WAIT_S
+from ..config import REMOTE_POLL_S
 from ..paths import default_landing
 from ..store.uri import is_uri  # standard library only: the server answers its client before polars loads
 
@@ -203,42 +203,6 @@ def client_entry(
     return {"type": "stdio", "command": command, "args": args}
 
 
-def _change(
-    action: str,
-    skill_dir: Path,
-    store: Path | None,
-    library: Path | None,
-    as_json: bool,
-    wait: float = WRITER_WAIT_S,
-) -> None:
-    from ..graph.incremental import apply_change
-    from ..store.served import served_or_none
-
-    with _writing(store, wait) as st:
-        result = apply_change(st, action, skill_dir, library=library)
-        kept = served_or_none(st)
-    if result.changed and not result.served:  # on stderr: stdout keeps the version id last
-        click.echo(
-            f"{still_served(kept)} (the change was made to {result.parent}, which is not served); serve "
-            f"this version with `segos promote {result.version} --store {st.address}`",
-            err=True,
-        )
-    if as_json:
-        _emit_json(result.to_dict())
-        return
-    c = result.counters
-    if not result.changed:
-        click.echo(f"{result.skill}: unchanged; still {result.version}")
-        return
-    click.echo(
-        f"{action} {result.skill}: {c['recomputed_exact']} skill(s) recomputed, {c['merged']} merged, "
-        f"{c['flipped_tokens']} join token(s) flipped; {result.timings_s['total']:.2f}s"
-    )
-    for p in result.problems:
-        click.echo(f"  [{p['file']}] {p['problem']} -> {p['action']}")
-    click.echo(result.version)
-
-
 def _change_command(action: str, doc: str, example: str) -> click.Command:
     @click.command(name=action, help=f"{doc}\n\n\b\nExample:\n  {example}")
     @click.argument("skill_dir", type=click.Path(file_okay=False, path_type=Path))
@@ -255,7 +219,32 @@ def _change_command(action: str, doc: str, example: str) -> click.Command:
     def command(
         skill_dir: Path, store: Path | None, library: Path | None, as_json: bool, wait: float
     ) -> None:
-        _change(action, skill_dir, store, library, as_json, wait)
+        from ..graph.incremental import apply_change
+        from ..store.served import served_or_none
+
+        with _writing(store, wait) as st:
+            result = apply_change(st, action, skill_dir, library=library)
+            kept = served_or_none(st)
+        if result.changed and not result.served:  # on stderr: stdout keeps the version id last
+            click.echo(
+                f"{still_served(kept)} (the change was made to {result.parent}, which is not served); serve "
+                f"this version with `segos promote {result.version} --store {st.address}`",
+                err=True,
+            )
+        if as_json:
+            _emit_json(result.to_dict())
+            return
+        c = result.counters
+        if not result.changed:
+            click.echo(f"{result.skill}: unchanged; still {result.version}")
+            return
+        click.echo(
+            f"{action} {result.skill}: {c['recomputed_exact']} skill(s) recomputed, {c['merged']} merged, "
+            f"{c['flipped_tokens']} join token(s) flipped; {result.timings_s['total']:.2f}s"
+        )
+        for p in result.problems:
+            click.echo(f"  [{p['file']}] {p['problem']} -> {p['action']}")
+        click.echo(result.version)
 
     return command
 

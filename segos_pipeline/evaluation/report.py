@@ -38,6 +38,11 @@ def _f(x: Any, digits: int = 3) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
+def _core(m: dict[str, Any]) -> str:
+    """The core metrics of a method (hit, recall, COMP, MRR) as table cells."""
+    return " | ".join(_f(m[key]) for key in CORE)
+
+
 def _ci(c: dict[str, Any] | None) -> str:
     if not c or c.get("diff") is None:
         return "-"
@@ -62,9 +67,8 @@ def _method_table(methods: Sequence[dict[str, Any]], k: int) -> list[str]:
     for m in methods:
         sim = " (SIMULATED)" if m.get("simulated") else ""
         lines.append(
-            f"| `{m['method']}`{sim} | {m['protocol']} | {_f(m['hit'])} | {_f(m['recall'])} | "
-            f"{_f(m['comp'])} | "
-            f"{_f(m['mrr'])} | {_f(m['mean_best_rank'], 2)} | {m['bundle_chars']:.0f} | "
+            f"| `{m['method']}`{sim} | {m['protocol']} | {_core(m)} | "
+            f"{_f(m['mean_best_rank'], 2)} | {m['bundle_chars']:.0f} | "
             f"{_f(m['pair_corecovery'])} | {m['latency_ms']['p50']:.2f} | {m['latency_ms']['p95']:.2f} |"
         )
     return lines
@@ -113,10 +117,7 @@ def _graph_section(graph: dict[str, Any] | None, k: int) -> list[str]:
     ]
     for m in methods:
         d = m["vs_seeds_only"]
-        out.append(
-            f"| {m['method']} | {_f(m['hit'])} | {_f(m['recall'])} | {_f(m['comp'])} | {_f(m['mrr'])} "
-            f"| {d['recall']:+.3f} | {d['comp']:+.3f} |"
-        )
+        out.append(f"| {m['method']} | {_core(m)} | {d['recall']:+.3f} | {d['comp']:+.3f} |")
     for key, title in (("by_length", "query length (tokens)"), ("by_gold", "gold skills per query")):
         names = list(methods[0][key])
         spans = graph["buckets"]["length_tokens" if key == "by_length" else "gold"]
@@ -158,10 +159,7 @@ def _learning_section(learning: dict[str, Any] | None, k: int, sim: str) -> list
     ]
     for method, by_group in learning["methods"].items():
         for group, m in by_group.items():
-            out.append(
-                f"| `{method}` | {group} ({counts[group]}) | {_f(m['hit'])} | {_f(m['recall'])} | "
-                f"{_f(m['comp'])} | {_f(m['mrr'])} |"
-            )
+            out.append(f"| `{method}` | {group} ({counts[group]}) | {_core(m)} |")
     return out
 
 
@@ -251,10 +249,7 @@ def to_markdown(result: dict[str, Any], charts: dict[str, str] | None = None) ->
         ]
         for d, t in zip(rounds["deployment"], rounds["transfer"], strict=True):
             out.append(
-                f"| {d['round']} | "
-                + " | ".join(_f(d[key]) for key in CORE)
-                + " | "
-                + " | ".join(_f(t[key]) for key in CORE)
+                f"| {d['round']} | {_core(d)} | {_core(t)}"
                 + f" | {_ci(d.get('vs_static', {}).get('recall'))}"
                 + f" | {_ci(t.get('vs_static', {}).get('recall'))} |"
             )
@@ -344,6 +339,13 @@ def write_charts(result: dict[str, Any], out: Path) -> dict[str, str]:
     k = result["k"]
     sim = " — SIMULATED traces in the evolution source" if _sim_note(result) else ""
     written: dict[str, str] = {}
+
+    def save(fig: Any, role: str) -> None:
+        fig.tight_layout()
+        fig.savefig(out / CHARTS[role], dpi=110)
+        plt.close(fig)
+        written[role] = CHARTS[role]
+
     protos = result["protocols"]
     panels = [("deployment", protos["deployment"]["methods"])]
     if any(m["kind"] == "factorial" for m in protos["transfer"]["methods"]):
@@ -353,10 +355,7 @@ def write_charts(result: dict[str, Any], out: Path) -> dict[str, str]:
     for ax, (proto, methods) in zip(axes, panels, strict=True):
         _bars(ax, methods, CORE, f"{proto} protocol, k={k}{sim if proto else ''}")
     axes[0].legend(fontsize=8, ncol=4, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(out / CHARTS["methods"], dpi=110)
-    plt.close(fig)
-    written["methods"] = CHARTS["methods"]
+    save(fig, "methods")
 
     rounds = result.get("rounds") or {}
     if rounds.get("deployment"):
@@ -372,10 +371,7 @@ def write_charts(result: dict[str, Any], out: Path) -> dict[str, str]:
         ax.set_title(f"multi-round curve{sim}", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, ncol=2)
-        fig.tight_layout()
-        fig.savefig(out / CHARTS["rounds"], dpi=110)
-        plt.close(fig)
-        written["rounds"] = CHARTS["rounds"]
+        save(fig, "rounds")
 
     counts = result["leakage"]["counts"]
     wanted = ["bm25", "lexical", "ppr"]
@@ -398,10 +394,7 @@ def write_charts(result: dict[str, Any], out: Path) -> dict[str, str]:
     ax.set_title(f"recall by query-to-gold token overlap{sim}", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / CHARTS["leakage"], dpi=110)
-    plt.close(fig)
-    written["leakage"] = CHARTS["leakage"]
+    save(fig, "leakage")
     return written
 
 

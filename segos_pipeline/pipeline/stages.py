@@ -11,15 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 import scipy.sparse as sp
-
-from ..config import RetrievalConfig
-from ..evaluation.replay import load_queries, replay
 
 # The stages live with the cold start and the round themselves; re-exported here for orchestrators.
 from ..evolution.round import (
@@ -40,8 +36,7 @@ from ..graph.build import (
     semantic_stage,
 )
 from ..graph.transition import row_sums, transition_matrix
-from ..retrieval.ranker import Retriever, warm_caches
-from ..store.snapshot import Snapshot
+from ..retrieval.ranker import warm_caches
 
 # ----------------------------------------------------------------------------------------- inspection
 
@@ -63,13 +58,6 @@ def transition_health(transition: sp.csr_matrix, tol: float = 1e-9) -> dict[str,
 
 def duplicate_ids(nodes: pl.DataFrame) -> list[str]:
     return nodes.group_by("id").len().filter(pl.col("len") > 1)["id"].sort().to_list()
-
-
-def replay_metrics(
-    snapshot: Snapshot, queries: Path, k: int = 5, retrieval: RetrievalConfig | None = None
-) -> dict[str, Any]:
-    """Replay a query file against a version (the numbers `segos replay --json` prints)."""
-    return replay(Retriever(snapshot, retrieval or RetrievalConfig()), load_queries(queries), k=k)
 
 
 def content_hash(obj: Any) -> str:
@@ -109,7 +97,6 @@ __all__ = [
     "library_fingerprint",
     "parse_stage",
     "prepare_round",
-    "replay_metrics",
     "require_skills",
     "semantic_stage",
     "transition_health",

@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..config import AVOID, RELATIONS, RetrievalConfig
+from ..config import AVOID, RELATIONS
 from ..evolution.landing import LandingWriteError, append_line
 from ..evolution.traces import (
     NATIVE_KEYS,
@@ -87,22 +87,10 @@ class SegosService(ServedVersions):
         store: SnapshotStore | str | Path,
         version: str | None = None,
         *,
-        config: RetrievalConfig | None = None,
         landing: str | Path | None = None,
-        verify: bool = True,
-        cache_bytes: int | None = None,
-        reload: str = "background",
-        poll_s: float | None = None,
+        **options: Any,
     ):
-        super().__init__(
-            store,
-            version,
-            config=config,
-            verify=verify,
-            cache_bytes=cache_bytes,
-            reload=reload,
-            poll_s=poll_s,
-        )
+        super().__init__(store, version, **options)
         self.landing = Path(landing) if landing is not None else default_landing(self.store.root)
 
     # ------------------------------------------------------------------------------------ status

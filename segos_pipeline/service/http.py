@@ -288,8 +288,10 @@ class BodyDeadline:
             self.held -= size
 
 
-async def _answer(send: Send, status: int, body: bytes) -> None:
-    headers = [(b"content-type", b"text/plain"), (b"connection", b"close")]
+async def _answer(
+    send: Send, status: int, body: bytes, header: tuple[bytes, bytes] = (b"connection", b"close")
+) -> None:
+    headers = [(b"content-type", b"text/plain"), header]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -306,9 +308,7 @@ class BearerToken:
         if scope["type"] == "http":
             given = (_header(scope, b"authorization") or "").encode("latin-1")
             if not hmac.compare_digest(given, self.expected):
-                headers = [(b"content-type", b"text/plain"), (b"www-authenticate", b"Bearer")]
-                await send({"type": "http.response.start", "status": 401, "headers": headers})
-                await send({"type": "http.response.body", "body": b"A bearer token is required\n"})
+                await _answer(send, 401, b"A bearer token is required\n", (b"www-authenticate", b"Bearer"))
                 return
         await self.app(scope, receive, send)
 

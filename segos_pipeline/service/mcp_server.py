@@ -76,9 +76,8 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 INSTRUCTIONS = (
     "segos retrieves skills (SKILL.md packages) for a task. Call retrieve_skill_bundle with the task to get "
-    "a "
-    "bounded bundle of skills in the order to use them, each with why it is included; search_skills gives a "
-    "cheap overview first. After the attempt, call record_trace with the skills you actually used (in the "
+    "a bounded bundle of skills in the order to use them, each with why it is included; search_skills gives "
+    "a cheap overview first. After the attempt, call record_trace with the skills you actually used (in the "
     "order you first used them) and the reward (0..1) or a CTRF test report, so the graph learns from it."
 )
 SKILL_SCHEME = "skill://"
@@ -309,10 +308,8 @@ def skill_card(detail: dict[str, Any]) -> str:
     if detail["folder"] is not None:
         where = f"Folder: {detail['folder']}"
         if detail["files"]:
-            where += (
-                f"\nFiles: {', '.join(f['path'] for f in detail['files'])} (skill://{detail['skill']['id']}"
-            )
-            where += "/files/{path})"
+            files = ", ".join(f["path"] for f in detail["files"])
+            where += f"\nFiles: {files} (skill://{detail['skill']['id']}/files/{{path}})"
     else:
         where = f"Folder: none on this machine ({detail['folder_error']})"
     lines = head.split("\n")

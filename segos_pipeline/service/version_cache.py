@@ -98,9 +98,6 @@ class VersionCache:
         self.budget = budget
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
 
-    def __contains__(self, vid: object) -> bool:
-        return vid in self._entries
-
     def __iter__(self) -> Iterator[str]:
         """The ids, least recently used first."""
         return iter(self._entries)

@@ -8,7 +8,6 @@ from typing import Any
 
 import polars as pl
 
-from ...config import EvolutionConfig
 from ...evolution.round import RoundState, draft_snapshot, evolve_round
 from ...store.snapshot import Snapshot
 from .config import StudyConfig, cell_name
@@ -20,10 +19,6 @@ def _draft(parent: Snapshot, state: RoundState, label: str) -> Snapshot:
     snap.version = label
     snap.manifest = {**snap.manifest, "round": state.round}  # so a next round numbers itself right
     return snap
-
-
-def _layer_config(base: EvolutionConfig, cell: tuple[bool, bool, bool]) -> EvolutionConfig:
-    return base.with_overrides(l1_topology=cell[0], l2_weights=cell[1], l3_descriptions=cell[2])
 
 
 def _counters_summary(state: RoundState) -> dict[str, Any]:
@@ -58,6 +53,9 @@ def evolve_cells(
         if not any(cell):
             out[name] = Evolved(parent, {}, counts)
             continue
-        state = evolve_round(parent, traces, _layer_config(config.evolution, cell), config.retrieval)
+        layers = config.evolution.with_overrides(
+            l1_topology=cell[0], l2_weights=cell[1], l3_descriptions=cell[2]
+        )
+        state = evolve_round(parent, traces, layers, config.retrieval)
         out[name] = Evolved(_draft(parent, state, f"{label}:{name}"), _counters_summary(state), counts)
     return out

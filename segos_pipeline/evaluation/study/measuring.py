@@ -104,23 +104,15 @@ def compare(
 ) -> dict[str, Any]:
     """Paired bootstrap of results − reference for each core metric (and pair co-recovery on the queries
     that have gold pairs)."""
-    out: dict[str, Any] = {}
-    for key in CORE:
-        out[key] = paired_bootstrap(
-            per_query_values(results, key),
-            per_query_values(reference, key),
-            config.n_boot,
-            config.seed,
-            config.level,
-        )
+
+    def boot(values: Sequence[float], ref: Sequence[float]) -> dict[str, Any]:
+        return paired_bootstrap(values, ref, config.n_boot, config.seed, config.level)
+
+    out = {key: boot(per_query_values(results, key), per_query_values(reference, key)) for key in CORE}
     keep = [i for i, r in enumerate(reference) if r.pair is not None]
     if keep:
-        out["pair_corecovery"] = paired_bootstrap(
-            [results[i].pair or 0.0 for i in keep],
-            [reference[i].pair or 0.0 for i in keep],
-            config.n_boot,
-            config.seed,
-            config.level,
+        out["pair_corecovery"] = boot(
+            [results[i].pair or 0.0 for i in keep], [reference[i].pair or 0.0 for i in keep]
         )
     return out
 

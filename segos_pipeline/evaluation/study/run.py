@@ -129,6 +129,10 @@ def run_study(
         runs.append(MethodRun(name, "baseline", "-", label, measure(ranker, hyd, prepared, k)))
     reference = runs[-1]
     overlay: list[dict[str, Any]] = []
+
+    def overlay_of(graph: str, snap: Snapshot) -> dict[str, Any]:
+        return {"graph": graph, **overlay_test(base_snap.nodes["id"], base_snap.edges, snap.edges)}
+
     for v in versions:
         snap = store.load(v)
         say(f"measuring version {snap.version}")
@@ -144,12 +148,7 @@ def run_study(
                 extra={"version": snap.version, "round": snap.round, "window": snap.manifest.get("window")},
             )
         )
-        overlay.append(
-            {
-                "graph": f"version:{snap.version}",
-                **overlay_test(base_snap.nodes["id"], base_snap.edges, snap.edges),
-            }
-        )
+        overlay.append(overlay_of(f"version:{snap.version}", snap))
     timings["baselines_and_versions"] = time.perf_counter() - t
     graph = None
     if config.graph_ablation:
@@ -197,6 +196,7 @@ def run_study(
     transfer: list[MethodRun] = []
     rounds: dict[str, list[dict[str, Any]]] = {}
     if traces is not None and not traces.empty and config.factorial:
+        full = cell_name(FULL)
         source = TraceSource(traces, prepared, config)
         all_tasks = {q.task for q in prepared}
         if config.split_by not in ("task", "gold"):
@@ -205,16 +205,13 @@ def run_study(
             {q.task: "|".join(sorted(q.gold_names)) for q in prepared} if config.split_by == "gold" else None
         )
         half_a, half_b = split_tasks([q.task for q in prepared], config.seed, groups)
-        sim_label = (
-            " [SIMULATED traces included]"
-            if traces.simulate > 0 or int(traces.frame["simulated"].sum() if traces.frame.height else 0)
-            else ""
-        )
+        given = trace_counts(traces.frame)
+        sim_label = " [SIMULATED traces included]" if traces.simulate > 0 or given["simulated"] else ""
         result["traces"] = {
             "sources": traces.sources,
-            "read": traces.frame.height,
-            "real": traces.frame.height - int(traces.frame["simulated"].sum() if traces.frame.height else 0),
-            "simulated_in_files": int(traces.frame["simulated"].sum()) if traces.frame.height else 0,
+            "read": given["traces"],
+            "real": given["real"],
+            "simulated_in_files": given["simulated"],
             "simulated_per_evolution": traces.simulate,
             "unmatched_to_query_tasks": source.unmatched,
             "includes_simulated": bool(sim_label),
@@ -242,12 +239,7 @@ def run_study(
                 )
             )
             if cell[0]:
-                overlay.append(
-                    {
-                        "graph": f"factorial:{name} (deployment)",
-                        **overlay_test(base_snap.nodes["id"], base_snap.edges, ev.snapshot.edges),
-                    }
-                )
+                overlay.append(overlay_of(f"factorial:{name} (deployment)", ev.snapshot))
         success = config.evolution.success_threshold
         say(f"deployment: measuring {PROBE}")
         deployment.append(
@@ -290,7 +282,7 @@ def run_study(
                 )
                 for q, r in zip(test_q, res, strict=True):
                     fold_results[name][q.index] = r
-            fold_snaps.append((train_set, test_set, cells[cell_name(FULL)].snapshot))
+            fold_snaps.append((train_set, test_set, cells[full].snapshot))
             probe = BM25Ranker(with_requests(base_snap.nodes, frame, success))
             traced = traced_skills(frame, success)
             for q, r in zip(test_q, measure(probe, hyd, test_q, k), strict=True):
@@ -322,7 +314,7 @@ def run_study(
         result["learning"] = learning_split(
             traced_of,
             {m.method: m.results for m in (reference, *transfer)},
-            (f"factorial:{cell_name(FULL)}", PROBE),
+            (f"factorial:{full}", PROBE),
         )
         timings["transfer"] = time.perf_counter() - t
         result["transfer_split"] = {
@@ -338,34 +330,30 @@ def run_study(
         static = {**summarize(reference.results), "round": 0}
         rounds["deployment"].append(_round_row(static, None))
         rounds["transfer"].append(_round_row(static, None))
-        dep_snap = dep_cells[cell_name(FULL)].snapshot
-        dep_res = next(r for r in deployment if r.method == f"factorial:{cell_name(FULL)}").results
-        tr_res = next(r for r in transfer if r.method == f"factorial:{cell_name(FULL)}").results
+        dep_snap = dep_cells[full].snapshot
+        dep_res = next(r for r in deployment if r.method == f"factorial:{full}").results
+        tr_res = next(r for r in transfer if r.method == f"factorial:{full}").results
         for r in range(1, config.rounds + 1):
             if r > 1:
                 say(f"round {r}: deployment{sim_label}")
                 frame = source.frame(dep_snap, all_tasks, salt=100 * r + 1)
-                dep_snap = evolve_cells(dep_snap, frame, config, [FULL], f"deployment-r{r}")[
-                    cell_name(FULL)
-                ].snapshot
+                dep_snap = evolve_cells(dep_snap, frame, config, [FULL], f"deployment-r{r}")[full].snapshot
                 dep_res = measure_snapshot(dep_snap, prepared, k, rconf)
                 say(f"round {r}: transfer (2 folds){sim_label}")
                 stitched: list[QueryResult | None] = [None] * len(prepared)
                 new_folds = []
                 for fold, (train_set, test_set, snap) in enumerate(fold_snaps, start=1):
                     frame = source.frame(snap, train_set, salt=100 * r + 10 * fold + 1)
-                    snap = evolve_cells(snap, frame, config, [FULL], f"transfer{fold}-r{r}")[
-                        cell_name(FULL)
-                    ].snapshot
+                    snap = evolve_cells(snap, frame, config, [FULL], f"transfer{fold}-r{r}")[full].snapshot
                     test_q = [q for q in prepared if q.task in test_set]
                     for q, res in zip(test_q, measure_snapshot(snap, test_q, k, rconf), strict=True):
                         stitched[q.index] = res
                     new_folds.append((train_set, test_set, snap))
                 fold_snaps = new_folds
                 tr_res = [x for x in stitched if x is not None]
-            ov = overlay_test(base_snap.nodes["id"], base_snap.edges, dep_snap.edges)
+            ov = overlay_of(f"round {r} (deployment)", dep_snap)
             if r > 1:
-                overlay.append({"graph": f"round {r} (deployment)", **ov})
+                overlay.append(ov)
             rounds["deployment"].append(
                 _round_row(
                     {**summarize(dep_res), "round": r}, compare(dep_res, reference.results, config), ov
