@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..config import AVOID, RELATIONS
+from ..config import AVOID, RELATIONS, RetrievalConfig
 from ..evolution.landing import LandingWriteError, append_line
 from ..evolution.traces import (
     NATIVE_KEYS,
@@ -87,10 +87,22 @@ class SegosService(ServedVersions):
         store: SnapshotStore | str | Path,
         version: str | None = None,
         *,
+        config: RetrievalConfig | None = None,
         landing: str | Path | None = None,
-        **options: Any,
+        verify: bool = True,
+        cache_bytes: int | None = None,
+        reload: str = "background",
+        poll_s: float | None = None,
     ):
-        super().__init__(store, version, **options)
+        super().__init__(
+            store,
+            version,
+            config=config,
+            verify=verify,
+            cache_bytes=cache_bytes,
+            reload=reload,
+            poll_s=poll_s,
+        )
         self.landing = Path(landing) if landing is not None else default_landing(self.store.root)
 
     # ------------------------------------------------------------------------------------ status
