@@ -37,7 +37,7 @@ elsewhere), so that other requests for the same tools, in other words, check wha
   evolved and for the probe; the evolved/cold query p50 interleaved in one process; whether the parent
   version ranks the same when loaded again after the round; how many test gold sets the traces hold, and
   how many test requests need several skills. Generated pseudo-words, not requests in English: the
-  embedding model knows none of them (see learning.md).
+  embedding adds noise, not meaning, to them (learning.md).
 
 Beside segos: flat BM25 (`bm25s`) over each tool's text with the traced requests appended (the naive
 probe). Query latency p50 cold and evolved is reported for each store. Writes learning.json and
