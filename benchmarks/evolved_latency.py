@@ -14,9 +14,9 @@ To compare code trees, run it under each (PYTHONPATH) one after the other, and a
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
+import harness
 import numpy as np
 from rankings_equal import suites
 
@@ -31,26 +31,13 @@ def main(argv: list[str] | None = None) -> int:
     from segos_pipeline import Retriever
     from segos_pipeline.retrieval.experience import clauses
 
-    clock = time.perf_counter
     for name, (store, cold_id, evolved_id, texts) in suites(args.work).items():
         if name not in args.suite:
             continue
         cold, evolved = Retriever(store.load(cold_id)), Retriever(store.load(evolved_id))
         cold.prepare()
         evolved.prepare()
-        for q in texts:
-            cold.ranked_ids(q, 5)
-            evolved.ranked_ids(q, 5)
-        times = np.zeros((len(texts), 2))
-        for i, q in enumerate(texts):
-            best = [np.inf, np.inf]
-            for _ in range(args.passes):
-                for k, r in enumerate((cold, evolved)):
-                    t = clock()
-                    r.ranked_ids(q, 5)
-                    best[k] = min(best[k], clock() - t)
-            times[i] = best
-        ms = times * 1e3
+        ms = np.array(harness.interleaved_ms([cold, evolved], texts, args.passes))
         several = np.array([bool(clauses(q)) for q in texts])
         c, e = np.median(ms[:, 0]), np.median(ms[:, 1])
         line = f"{name}: {len(texts)} queries, cold {c:.3f} ms, evolved {e:.3f} ms, {e / c:.2f}x"

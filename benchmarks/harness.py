@@ -94,6 +94,27 @@ def timed(fn: Callable[[], T]) -> tuple[T, float, float]:
     return out, time.perf_counter() - wall, _cpu_s() - cpu
 
 
+def interleaved_ms(
+    rankers: Sequence[Any], texts: Sequence[str], passes: int, k: int = 5
+) -> list[list[float]]:
+    """Per text, the minimum over `passes` of each ranker's `ranked_ids(text, k)` in milliseconds, the
+    rankers taking turns text by text after one untimed pass over every text: a shared, loaded machine
+    then slows them alike, so compare their ratio, not the milliseconds."""
+    for text in texts:
+        for ranker in rankers:
+            ranker.ranked_ids(text, k)
+    out = []
+    for text in texts:
+        best = [math.inf] * len(rankers)
+        for _ in range(passes):
+            for i, ranker in enumerate(rankers):
+                t = time.perf_counter()
+                ranker.ranked_ids(text, k)
+                best[i] = min(best[i], time.perf_counter() - t)
+        out.append([b * 1e3 for b in best])
+    return out
+
+
 def in_fresh_process(fn: Callable[..., T], *args: Any) -> T:
     """`fn(*args)` in a newly spawned interpreter, as a pool worker meets it: nothing imported, memoised or
     warm. `fn` must be importable (a module-level function)."""

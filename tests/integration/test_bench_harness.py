@@ -43,6 +43,26 @@ def test_percentiles_summarise_timings() -> None:
     assert summary == {"p50": 50.5, "p95": 95.05, "p99": 99.01, "max": 100.0, "mean": 50.5, "samples": 100}
 
 
+def test_interleaved_timings_take_turns_and_keep_each_text_s_fastest_pass() -> None:
+    calls: list[tuple[str, str]] = []
+
+    class Ranker:
+        def __init__(self, name: str, sleep_s: float):
+            self.name, self.sleep_s = name, sleep_s
+
+        def ranked_ids(self, text: str, k: int) -> list[str]:
+            calls.append((self.name, text))
+            time.sleep(self.sleep_s)
+            return []
+
+    ms = harness.interleaved_ms([Ranker("a", 0.0), Ranker("b", 0.005)], ["x", "y"], passes=2)
+    warm = [("a", "x"), ("b", "x"), ("a", "y"), ("b", "y")]
+    timed = [("a", "x"), ("b", "x")] * 2 + [("a", "y"), ("b", "y")] * 2
+    assert calls == warm + timed  # one untimed pass, then the rankers in turn, text by text
+    assert len(ms) == 2 and all(len(row) == 2 for row in ms)
+    assert all(b >= 5.0 > a for a, b in ms)  # milliseconds, one per ranker
+
+
 def test_baseline_of_head_is_the_committed_package(tmp_path: Path) -> None:
     if subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True).returncode != 0:
         pytest.skip("not a git checkout (a copied tree): no baseline to extract")
