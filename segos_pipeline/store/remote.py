@@ -56,7 +56,7 @@ from .filesystem import (
     put_whole,
     remote_io,
 )
-from .layout import MANIFEST, VERSION_RE, WINDOW_FILES, manifest_shape, sha256_file, version_seq
+from .layout import MANIFEST, VERSION_RE, WINDOW_FILES, read_manifest, sha256_file, version_seq
 from .lock import stage_lock, sweep_stale_stages
 from .snapshot import DamagedSnapshot, Snapshot, SnapshotError, SnapshotStore, StaleParent, UnknownVersion
 from .uri import is_uri
@@ -187,14 +187,10 @@ class RemoteStore(SnapshotStore):
             if data is None:
                 continue
             try:
-                m = json.loads(data)
-                wrong = manifest_shape(m, name)
-                if wrong is not None:
-                    raise ValueError(wrong)
+                found.append(read_manifest(data, name))
             except ValueError as exc:
                 unreadable[name] = f"{MANIFEST} unreadable: {exc}"
                 continue
-            found.append(m)
             self._remember_manifest(name, data)
         return found, unreadable
 

@@ -45,7 +45,7 @@ from .layout import (
     TOKENS,
     TRANSITION,
     VERSION_RE,
-    manifest_shape,
+    read_manifest,
     version_seq,
 )
 from .lock import Notify, WriterBusy, writer_lock
@@ -287,12 +287,8 @@ class SnapshotStore:
             manifest = child / MANIFEST
             if VERSION_RE.match(child.name) and manifest.is_file():
                 try:
-                    m = json.loads(manifest.read_text())
-                    wrong = manifest_shape(m, child.name)
-                    if wrong is not None:
-                        raise ValueError(wrong)
-                    found.append(m)
-                except (OSError, ValueError) as exc:  # JSONDecodeError is a ValueError
+                    found.append(read_manifest(manifest.read_text(), child.name))
+                except (OSError, ValueError) as exc:
                     unreadable[child.name] = f"{MANIFEST} unreadable: {exc}"
         return found, unreadable
 
