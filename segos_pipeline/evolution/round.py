@@ -24,9 +24,9 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from ..config import EngineConfig, EvolutionConfig, RetrievalConfig, TransitionConfig, retrieval_for
+from ..config import EngineConfig, EvolutionConfig, RetrievalConfig, retrieval_for
 from ..graph.build import commit_derived
-from ..graph.transition import transition_matrix
+from ..graph.transition import recorded_transition
 from ..progress import Progress
 from ..retrieval.lexical import LexicalIndex
 from ..retrieval.ranker import Retriever
@@ -59,7 +59,7 @@ def draft_snapshot(
     """An in-memory version (not committed) for replaying queries inside a round (with the parent's
     experience unless given; `transition`: the operator of `edges` when the caller has it)."""
     if transition is None:
-        transition = round_transition(parent, edges)
+        transition = recorded_transition(edges, parent.nodes["id"], parent.manifest)
     return Snapshot(
         version=f"{parent.version}+draft",
         path=None,
@@ -70,13 +70,6 @@ def draft_snapshot(
         transition=transition,
         experience_table=parent.experience if experience is None else experience,
     )
-
-
-def round_transition(parent: Snapshot, edges: pl.DataFrame) -> sp.csr_matrix:
-    """The transition operator of a round's edge table over the parent's nodes (a round never changes
-    the node set), with the parent's transition config: what the committed version stores."""
-    tconf = TransitionConfig(**parent.manifest.get("config", {}).get("transition", {}))
-    return transition_matrix(edges, parent.nodes["id"], tconf)
 
 
 @dataclass
@@ -113,9 +106,11 @@ class RoundState:
     built_rows: tuple[pl.DataFrame, EncodedTokens] | None = None
 
     def transition(self) -> sp.csr_matrix:
-        """The transition operator of the round's current edges (built on first use)."""
+        """The transition operator of the round's current edges over the parent's nodes (a round never
+        changes the node set), with the parent's γ: what the committed version stores (built on first use)."""
         if self.built_operator is None or self.built_operator[0] is not self.edges:
-            self.built_operator = (self.edges, round_transition(self.parent, self.edges))
+            operator = recorded_transition(self.edges, self.parent.nodes["id"], self.parent.manifest)
+            self.built_operator = (self.edges, operator)
         return self.built_operator[1]
 
     def lexical_of(self, tokens: pl.DataFrame) -> LexicalIndex | None:

@@ -50,9 +50,8 @@ from ..store.snapshot import SnapshotError, SnapshotStore
 from ..store.version_files import SamePart, VersionFiles
 from ..text.lexicon import TOKEN_SCHEMA, Signature
 from ..text.token_rows import table_signature, token_table
-from .build import library_fingerprint
+from .build import graph_counts, library_record
 from .discovery import SKILL_FILE, SKIP_DIRS
-from .edges import counts_by_relation
 from .incremental_graph import (
     holders,
     patch_edges,
@@ -467,27 +466,18 @@ def apply_change(
     timings["patch"] = time.perf_counter() - t
     t = time.perf_counter()
     report = _report(parent, patched.keys, source, problems)
-    n = patched.keys.height
     timings["report"] = time.perf_counter() - t
     manifest = {
         "kind": "incremental",
         "parent": parent.version,
         "round": _round_of(parent),
         "window": None,
-        "library": {
-            "root": str(root.resolve()),
-            "fingerprint": library_fingerprint(patched.keys),
-            "skills": n,
-        },
+        "library": library_record(root, patched.keys),
         "config": config,
         "change": {"action": action, "skill": skill_id, "source": source},
         "counters": patched.counters,
         "counts": {
-            "skills": n,
-            "edges": patched.edges.height,
-            "edges_by_relation": counts_by_relation(patched.edges),
-            "semantic": patched.stats.as_dict(),
-            "transition_nnz": int(patched.transition.nnz),
+            **graph_counts(patched.keys, patched.edges, patched.transition, patched.stats),
             "problems": report.height,
         },
         "timings_s": {k: round(v, 4) for k, v in timings.items()},
