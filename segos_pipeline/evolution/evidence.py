@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, fields
 import polars as pl
 
 from ..config import EvolutionConfig, RetrievalConfig
+from .traces import QUERY_STRUCT
 
 PAIR = {"src": pl.String, "dst": pl.String}
 COUNT = pl.Int64  # summed counts: a 1B-trace window can pass the UInt32 that polars counts in
@@ -63,9 +64,7 @@ ADDED_SCHEMA: dict[str, pl.DataType] = {
     "trace_id": pl.String,
     "success": pl.Boolean,
     "retrieval_reconstructed": pl.Boolean,
-    "queries": pl.List(
-        pl.Struct({"text": pl.String, "retrieved": pl.List(pl.String), "seeds": pl.List(pl.String)})
-    ),
+    "queries": pl.List(QUERY_STRUCT),
 }
 
 

@@ -288,22 +288,12 @@ def ctrf_reward(report: Any) -> float:
     """passed / tests of a CTRF report (`{"results": {"summary": {...}}}` or the summary itself)."""
     if not isinstance(report, dict):
         raise TraceError("`ctrf` must be a CTRF report object")
-    summary = (
-        report.get("results", report).get("summary")
-        if isinstance(report.get("results", report), dict)
-        else None
-    )
+    results = report.get("results", report)
+    summary = results.get("summary") if isinstance(results, dict) else None
     if not isinstance(summary, dict):
         raise TraceError("`ctrf` has no results.summary")
     passed, tests = summary.get("passed"), summary.get("tests")
-    if (
-        not isinstance(passed, int)
-        or not isinstance(tests, int)
-        or isinstance(passed, bool)
-        or isinstance(tests, bool)
-        or passed < 0
-        or tests < 0
-    ):
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (passed, tests)):
         raise TraceError("`ctrf` summary needs integer `passed` and `tests`")
     if tests == 0:
         raise TraceError("`ctrf` summary has no tests, so no reward can be derived")
