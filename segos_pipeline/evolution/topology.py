@@ -20,7 +20,6 @@ from ..graph.edges import EDGE_SCHEMA
 class L1Result:
     edges: pl.DataFrame
     counters: dict[str, dict[str, float]] = field(default_factory=dict)
-    overlaps: pl.DataFrame | None = None  # dependency candidates with their I/O overlap (for reports)
 
 
 def _unordered(df: pl.DataFrame) -> pl.DataFrame:
@@ -156,4 +155,4 @@ def topology_update(
     edges = pl.concat(
         [edges, _new_edges(avoid_new, AVOID, pl.lit(0.0), pl.col("failed"), round_)], how="vertical"
     )
-    return L1Result(edges=edges.sort("src", "dst", "relation"), counters=counters, overlaps=scored)
+    return L1Result(edges=edges.sort("src", "dst", "relation"), counters=counters)

@@ -231,8 +231,8 @@ def patch_version(
     action: str,
     skill_id: str,
     row: dict[str, Any] | None,
-    graph: GraphConfig | None = None,
-    tconf: TransitionConfig | None = None,
+    graph: GraphConfig,
+    tconf: TransitionConfig,
     progress: Progress | None = None,
     keys: pl.DataFrame | None = None,
 ) -> Patched:
@@ -241,10 +241,6 @@ def patch_version(
     Reads only the key columns of the node parts, the one part the skill lives in, the signature, the edge
     table and the operator of the parent.
     """
-    if action not in ACTIONS:
-        raise ValueError(f"unknown action {action!r}; expected one of {', '.join(ACTIONS)}")
-    graph = graph or GraphConfig()
-    tconf = tconf or TransitionConfig()
     say = progress or (lambda _m: None)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
