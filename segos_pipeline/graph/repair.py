@@ -24,7 +24,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from ..config import BuildConfig
 from ..progress import Progress
 from ..store.durable import fsync_dir, fsync_file, link_or_copy
 from ..store.layout import MANIFEST, sha256_file
-from ..store.lock import stage_lock
+from ..store.lock import scratch_folder
 from ..store.snapshot import SnapshotError, SnapshotStore
 from ..store.version_files import VersionFiles
 from .build import build_cold_start
@@ -130,18 +130,6 @@ def cold_start_sources(store: SnapshotStore) -> dict[str, dict[str, Any]]:
     return out
 
 
-@contextlib.contextmanager
-def _workspace(store: SnapshotStore) -> Iterator[Path]:
-    """A folder in the store's staging area, on the store's filesystem (a rename from it into a version
-    folder is atomic), held by a stage lock: a killed repair leaves nothing the next writer does not sweep."""
-    with stage_lock(store.staging_dir, f"repair-{uuid.uuid4().hex}") as folder:
-        folder.mkdir()
-        try:
-            yield folder
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
-
-
 def rebuild(
     source: dict[str, Any], library: Path, into: Path, progress: Progress | None = None
 ) -> tuple[dict[str, Path], dict[str, Any]]:
@@ -219,7 +207,8 @@ def repair(
             report.outcomes.append(Outcome(d.version, d.file, False, _cannot_rebuild(store, d)))
     if not by_source:
         return report
-    with _workspace(store) as work:
+    # on the store's filesystem: a rename from it into a version folder is atomic
+    with scratch_folder(store.staging_dir, "repair") as work:
         for n, (cold, items) in enumerate(sorted(by_source.items())):
             source = store.files(cold).manifest
             root = Path(library) if library is not None else Path(source.get("library", {}).get("root", ""))

@@ -37,7 +37,6 @@ import posixpath
 import re
 import shutil
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -57,7 +56,7 @@ from .filesystem import (
     remote_io,
 )
 from .layout import MANIFEST, VERSION_RE, WINDOW_FILES, read_manifest, sha256_file, version_seq
-from .lock import stage_lock, sweep_stale_stages
+from .lock import scratch_folder, sweep_stale_stages
 from .snapshot import DamagedSnapshot, Snapshot, SnapshotError, SnapshotStore, StaleParent, UnknownVersion
 from .uri import is_uri
 from .version_files import VersionFiles
@@ -287,24 +286,20 @@ class RemoteStore(SnapshotStore):
         manifest = json.loads(manifest_bytes)
         self.versions_dir.mkdir(parents=True, exist_ok=True)
         sweep_stale_stages(self.staging_dir)  # downloads of killed readers
-        with stage_lock(self.staging_dir, f"fetch-{uuid.uuid4().hex}") as tmp:
-            tmp.mkdir()
+        with scratch_folder(self.staging_dir, "fetch") as tmp:
+            cached = self._cached_files()
+            for name, meta in sorted(manifest.get("files", {}).items()):
+                self._fetch_file(vid, name, meta, tmp / name, cached.get(meta["sha256"]))
+            if self.with_windows:
+                self._fetch_window_files(vid, manifest)
+            (tmp / MANIFEST).write_bytes(manifest_bytes)  # last, as in a commit
+            for f in tmp.iterdir():
+                f.chmod(0o444)
             try:
-                cached = self._cached_files()
-                for name, meta in sorted(manifest.get("files", {}).items()):
-                    self._fetch_file(vid, name, meta, tmp / name, cached.get(meta["sha256"]))
-                if self.with_windows:
-                    self._fetch_window_files(vid, manifest)
-                (tmp / MANIFEST).write_bytes(manifest_bytes)  # last, as in a commit
-                for f in tmp.iterdir():
-                    f.chmod(0o444)
-                try:
-                    os.rename(tmp, target)
-                except OSError:
-                    if not (target / MANIFEST).is_file():  # else another reader fetched it first
-                        raise
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
+                os.rename(tmp, target)
+            except OSError:
+                if not (target / MANIFEST).is_file():  # else another reader fetched it first
+                    raise
         return target
 
     def _fetch_file(self, vid: str, name: str, meta: dict[str, Any], dest: Path, cached: Path | None) -> None:
