@@ -33,7 +33,7 @@ from .._version import __version__
 from ..config import WRITER_WAIT_S
 from ..text.lexicon import Signature
 from ..text.token_rows import table_signature
-from .durable import fsync_dir, write_atomically
+from .durable import fsync_dir, fsync_file, write_atomically
 from .errors import DamagedSnapshot, SnapshotError, StaleParent, StoreBusy, StoreWriteError, UnknownVersion
 from .layout import (
     EDGES,
@@ -552,8 +552,7 @@ class SnapshotStore:
             if manifest_path.exists():
                 manifest_path.chmod(0o644)  # a retry rewrites it (linked files are never touched)
             manifest_path.write_text(json.dumps(full, indent=2, sort_keys=False, default=str))
-            with manifest_path.open("rb") as fh:
-                os.fsync(fh.fileno())
+            fsync_file(manifest_path)
             for f in stage.iterdir():
                 if f.stat().st_mode & 0o222:
                     f.chmod(0o444)

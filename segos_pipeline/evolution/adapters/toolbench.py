@@ -352,8 +352,6 @@ def _agent(method: str) -> str:
 
 
 def iter_records(root: Path) -> Iterator[TraceRecord | Rejected]:
-    if not root.exists():
-        raise FileNotFoundError(f"trace source not found: {root}")
     _, by_function, problems = _catalogue(root)
     yield from problems
     try:
