@@ -54,7 +54,7 @@ from .round_parts import (
     write_bucket,
 )
 from .scratch import Scratch
-from .spark_window import spark_window
+from .spark_window import spark_schemas, spark_window
 
 INSTALL_HINT = (
     "the Spark engine needs PySpark and Java 17: pip install 'segos[spark]' (and a JDK 17 on PATH or "
@@ -361,12 +361,6 @@ BUCKETS_DDL = "name STRING, bytes BIGINT"
 BUCKETS_ARROW = pa.schema([("name", pa.string()), ("bytes", pa.int64())])
 
 
-def added_schema(spark: Any) -> tuple[Any, pa.Schema]:
-    """ADDED_SCHEMA with its bucket column as Spark sees it, and the Arrow schema Spark expects back."""
-    empty = spark.createDataFrame(pl.DataFrame(schema={**ADDED_SCHEMA, BUCKET: pl.Int32}).to_arrow())
-    return empty.schema, empty.toArrow().schema
-
-
 def read_added(scratch: str, schema: pa.Schema):
     """`mapInArrow` function: names of the partitions' `added` files in the scratch folder → their rows."""
 
@@ -432,7 +426,7 @@ def write_round_parts(
             done = listed.mapInArrow(merge_one_bucket(scratch.uri, folder.uri), BUCKETS_DDL)
             written = [row["name"] for row in done.toArrow().to_pylist()]
         elif added_files:
-            spark_schema, arrow_schema = added_schema(spark)
+            spark_schema, arrow_schema = spark_schemas(spark, {**ADDED_SCHEMA, BUCKET: pl.Int32})
             listed = spark.createDataFrame(pa.table({"name": added_files}))
             rows = listed.repartition(min(tasks, len(added_files))).mapInArrow(
                 read_added(scratch.uri, arrow_schema), spark_schema
