@@ -305,10 +305,7 @@ def patch_version(
     t2 = time.perf_counter()
     k = graph.knn_k
     r, c, w, inter = topk_of_rows(join, sizes, exact_arr, k)
-    exact_rows = pl.DataFrame(
-        {"node": r.astype(np.uint32), "cand": c.astype(np.uint32), "jac": w},
-        schema={"node": pl.UInt32, "cand": pl.UInt32, "jac": pl.Float64},
-    )
+    exact_rows = _candidates(r, c, w)
     merge_nodes = np.empty(0, dtype=np.int64)
     merged_rows = exact_rows.clear()
     if new_u is not None:
@@ -319,21 +316,9 @@ def patch_version(
         keep = ~np.isin(v, exact_arr)
         v, shared = v[keep], shared[keep]
         merge_nodes = v
-        cand_u = pl.DataFrame(
-            {
-                "node": v.astype(np.uint32),
-                "cand": np.full(len(v), new_u, dtype=np.uint32),
-                "jac": shared / (sizes[v] + sizes[new_u] - shared),
-            }
-        )
+        cand_u = _candidates(v, np.full(len(v), new_u), shared / (sizes[v] + sizes[new_u] - shared))
         keep_old = np.isin(su, merge_nodes)
-        old_lists = pl.DataFrame(
-            {
-                "node": su[keep_old].astype(np.uint32),
-                "cand": sv[keep_old].astype(np.uint32),
-                "jac": sem["w0"].to_numpy()[keep_old],
-            }
-        )
+        old_lists = _candidates(su[keep_old], sv[keep_old], sem["w0"].to_numpy()[keep_old])
         merged_rows = topk_rows(pl.concat([old_lists, cand_u], how="vertical"), k)
     recomputed = pl.concat([exact_rows, merged_rows], how="vertical")
     sources = np.union1d(exact_arr, merge_nodes).astype(np.int64)
@@ -367,6 +352,14 @@ def patch_version(
         "timings_s": {k2: round(v2, 4) for k2, v2 in timings.items()},
     }
     return Patched(plan, keys, sig, edges, transition, stats, counters)
+
+
+def _candidates(node: np.ndarray, cand: np.ndarray, jac: np.ndarray) -> pl.DataFrame:
+    """(node, cand, jac) rows: skill `cand` as a top-k candidate of skill `node`, with their Jaccard."""
+    return pl.DataFrame(
+        {"node": node.astype(np.uint32), "cand": cand.astype(np.uint32), "jac": jac},
+        schema={"node": pl.UInt32, "cand": pl.UInt32, "jac": pl.Float64},
+    )
 
 
 def _round_of(parent: VersionFiles) -> int:

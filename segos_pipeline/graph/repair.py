@@ -258,28 +258,18 @@ def _replace(
                     if not same_library
                     else f"the rebuild of {root} did not reproduce it"
                 )
-                out.append(
-                    Outcome(
-                        d.version,
-                        d.file,
-                        False,
-                        f"hash mismatch: no rebuilt file has the manifest's sha256 {d.sha256[:12]}: "
-                        f"{changed}; the damaged file is left as it is: restore the library as it was (or "
-                        f"pass --library PATH to a copy of it), or restore {d.version} from a backup",
-                    )
+                why = (
+                    f"hash mismatch: no rebuilt file has the manifest's sha256 {d.sha256[:12]}: {changed}; "
+                    "the damaged file is left as it is: restore the library as it was (or pass --library "
+                    f"PATH to a copy of it), or restore {d.version} from a backup"
                 )
+                out.append(Outcome(d.version, d.file, False, why))
                 continue
             if not store.files(d.version).verify([d.file]):  # repaired meanwhile (another name of it)
                 continue
             linked = d.sha256 in done
             replace_durably(target, done.get(d.sha256, source), d.sha256, work, link=linked)
             done.setdefault(d.sha256, target)
-            out.append(
-                Outcome(
-                    d.version,
-                    d.file,
-                    True,
-                    f"rebuilt from the library at {root} as in {cold}; sha256 matches",
-                )
-            )
+            done_how = f"rebuilt from the library at {root} as in {cold}; sha256 matches"
+            out.append(Outcome(d.version, d.file, True, done_how))
     return out
