@@ -80,7 +80,7 @@ def parse_stage(
         per_chunk=EncodedTokens.of_nodes,
         on_chunk=merged.add,  # while the workers parse on
     )
-    say(f"parsed {parsed.nodes.height} skills; {parsed.n_problems} problem(s) in the build report")
+    say(f"parsed {parsed.nodes.height} skills; {parsed.report.height} problem(s) in the build report")
     tokens = parsed_tokens(parsed, merged) or tokenise(parsed.nodes, say)
     say(f"tokenised {parsed.nodes.height} skills into {tokens.height} (skill, field, token) rows")
     return parsed, tokens

@@ -384,7 +384,7 @@ def _read_files(parent: VersionFiles) -> list[str]:
     """The parent's files an update reads whole, verified before use (the changed part is verified when it
     is read, see `VersionFiles.read_part`). Parts linked unread keep their recorded hashes, so damage to
     them stays detectable in the child without hashing them here."""
-    names = [*parent.node_files(), EDGES, TRANSITION, REPORT]
+    names = [*(p["nodes"] for p in parent.parts), EDGES, TRANSITION, REPORT]
     names += [SIGNATURE, VOCAB] if parent.has_signature() else [p["tokens"] for p in parent.parts]
     return [n for n in names if n in parent.manifest.get("files", {})]
 

@@ -80,10 +80,6 @@ class ParsedLibrary:
     # so what `parse_library(per_chunk=...)` handed on numbers them right
     in_order: bool = True
 
-    @property
-    def n_problems(self) -> int:
-        return self.report.height
-
 
 # ----------------------------------------------------------------------------------------------- packages
 

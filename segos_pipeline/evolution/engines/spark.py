@@ -150,10 +150,6 @@ def _ipc(df: pl.DataFrame) -> bytes:
     return buf.getvalue()
 
 
-def _from_ipc(payload: bytes) -> pl.DataFrame:
-    return pl.read_ipc(io.BytesIO(payload))
-
-
 def partition_kernel(
     store: str,
     cache: str | None,
@@ -305,7 +301,7 @@ class SparkEngine:
                 shipped = by_part.pop(part)
                 metrics.append({"part": part, **json.loads(shipped.pop("metrics"))})
                 driver_read += sum(metrics[-1]["written_parquet_bytes"].get(k, 0) for k in DRIVER_READS)
-                tables = {k: _from_ipc(v) for k, v in shipped.items()}
+                tables = {k: pl.read_ipc(io.BytesIO(v)) for k, v in shipped.items()}
                 tables |= {name: scratch.read(written_name(name, part)) for name in DRIVER_READS}
                 running.append(Partial(selected=pl.DataFrame(), added=no_added, **tables))
                 if len(running) >= SUM_EVERY:
