@@ -468,33 +468,26 @@ class SnapshotStore:
         extra_writers: Mapping[str, Callable[[Path], None]] | None = None,
     ) -> dict[str, Any]:
         """Write a version from a part plan (new parts written, unchanged ones linked); see `write`."""
-        with self._staged() as stage:
-            try:
-                stage.add_parts(parts)
-                stage.add_signature(signature)
-                edges.write_parquet(stage.at(EDGES))
-                # uncompressed: zlib costs more time than the bytes it saves (the operator is small)
-                sp.save_npz(stage.at(TRANSITION), transition.tocsr(), compressed=False)
-                for name, table in (extra_tables or {}).items():
-                    table.write_parquet(stage.at(name))
-                for name, writer in (extra_writers or {}).items():
-                    writer(stage.at(name))
-                return stage.commit(manifest)
-            except (OSError, pl.exceptions.PolarsError) as exc:
-                # the staged folder is removed on the way out: no half version is left behind
-                raise StoreWriteError(
-                    f"could not write a new version to store {self.root}: "
-                    f"{explain(exc, getattr(exc, 'filename', None) or stage.current)}. "
-                    "Nothing was committed"
-                ) from exc
-
-    @contextlib.contextmanager
-    def _staged(self) -> Iterator[Stage]:
         stage = Stage(self)
         try:
-            yield stage
+            stage.add_parts(parts)
+            stage.add_signature(signature)
+            edges.write_parquet(stage.at(EDGES))
+            # uncompressed: zlib costs more time than the bytes it saves (the operator is small)
+            sp.save_npz(stage.at(TRANSITION), transition.tocsr(), compressed=False)
+            for name, table in (extra_tables or {}).items():
+                table.write_parquet(stage.at(name))
+            for name, writer in (extra_writers or {}).items():
+                writer(stage.at(name))
+            return stage.commit(manifest)
+        except (OSError, pl.exceptions.PolarsError) as exc:
+            raise StoreWriteError(
+                f"could not write a new version to store {self.root}: "
+                f"{explain(exc, getattr(exc, 'filename', None) or stage.current)}. "
+                "Nothing was committed"
+            ) from exc
         finally:
-            stage.discard()
+            stage.discard()  # all of it unless committed: no half version is left behind
 
     def _commit(
         self, stage: Path, manifest: dict[str, Any], files: dict[str, Any], content: str
