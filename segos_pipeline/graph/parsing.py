@@ -192,12 +192,8 @@ def parse_package(
         report("unreadable", f"cannot read SKILL.md: {exc.strerror or exc}", "package skipped", "error")
         return None, problems
     if truncated:
-        report(
-            "too_large",
-            f"SKILL.md exceeds {config.max_skill_md_bytes} bytes",
-            f"read the first {config.max_skill_md_bytes} bytes",
-            "error",
-        )
+        limit = config.max_skill_md_bytes
+        report("too_large", f"SKILL.md exceeds {limit} bytes", f"read the first {limit} bytes", "error")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
