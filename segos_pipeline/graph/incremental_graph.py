@@ -10,7 +10,7 @@ import scipy.sparse as sp
 
 from ..config import AVOID, SEMANTIC, TRAVERSABLE, TransitionConfig
 from ..text.lexicon import SIGNATURE_FIELDS, Signature
-from .edges import EDGE_SCHEMA
+from .edges import EDGE_SCHEMA, new_edges
 from .semantic_edges import _row_topk
 from .transition import transition_matrix
 
@@ -139,17 +139,9 @@ def patch_edges(
     kept = old_sem_of_sources.join(fresh, on=["src", "dst"], how="inner").filter(
         pl.col("w0") == pl.col("w0_new")
     )
-    new_rows = fresh.join(kept.select("src", "dst"), on=["src", "dst"], how="anti").select(
-        "src",
-        "dst",
-        relation=pl.lit(SEMANTIC),
-        weight="w0_new",
-        w0="w0_new",
-        n_e=pl.lit(0, dtype=pl.Int64),
-        round_created=pl.lit(round_, dtype=pl.Int64),
-        round_updated=pl.lit(round_, dtype=pl.Int64),
-        w_raw="w0_new",
-    )
+    jaccard = pl.col("w0_new")
+    unkept = fresh.join(kept.select("src", "dst"), on=["src", "dst"], how="anti")
+    new_rows = new_edges(unkept, SEMANTIC, jaccard, jaccard, pl.lit(0), round_)
     avoid = edges.filter(pl.col("relation") == AVOID).select(lo="src", hi="dst")
     pair = new_rows.with_columns(lo=pl.min_horizontal("src", "dst"), hi=pl.max_horizontal("src", "dst"))
     blocked = pair.join(avoid, on=["lo", "hi"], how="semi").height
