@@ -168,7 +168,12 @@ def patch_operator_for(
     new_u: int | None,
     tconf: TransitionConfig,
 ) -> tuple[sp.csr_matrix, int]:
-    """The operator after the edge change: rows of every endpoint of a changed traversable edge rebuilt."""
+    """The operator after the edge change: the parent's operator re-indexed for the new node set, with the
+    rows of every endpoint of a changed traversable edge rebuilt; and how many rows that is.
+
+    A row of T gets mass from a node's out-edges (A→) and in-edges (A←, reverse), so rebuilding the rows of
+    every endpoint of a changed edge from all edges incident to them gives exactly the full operator's rows.
+    """
     cols = ["src", "dst", "relation", "weight"]
     before = before_edges.filter(pl.col("relation").is_in(TRAVERSABLE)).select(cols)
     after = edges.filter(pl.col("relation").is_in(TRAVERSABLE)).select(cols)
@@ -177,24 +182,6 @@ def patch_operator_for(
     touched_ids.discard(skill_id if action == "remove" else "")
     if new_u is not None:
         touched_ids.add(skill_id)
-    return patch_operator(old, action, idx, n_new, edges, node_ids, touched_ids, tconf), len(touched_ids)
-
-
-def patch_operator(
-    old: sp.csr_matrix,
-    action: str,
-    idx: int,
-    n_new: int,
-    edges: pl.DataFrame,
-    node_ids: pl.Series,
-    touched_ids: set[str],
-    tconf: TransitionConfig,
-) -> sp.csr_matrix:
-    """The parent's operator re-indexed for the new node set, with the touched nodes' rows rebuilt.
-
-    A row of T gets mass from a node's out-edges (A→) and in-edges (A←, reverse), so rebuilding the rows of
-    every endpoint of a changed edge from all edges incident to them gives exactly the full operator's rows.
-    """
     coo = old.tocoo()
     r, c = (
         shift_indices(coo.row.astype(np.int64), action, idx),
@@ -220,4 +207,4 @@ def patch_operator(
         d = np.concatenate([d, rows.data])
     out = sp.csr_matrix((d, (r, c)), shape=(n_new, n_new))
     out.sort_indices()
-    return out
+    return out, len(touched_ids)
