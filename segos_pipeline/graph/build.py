@@ -153,11 +153,17 @@ def graph_counts(
     }
 
 
-def cold_start_manifest(
-    parsed: ParsedLibrary, tables: GraphTables, config: BuildConfig, timings: dict[str, float]
+def commit_cold_start(
+    store: SnapshotStore,
+    parsed: ParsedLibrary,
+    tables: GraphTables,
+    config: BuildConfig,
+    timings: dict[str, float],
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """Write a cold-start version: the graph tables, the build report, and its manifest last."""
     severity = dict(parsed.report.group_by("severity").len().iter_rows()) if parsed.report.height else {}
-    return {
+    manifest = {
         "kind": "cold_start",
         "parent": None,
         "round": 0,
@@ -170,19 +176,8 @@ def cold_start_manifest(
             "problems_by_severity": {k: int(v) for k, v in severity.items()},
         },
         "timings_s": {k: round(v, 4) for k, v in timings.items()},
+        **(extra or {}),
     }
-
-
-def commit_cold_start(
-    store: SnapshotStore,
-    parsed: ParsedLibrary,
-    tables: GraphTables,
-    config: BuildConfig,
-    timings: dict[str, float],
-    extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Write a cold-start version: the graph tables, the build report, and its manifest last."""
-    manifest = {**cold_start_manifest(parsed, tables, config, timings), **(extra or {})}
     return store.write_parts(
         parts=DecodedParts(tables.nodes, tables.tokens),
         signature=tables.signature,
