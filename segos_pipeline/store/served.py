@@ -68,9 +68,7 @@ class ServedPointer:
     recorded: bool = True
 
     def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["previous"] = list(self.previous)
-        return out
+        return {**asdict(self), "previous": list(self.previous)}
 
 
 def pointer(store: SnapshotStore) -> ServedPointer:
