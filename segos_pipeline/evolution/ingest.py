@@ -78,9 +78,8 @@ class IngestReport:
     windows: dict[str, dict[str, int]] = field(default_factory=dict)
     unknown_skills: dict[str, int] = field(default_factory=dict)
     quarantine_reasons: dict[str, int] = field(default_factory=dict)
-    rejected: int = (
-        0  # inputs rejected by this run, new or already quarantined: read = accepted+duplicates+rejected
-    )
+    # inputs rejected by this run, new or already quarantined: read = accepted + duplicates + rejected
+    rejected: int = 0
     conflicts: int = 0  # of those, ids already ingested with different content
     # inputs left unread, each {"source", "reason"}: links and other non-regular files, torn last lines
     skipped: list[dict[str, str]] = field(default_factory=list)
@@ -229,19 +228,15 @@ class TraceStore:
         """Ingest a file or folder of format `fmt`; native JSONL takes the streaming columnar path."""
         from .adapters import iter_records
 
-        self.check_source(Path(path))
+        path = Path(path)
+        self.check_source(path)
+        if not path.exists():
+            raise FileNotFoundError(f"trace source not found: {path}")
         if fmt == "native":
-            if not Path(path).exists():
-                raise FileNotFoundError(f"trace source not found: {path}")
-            batches = native_batches(Path(path), batch_size)
-            return self.ingest_batches(batches, window=window, version=version, progress=progress)
-        return self.ingest(
-            iter_records(path, fmt, queries=queries),
-            window=window,
-            version=version,
-            batch_size=batch_size,
-            progress=progress,
-        )
+            batches = native_batches(path, batch_size)
+        else:
+            batches = record_batches(iter_records(path, fmt, queries=queries), batch_size)
+        return self.ingest_batches(batches, window=window, version=version, progress=progress)
 
     def check_source(self, path: Path) -> None:
         """Refuse to ingest the store itself or one of its own folders (a slip for `STORE/landing`: the
