@@ -37,7 +37,7 @@ import posixpath
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -216,22 +216,6 @@ class RemoteStore(SnapshotStore):
         if data is None:
             raise UnknownVersion(f"no version {vid} at {self.uri}")
         return data
-
-    def latest(self) -> str:
-        with self._naming_uri():
-            return super().latest()
-
-    def resolve(self, version: str | None) -> str:
-        with self._naming_uri():
-            return super().resolve(version)
-
-    @contextlib.contextmanager
-    def _naming_uri(self) -> Iterator[None]:
-        """The base class names `self.root` (here the cache) in its messages: name the URI instead."""
-        try:
-            yield
-        except UnknownVersion as exc:
-            raise UnknownVersion(str(exc).replace(str(self.root), self.uri)) from None
 
     def manifest(self, version: str | None = None) -> dict[str, Any]:
         return json.loads(self._manifest_bytes(self.resolve(version)))

@@ -296,7 +296,7 @@ class SnapshotStore:
         """The newest version whose manifest reads (`resolve("latest")` refuses when a newer one does not)."""
         versions = self.list_versions()
         if not versions:
-            raise UnknownVersion(f"store {self.root} has no versions yet; run `segos build` first")
+            raise UnknownVersion(f"store {self.address} has no versions yet; run `segos build` first")
         return versions[-1]["version"]
 
     def _newest_readable(self) -> str:
@@ -339,7 +339,7 @@ class SnapshotStore:
                     for m in seq
                 )
                 raise UnknownVersion(
-                    f"{version!r} is ambiguous in store {self.root}: {len(seq)} versions share sequence "
+                    f"{version!r} is ambiguous in store {self.address}: {len(seq)} versions share sequence "
                     f"number {int(version.lstrip('v'))} (written by concurrent writers before segos "
                     f"serialized them): {listed}. Give the full version id"
                 )
@@ -353,7 +353,7 @@ class SnapshotStore:
         known = ", ".join(ids[-5:]) or "none"
         hint = f"ambiguous prefix (matches {len(matches)})" if matches else "no such version"
         raise UnknownVersion(
-            f"{hint}: {version!r} in store {self.root}; known versions (newest last): {known}. "
+            f"{hint}: {version!r} in store {self.address}; known versions (newest last): {known}. "
             f"Run `segos versions --store {self.address}` to list them."
         )
 
