@@ -127,8 +127,8 @@ def run_engine(store: SnapshotStore, folder: Path, engine_config: EngineConfig) 
         "l1_s": round(state.timings["l1"], 3),
         "l2_s": round(state.timings["l2"], 3),
         "selected": state.counters["traces"]["selected"],
-        "workflow_pairs": state.workflow.height,
-        "couse_pairs": state.couse.height,
+        "workflow_pairs": state.evidence.workflow.height,
+        "couse_pairs": state.evidence.couse.height,
         "engine_metrics": state.engine,
         "session_start_s": round(session_s, 1),
         "children_peak_rss": {

@@ -169,6 +169,12 @@ def description_update(
     other_by_skill = usage.group_by("skill").agg(texts=pl.col("text").unique().sort())
     others = dict(other_by_skill.iter_rows())
     editor_spent = 0.0  # seconds inside editor.propose this round
+
+    def reject(counter: str, record: dict[str, Any], outcome: str) -> None:
+        """Count a revision that stops at `counter` and record why."""
+        counters[counter] += 1
+        records.append({**record, "outcome": outcome})
+
     for skill, text, trace_ids in cands:
         if skill in seen_skills:
             continue  # one revision per skill per round, for its most witnessed query
@@ -198,54 +204,41 @@ def description_update(
             "committed": False,
         }
         if not crit.missing and editor.name == "grounded":
-            counters["no_missing_words"] += 1
-            records.append({**base, "outcome": "critic found no package word the query needs"})
+            reject("no_missing_words", base, "critic found no package word the query needs")
             continue
         if editor_spent >= config.editor_round_budget_s:
-            counters["editor_over_budget"] += 1
-            records.append(
-                {
-                    **base,
-                    "outcome": f"editor not asked: the round's editor budget "
-                    f"({config.editor_round_budget_s:g} s) is spent",
-                }
-            )
+            budget = f"the round's editor budget ({config.editor_round_budget_s:g} s)"
+            reject("editor_over_budget", base, f"editor not asked: {budget} is spent")
             continue
         pkg = package_text(row)
         t_edit = time.perf_counter()
         try:
             after = editor.propose(row["description"] or "", crit, pkg)
         except (EditorError, OSError, ValueError) as exc:  # a failed edit costs one revision, not the round
-            counters["editor_errors"] += 1
-            records.append({**base, "outcome": f"editor error: {exc}"[:300]})
+            reject("editor_errors", base, f"editor error: {exc}"[:300])
             continue
         finally:
             editor_spent += time.perf_counter() - t_edit
         if not after or after == row["description"]:
-            counters["editor_declined"] += 1
-            records.append({**base, "outcome": "editor proposed no change"})
+            reject("editor_declined", base, "editor proposed no change")
             continue
         stray = ungrounded_words(row["description"] or "", after, pkg)
         if stray:
-            counters["rejected_ungrounded"] += 1
-            records.append(
-                {**base, "after": after, "outcome": f"ungrounded words: {', '.join(sorted(stray)[:8])}"}
-            )
+            shown = ", ".join(sorted(stray)[:8])
+            reject("rejected_ungrounded", {**base, "after": after}, f"ungrounded words: {shown}")
             continue
         revised = nodes.slice(i, 1).with_columns(description=pl.lit(after))
         patch = retriever.revision_patch(i, revised, token_table(revised).drop("node"))
         r_after = positions.of(text, i, patch)
         base = {**base, "after": after, "rank_after": r_after}
         if not _improves(r_before, r_after):
-            counters["failed_gate_rank"] += 1
-            records.append({**base, "outcome": "gate 1: witnessing query rank did not improve"})
+            reject("failed_gate_rank", base, "gate 1: witnessing query rank did not improve")
             continue
         other_texts = [t for t in others.get(skill, []) if t != text]
         worst = max((_delta(rank(t, skill), positions.of(t, i, patch)) for t in other_texts), default=0)
         base = {**base, "other_queries": len(other_texts), "worst_other_change": worst}
         if worst > 0:
-            counters["failed_gate_other_queries"] += 1
-            records.append({**base, "outcome": "gate 2: lowered the skill's rank on another query"})
+            reject("failed_gate_other_queries", base, "gate 2: lowered the skill's rank on another query")
             continue
         accepted[skill] = {
             **base,
@@ -274,9 +267,8 @@ def description_update(
         if not failed:
             break
         for skill in failed:
-            a = accepted.pop(skill)
-            counters["reverted_on_verification"] += 1
-            records.append({**_record(a), "outcome": "reverted: failed a gate on the rebuilt index"})
+            why = "reverted: failed a gate on the rebuilt index"
+            reject("reverted_on_verification", _record(accepted.pop(skill)), why)
         new_nodes, revised_rows = nodes, {}
     # the token table of the set kept, made once: a set reverted on verification never needs one
     new_tokens = patch_tokens(tokens, new_nodes, revised_rows)

@@ -7,9 +7,9 @@ task (and of a (task, agent) pair) lies in one partition. On one partition:
 
 and every partial table is a count keyed by a pair or a skill that is additive across partitions: a trace
 lies in one partition (trace counts add up) and so does a task (distinct-task counts add up too).
-`combine` sums the partial tables of all partitions and applies the thresholds that need the window
-totals (surfaced-but-unused). The local engine and the Spark engine both call `partition_evidence` per
-partition and `combine` on the results; neither holds a rule of its own.
+`sum_partials` sums the partial tables of all partitions and `finish` applies the thresholds that need the
+window totals (surfaced-but-unused). The local engine and the Spark engine both call `partition_evidence`
+per partition and those two on the results; neither holds a rule of its own.
 
 Input of a partition: a trace table (TRACE_SCHEMA). The selected traces carry a boolean `success` and
 `retrieved`/`seeds` filled for every query. Besides the counts, a partition gives what L3 reads of its
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, fields
 import polars as pl
 
 from ..config import EvolutionConfig, RetrievalConfig
+from .traces import QUERY_STRUCT
 
 PAIR = {"src": pl.String, "dst": pl.String}
 COUNT = pl.Int64  # summed counts: a 1B-trace window can pass the UInt32 that polars counts in
@@ -63,9 +64,7 @@ ADDED_SCHEMA: dict[str, pl.DataType] = {
     "trace_id": pl.String,
     "success": pl.Boolean,
     "retrieval_reconstructed": pl.Boolean,
-    "queries": pl.List(
-        pl.Struct({"text": pl.String, "retrieved": pl.List(pl.String), "seeds": pl.List(pl.String)})
-    ),
+    "queries": pl.List(QUERY_STRUCT),
 }
 
 
@@ -465,10 +464,6 @@ def finish(total: Partial, surfaced_min: int) -> WindowEvidence:
         experience=total.experience,
         holdout=total.holdout,
     )
-
-
-def combine(partials: list[Partial], surfaced_min: int) -> WindowEvidence:
-    return finish(sum_partials(partials), surfaced_min)
 
 
 def partition_ids(partitions: int) -> pl.Expr:

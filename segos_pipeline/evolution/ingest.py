@@ -49,7 +49,7 @@ import numpy as np
 import polars as pl
 
 from ..progress import Progress, Tick, emit, stage
-from ..store.durable import fsync_dir
+from ..store.durable import fsync_dir, fsync_file
 from ..store.layout import sha256_file
 from ..store.remote import open_store
 from ..store.snapshot import SnapshotError, SnapshotStore
@@ -78,9 +78,8 @@ class IngestReport:
     windows: dict[str, dict[str, int]] = field(default_factory=dict)
     unknown_skills: dict[str, int] = field(default_factory=dict)
     quarantine_reasons: dict[str, int] = field(default_factory=dict)
-    rejected: int = (
-        0  # inputs rejected by this run, new or already quarantined: read = accepted+duplicates+rejected
-    )
+    # inputs rejected by this run, new or already quarantined: read = accepted + duplicates + rejected
+    rejected: int = 0
     conflicts: int = 0  # of those, ids already ingested with different content
     # inputs left unread, each {"source", "reason"}: links and other non-regular files, torn last lines
     skipped: list[dict[str, str]] = field(default_factory=list)
@@ -229,19 +228,15 @@ class TraceStore:
         """Ingest a file or folder of format `fmt`; native JSONL takes the streaming columnar path."""
         from .adapters import iter_records
 
-        self.check_source(Path(path))
+        path = Path(path)
+        self.check_source(path)
+        if not path.exists():
+            raise FileNotFoundError(f"trace source not found: {path}")
         if fmt == "native":
-            if not Path(path).exists():
-                raise FileNotFoundError(f"trace source not found: {path}")
-            batches = native_batches(Path(path), batch_size)
-            return self.ingest_batches(batches, window=window, version=version, progress=progress)
-        return self.ingest(
-            iter_records(path, fmt, queries=queries),
-            window=window,
-            version=version,
-            batch_size=batch_size,
-            progress=progress,
-        )
+            batches = native_batches(path, batch_size)
+        else:
+            batches = record_batches(iter_records(path, fmt, queries=queries), batch_size)
+        return self.ingest_batches(batches, window=window, version=version, progress=progress)
 
     def check_source(self, path: Path) -> None:
         """Refuse to ingest the store itself or one of its own folders (a slip for `STORE/landing`: the
@@ -306,8 +301,7 @@ class TraceStore:
             # zstd level 1: less CPU than the default level for a few percent more bytes
             # (figures: docs/benchmarks.md, "Design measurements quoted from the code")
             table.write_parquet(tmp, compression="zstd", compression_level=1)
-            with open(tmp, "rb") as fh:
-                os.fsync(fh.fileno())
+            fsync_file(Path(tmp))
             part = folder / trace_parts.hashed_name(name, sha256_file(Path(tmp)))
             os.replace(tmp, part)  # readers see a part whole or not at all
             fsync_dir(folder)
@@ -442,18 +436,16 @@ class _Run:
     def _confirm(self, window: str, candidates: pl.Series) -> pl.Series:
         """The candidate ids (their hash is stored) that the window's files really hold: a hash shared by two
         ids must not make a new trace a duplicate."""
+        return self._stored(window, candidates, ["trace_id"])["trace_id"].unique()
+
+    def _stored(self, window: str, ids: pl.Series, columns: list[str]) -> pl.DataFrame:
+        """The `columns` of the window's stored traces whose id is one of `ids`."""
         files = self.traces.checked_files(window)
-        if candidates.is_empty() or not files:
-            return pl.Series("trace_id", [], dtype=pl.String)
-        wanted = candidates.unique().implode()
+        if ids.is_empty() or not files:
+            return pl.DataFrame(schema={c: TRACE_SCHEMA[c] for c in columns})
         with trace_parts.reading(files, window):
-            return (
-                pl.scan_parquet(files, schema=TRACE_SCHEMA)
-                .select("trace_id")
-                .filter(pl.col("trace_id").is_in(wanted))
-                .unique()
-                .collect()["trace_id"]
-            )
+            scan = pl.scan_parquet(files, schema=TRACE_SCHEMA).select(columns)
+            return scan.filter(pl.col("trace_id").is_in(ids.unique().implode())).collect()
 
     def _compare(
         self, window: str, again: pl.DataFrame, fresh: pl.DataFrame, stored: pl.Series
@@ -461,15 +453,7 @@ class _Run:
         """Repeated ids: the same content is a duplicate; different content is a conflict (rejected).
         `stored`: the repeated ids the window's files already hold."""
         ids = again["trace_id"].unique()
-        files = self.traces.checked_files(window)
-        with trace_parts.reading(files, window):
-            held = (
-                pl.scan_parquet(files, schema=TRACE_SCHEMA)
-                .filter(pl.col("trace_id").is_in(stored.implode()))
-                .collect()
-                if stored.len()
-                else pl.DataFrame(schema=TRACE_SCHEMA)
-            )
+        held = self._stored(window, stored, list(TRACE_SCHEMA))
         first = pl.concat(
             [
                 held,

@@ -79,10 +79,8 @@ def append_line(path: Path, line: bytes) -> Appended:
         torn = _repair_tail(fd, path)
         start = os.fstat(fd).st_size
         try:
-            _write_all(fd, data)
-            os.fsync(fd)
+            _append(fd, data, start)
         except OSError as exc:
-            _undo(fd, start)
             reason = exc.strerror or str(exc)
             raise LandingWriteError(
                 exc.errno, f"trace not recorded: writing {path} failed ({reason}); nothing was kept"
@@ -92,13 +90,20 @@ def append_line(path: Path, line: bytes) -> Appended:
         os.close(fd)
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        if n <= 0:  # never seen from a regular file, but a loop on it would never end
-            raise OSError(errno.EIO, "write wrote nothing")
-        view = view[n:]
+def _append(fd: int, data: bytes, start: int) -> None:
+    """Write `data` (looping on short writes) and fsync; on a failure cut the file back to `start` (its
+    length before) and raise it."""
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            if n <= 0:  # never seen from a regular file, but a loop on it would never end
+                raise OSError(errno.EIO, "write wrote nothing")
+            view = view[n:]
+        os.fsync(fd)
+    except OSError:
+        _undo(fd, start)
+        raise
 
 
 def _undo(fd: int, length: int) -> None:
@@ -140,12 +145,7 @@ def _repair_tail(fd: int, path: Path) -> int:
     step = "repairing the last line of"
     try:
         if not is_torn(tail):
-            try:
-                _write_all(fd, b"\n")
-                os.fsync(fd)
-            except OSError:
-                _undo(fd, size)
-                raise
+            _append(fd, b"\n", size)
             return 0
         step = "moving the torn last line aside from"
         _keep_aside(torn_path(path), tail)  # kept before it is cut: a failure loses nothing
@@ -161,12 +161,6 @@ def _keep_aside(sidecar: Path, tail: bytes) -> None:
     """Append a torn tail to the sidecar, fsynced, before it is cut from the landing file."""
     fd = os.open(sidecar, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
-        start = os.fstat(fd).st_size
-        try:
-            _write_all(fd, tail + b"\n")
-            os.fsync(fd)
-        except OSError:
-            _undo(fd, start)
-            raise
+        _append(fd, tail + b"\n", os.fstat(fd).st_size)
     finally:
         os.close(fd)

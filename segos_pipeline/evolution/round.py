@@ -24,9 +24,9 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
-from ..config import EngineConfig, EvolutionConfig, RetrievalConfig, TransitionConfig, retrieval_for
+from ..config import EngineConfig, EvolutionConfig, RetrievalConfig, retrieval_for
 from ..graph.build import commit_derived
-from ..graph.transition import transition_matrix
+from ..graph.transition import recorded_transition
 from ..progress import Progress
 from ..retrieval.lexical import LexicalIndex
 from ..retrieval.ranker import Retriever
@@ -59,7 +59,7 @@ def draft_snapshot(
     """An in-memory version (not committed) for replaying queries inside a round (with the parent's
     experience unless given; `transition`: the operator of `edges` when the caller has it)."""
     if transition is None:
-        transition = round_transition(parent, edges)
+        transition = recorded_transition(edges, parent.nodes["id"], parent.manifest)
     return Snapshot(
         version=f"{parent.version}+draft",
         path=None,
@@ -72,13 +72,6 @@ def draft_snapshot(
     )
 
 
-def round_transition(parent: Snapshot, edges: pl.DataFrame) -> sp.csr_matrix:
-    """The transition operator of a round's edge table over the parent's nodes (a round never changes
-    the node set), with the parent's transition config: what the committed version stores."""
-    tconf = TransitionConfig(**parent.manifest.get("config", {}).get("transition", {}))
-    return transition_matrix(edges, parent.nodes["id"], tconf)
-
-
 @dataclass
 class RoundState:
     """What flows between the stages of one round; after L3 it holds the tables of the next version."""
@@ -88,10 +81,7 @@ class RoundState:
     # The round's traces after attempt selection and retrieval reconstruction, when the window came as a
     # table in memory; None when it was read from files (`files`), which the version then references.
     selected: pl.DataFrame | None
-    workflow: pl.DataFrame
-    ordered: pl.DataFrame
-    couse: pl.DataFrame
-    unused: pl.DataFrame
+    evidence: WindowEvidence  # the window's summed evidence (what L1, L2, L3 and experience read)
     edges: pl.DataFrame
     nodes: pl.DataFrame
     tokens: pl.DataFrame
@@ -99,7 +89,6 @@ class RoundState:
     counters: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     engine: dict[str, Any] = field(default_factory=dict)  # which engine computed the evidence, its metrics
-    evidence: WindowEvidence | None = None  # the window's summed evidence (L3 reads its witnesses, usage)
     files: list[Path] | None = None  # the window's Parquet files, when it was read from files
     window_refs: list[dict[str, Any]] | None = None  # those files as hashed by an engine that read a URI
     round_parts: RoundParts | None = None  # the version's round bucket files, written by the engine
@@ -113,9 +102,11 @@ class RoundState:
     built_rows: tuple[pl.DataFrame, EncodedTokens] | None = None
 
     def transition(self) -> sp.csr_matrix:
-        """The transition operator of the round's current edges (built on first use)."""
+        """The transition operator of the round's current edges over the parent's nodes (a round never
+        changes the node set), with the parent's γ: what the committed version stores (built on first use)."""
         if self.built_operator is None or self.built_operator[0] is not self.edges:
-            self.built_operator = (self.edges, round_transition(self.parent, self.edges))
+            operator = recorded_transition(self.edges, self.parent.nodes["id"], self.parent.manifest)
+            self.built_operator = (self.edges, operator)
         return self.built_operator[1]
 
     def lexical_of(self, tokens: pl.DataFrame) -> LexicalIndex | None:
@@ -134,7 +125,6 @@ class RoundState:
         and in trace-id order: for small rounds and tests (a large round's stays in its bucket files)."""
         if self.round_parts is not None:
             return self.round_parts.read()
-        assert self.evidence is not None
         return self.evidence.added
 
 
@@ -154,10 +144,7 @@ def prepare_round(
         parent=parent,
         round=parent.round + 1,
         selected=result.selected,
-        workflow=ev.workflow,
-        ordered=ev.ordered,
-        couse=ev.couse,
-        unused=ev.unused,
+        evidence=ev,
         edges=parent.edges,
         nodes=parent.nodes,
         tokens=parent.tokens,
@@ -168,7 +155,6 @@ def prepare_round(
             if k in result.timings
         },
         engine=result.metrics,
-        evidence=ev,
         files=result.files,
         window_refs=result.window_refs,
         round_parts=result.round_parts,
@@ -181,8 +167,9 @@ def l1_stage(state: RoundState, config: EvolutionConfig) -> RoundState:
     """L1 topology update (in place on `state`; a no-op when the layer is switched off)."""
     t = time.perf_counter()
     if config.l1_topology:
+        ev = state.evidence
         l1 = topology_update(
-            state.edges, state.parent.nodes, state.workflow, state.ordered, state.couse, config, state.round
+            state.edges, state.parent.nodes, ev.workflow, ev.ordered, ev.couse, config, state.round
         )
         state.edges = l1.edges
         state.counters["l1"] = l1.counters
@@ -194,9 +181,8 @@ def l2_stage(state: RoundState, config: EvolutionConfig) -> RoundState:
     """L2 edge-weight update (in place on `state`)."""
     t = time.perf_counter()
     if config.l2_weights:
-        l2 = weight_update(
-            state.edges, state.workflow, state.ordered, state.couse, state.unused, config, state.round
-        )
+        ev = state.evidence
+        l2 = weight_update(state.edges, ev.workflow, ev.ordered, ev.couse, ev.unused, config, state.round)
         state.edges = l2.edges
         state.counters["l2"] = l2.counters
     state.timings["l2"] = time.perf_counter() - t
@@ -249,9 +235,7 @@ def l3_stage(
             )
             return Retriever(revised, retrieval, lexical=lexical)
 
-        traces = state.evidence if state.evidence is not None else state.selected
-        assert traces is not None
-        l3 = description_update(retriever, traces, config, retrieval.top_n, editor, rebuild)
+        l3 = description_update(retriever, state.evidence, config, retrieval.top_n, editor, rebuild)
         if l3.tokens is not state.tokens and latest:
             # revisions were kept: the last rebuild was of exactly that set (every earlier one reverted
             # some), so its index is the gate's and its rows give the commit's signature
@@ -267,7 +251,7 @@ def l3_stage(
 def experience_stage(state: RoundState, config: EvolutionConfig, retrieval: RetrievalConfig) -> RoundState:
     """The round's experience (SPEC §8), checked on the held-out traces before it is kept (in place)."""
     t = time.perf_counter()
-    if config.experience and config.l3_descriptions and state.evidence is not None:
+    if config.experience and config.l3_descriptions:
         parent, ev = state.parent, state.evidence
         learned = merged_experience(
             parent.experience, ev.experience, state.nodes["id"], state.round, config.experience_per_skill
@@ -324,7 +308,6 @@ def commit_round(
     else:
         parts = state.round_parts
         if parts is None:  # an engine that returned the table whole: bucketed here, alike
-            assert state.evidence is not None
             buckets = bucket_count(state.evidence.counts["in_window"])
             parts = buckets_of_table(round_scratch(state.parent), state.evidence.added, buckets)
         # the store's writer puts each bucket file into the version (linked, or copied file to file)

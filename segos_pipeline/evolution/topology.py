@@ -13,34 +13,19 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from ..config import AVOID, DEPENDENCY, TRAVERSABLE, WORKFLOW, EvolutionConfig
-from ..graph.edges import EDGE_SCHEMA
+from ..graph.edges import new_edges
+
+_NO_PRIOR = pl.lit(0.0)  # an induced edge's static prior: it has none
 
 
 @dataclass
 class L1Result:
     edges: pl.DataFrame
     counters: dict[str, dict[str, float]] = field(default_factory=dict)
-    overlaps: pl.DataFrame | None = None  # dependency candidates with their I/O overlap (for reports)
 
 
 def _unordered(df: pl.DataFrame) -> pl.DataFrame:
     return df.select(lo=pl.min_horizontal("src", "dst"), hi=pl.max_horizontal("src", "dst"))
-
-
-def _new_edges(
-    pairs: pl.DataFrame, relation: str, weight: pl.Expr, n_e: pl.Expr, round_: int
-) -> pl.DataFrame:
-    return pairs.select(
-        "src",
-        "dst",
-        relation=pl.lit(relation),
-        weight=weight.cast(pl.Float64),
-        w0=pl.lit(0.0),  # an induced edge has no static prior
-        n_e=n_e.cast(pl.Int64),
-        round_created=pl.lit(round_, dtype=pl.Int64),
-        round_updated=pl.lit(round_, dtype=pl.Int64),
-        w_raw=weight.cast(pl.Float64),
-    ).cast(EDGE_SCHEMA)
 
 
 def io_field_names(column: str) -> pl.Expr:
@@ -117,7 +102,7 @@ def topology_update(
         "already_present": wf_present,
         "blocked_by_avoid": wf_blocked,
     }
-    new = [_new_edges(wf_induced, WORKFLOW, pl.col("count"), pl.col("trials"), round_)]
+    new = [new_edges(wf_induced, WORKFLOW, pl.col("count"), _NO_PRIOR, pl.col("trials"), round_)]
 
     # -- dependency: ordered successful use and I/O-schema overlap ≥ ζ
     scored = io_overlap(ordered, nodes)
@@ -134,7 +119,7 @@ def topology_update(
         "blocked_by_avoid": dep_blocked,
         "max_overlap_below_zeta": round(float(low["overlap"].max()), 4) if low.height else 0.0,
     }
-    new.append(_new_edges(dep_induced, DEPENDENCY, pl.col("trials"), pl.col("trials"), round_))
+    new.append(new_edges(dep_induced, DEPENDENCY, pl.col("trials"), _NO_PRIOR, pl.col("trials"), round_))
     edges = pl.concat([edges, *new], how="vertical")
 
     # -- avoid: co-used on ≥ θ failed traces, on no successful one, and no navigation relation on the pair
@@ -154,6 +139,6 @@ def topology_update(
         "already_present": no_nav.height - avoid_new.height,
     }
     edges = pl.concat(
-        [edges, _new_edges(avoid_new, AVOID, pl.lit(0.0), pl.col("failed"), round_)], how="vertical"
+        [edges, new_edges(avoid_new, AVOID, pl.lit(0.0), _NO_PRIOR, pl.col("failed"), round_)], how="vertical"
     )
-    return L1Result(edges=edges.sort("src", "dst", "relation"), counters=counters, overlaps=scored)
+    return L1Result(edges=edges.sort("src", "dst", "relation"), counters=counters)

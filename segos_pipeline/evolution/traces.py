@@ -71,18 +71,6 @@ TIMESTAMP_MIN = datetime(1970, 1, 1, tzinfo=UTC)
 TIMESTAMP_MAX = datetime(2100, 1, 1, tzinfo=UTC)  # exclusive
 TIMESTAMP_MAX_CHARS = 64  # longer is no ISO-8601 date-time; refused before it is parsed
 
-NATIVE_KEYS = {
-    "trace_id",
-    "task_id",
-    "agent",
-    "attempt",
-    "timestamp",
-    "queries",
-    "used",
-    "reward",
-    "ctrf",
-    "simulated",
-}
 DEFAULT_AGENT = "default"
 
 QUERY_STRUCT = pl.Struct({"text": pl.String, "retrieved": pl.List(pl.String), "seeds": pl.List(pl.String)})
@@ -221,6 +209,7 @@ class NativeTrace(BaseModel):
 
 
 TRACE_ADAPTER: TypeAdapter[NativeTrace] = TypeAdapter(NativeTrace)
+NATIVE_KEYS = frozenset(NativeTrace.model_fields)  # the contract's keys: any other key of a line is `extra`
 # What the model gives a key a line leaves out, for the columnar fast path to fill in the same way.
 NATIVE_DEFAULTS = {k: NativeTrace.model_fields[k].default for k in ("agent", "attempt", "simulated")}
 
@@ -260,24 +249,11 @@ class TraceRecord:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def row(self) -> dict[str, Any]:
-        return {
-            "trace_id": self.trace_id,
-            "task_id": self.task_id,
-            "agent": self.agent,
-            "attempt": self.attempt,
-            "timestamp": self.timestamp,
-            "window": self.window,
-            "queries": [{"text": q.text, "retrieved": q.retrieved, "seeds": q.seeds} for q in self.queries],
-            "used": self.used,
-            "used_ordered": self.used_ordered,
-            "reward": self.reward,
-            "reward_source": self.reward_source,
-            "unknown_skills": self.unknown_skills,
-            "source": self.source,
-            "source_format": self.source_format,
-            "simulated": self.simulated,
-            "extra": json.dumps(self.extra, sort_keys=True, default=str) if self.extra else "",
-        }
+        """The record as a row of TRACE_SCHEMA, whose columns are its fields."""
+        row = {column: getattr(self, column) for column in TRACE_SCHEMA}
+        row["queries"] = [{"text": q.text, "retrieved": q.retrieved, "seeds": q.seeds} for q in self.queries]
+        row["extra"] = json.dumps(self.extra, sort_keys=True, default=str) if self.extra else ""
+        return row
 
 
 def trace_frame(records: list[TraceRecord]) -> pl.DataFrame:
@@ -288,22 +264,12 @@ def ctrf_reward(report: Any) -> float:
     """passed / tests of a CTRF report (`{"results": {"summary": {...}}}` or the summary itself)."""
     if not isinstance(report, dict):
         raise TraceError("`ctrf` must be a CTRF report object")
-    summary = (
-        report.get("results", report).get("summary")
-        if isinstance(report.get("results", report), dict)
-        else None
-    )
+    results = report.get("results", report)
+    summary = results.get("summary") if isinstance(results, dict) else None
     if not isinstance(summary, dict):
         raise TraceError("`ctrf` has no results.summary")
     passed, tests = summary.get("passed"), summary.get("tests")
-    if (
-        not isinstance(passed, int)
-        or not isinstance(tests, int)
-        or isinstance(passed, bool)
-        or isinstance(tests, bool)
-        or passed < 0
-        or tests < 0
-    ):
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (passed, tests)):
         raise TraceError("`ctrf` summary needs integer `passed` and `tests`")
     if tests == 0:
         raise TraceError("`ctrf` summary has no tests, so no reward can be derived")

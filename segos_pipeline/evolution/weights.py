@@ -24,25 +24,21 @@ class L2Result:
 
 def _evidence_frame(workflow: pl.DataFrame, ordered: pl.DataFrame, couse: pl.DataFrame) -> pl.DataFrame:
     """(src, dst, relation, add_weight, add_trials) of what this window witnessed for each typed relation."""
+
+    def witnessed(pairs: pl.DataFrame, relation: str, add_w: pl.Expr, add_n: str) -> pl.DataFrame:
+        return pairs.select(
+            "src",
+            "dst",
+            relation=pl.lit(relation),
+            add_w=add_w.cast(pl.Float64),
+            add_n=pl.col(add_n).cast(pl.Int64),
+        )
+
     return pl.concat(
         [
-            workflow.select(
-                "src",
-                "dst",
-                relation=pl.lit(WORKFLOW),
-                add_w=pl.col("count").cast(pl.Float64),
-                add_n=pl.col("trials").cast(pl.Int64),
-            ),
-            ordered.select(
-                "src",
-                "dst",
-                relation=pl.lit(DEPENDENCY),
-                add_w=pl.col("trials").cast(pl.Float64),
-                add_n=pl.col("trials").cast(pl.Int64),
-            ),
-            couse.filter(pl.col("failed") > 0).select(
-                "src", "dst", relation=pl.lit(AVOID), add_w=pl.lit(0.0), add_n=pl.col("failed").cast(pl.Int64)
-            ),
+            witnessed(workflow, WORKFLOW, pl.col("count"), "trials"),
+            witnessed(ordered, DEPENDENCY, pl.col("trials"), "trials"),
+            witnessed(couse.filter(pl.col("failed") > 0), AVOID, pl.lit(0.0), "failed"),
         ],
         how="vertical",
     )

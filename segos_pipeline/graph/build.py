@@ -12,7 +12,7 @@ from typing import Any
 import polars as pl
 import scipy.sparse as sp
 
-from ..config import SEMANTIC, BuildConfig, GraphConfig, TransitionConfig
+from ..config import SEMANTIC, BuildConfig, GraphConfig
 from ..progress import Progress, Tick
 from ..store.layout import REPORT
 from ..store.parts import NewPart, split_rows
@@ -22,7 +22,7 @@ from ..text.token_rows import EncodedTokens, TokenMerger
 from .edges import counts_by_relation
 from .parsing import ParsedLibrary, parse_library
 from .semantic_edges import SemanticStats, semantic_edges
-from .transition import transition_matrix
+from .transition import recorded_transition, transition_matrix
 
 
 @dataclass
@@ -80,7 +80,7 @@ def parse_stage(
         per_chunk=EncodedTokens.of_nodes,
         on_chunk=merged.add,  # while the workers parse on
     )
-    say(f"parsed {parsed.nodes.height} skills; {parsed.n_problems} problem(s) in the build report")
+    say(f"parsed {parsed.nodes.height} skills; {parsed.report.height} problem(s) in the build report")
     tokens = parsed_tokens(parsed, merged) or tokenise(parsed.nodes, say)
     say(f"tokenised {parsed.nodes.height} skills into {tokens.height} (skill, field, token) rows")
     return parsed, tokens
@@ -134,31 +134,22 @@ def graph_tables(
     return GraphTables(nodes, tokens, edges, transition, stats, signature)
 
 
-def cold_start_manifest(
-    parsed: ParsedLibrary, tables: GraphTables, config: BuildConfig, timings: dict[str, float]
+def library_record(root: Path, nodes: pl.DataFrame) -> dict[str, Any]:
+    """A manifest's `library`: the root the skill ids are relative to, its fingerprint and size."""
+    return {"root": str(root.resolve()), "fingerprint": library_fingerprint(nodes), "skills": nodes.height}
+
+
+def graph_counts(
+    nodes: pl.DataFrame, edges: pl.DataFrame, transition: sp.csr_matrix, semantic: SemanticStats | None = None
 ) -> dict[str, Any]:
-    severity = dict(parsed.report.group_by("severity").len().iter_rows()) if parsed.report.height else {}
+    """What a manifest's `counts` says of the graph: skills, edges (by relation), the semantic graph's
+    statistics when given, and the operator's entries."""
     return {
-        "kind": "cold_start",
-        "parent": None,
-        "round": 0,
-        "window": None,
-        "library": {
-            "root": str(parsed.root.resolve()),
-            "fingerprint": library_fingerprint(tables.nodes),
-            "skills": tables.nodes.height,
-        },
-        "config": config.to_dict(),
-        "counts": {
-            "skills": tables.nodes.height,
-            "edges": tables.edges.height,
-            "edges_by_relation": counts_by_relation(tables.edges),
-            "semantic": tables.semantic.as_dict(),
-            "transition_nnz": int(tables.transition.nnz),
-            "problems": parsed.report.height,
-            "problems_by_severity": {k: int(v) for k, v in severity.items()},
-        },
-        "timings_s": {k: round(v, 4) for k, v in timings.items()},
+        "skills": nodes.height,
+        "edges": edges.height,
+        "edges_by_relation": counts_by_relation(edges),
+        **({"semantic": semantic.as_dict()} if semantic is not None else {}),
+        "transition_nnz": int(transition.nnz),
     }
 
 
@@ -171,7 +162,22 @@ def commit_cold_start(
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write a cold-start version: the graph tables, the build report, and its manifest last."""
-    manifest = {**cold_start_manifest(parsed, tables, config, timings), **(extra or {})}
+    severity = dict(parsed.report.group_by("severity").len().iter_rows()) if parsed.report.height else {}
+    manifest = {
+        "kind": "cold_start",
+        "parent": None,
+        "round": 0,
+        "window": None,
+        "library": library_record(parsed.root, tables.nodes),
+        "config": config.to_dict(),
+        "counts": {
+            **graph_counts(tables.nodes, tables.edges, tables.transition, tables.semantic),
+            "problems": parsed.report.height,
+            "problems_by_severity": {k: int(v) for k, v in severity.items()},
+        },
+        "timings_s": {k: round(v, 4) for k, v in timings.items()},
+        **(extra or {}),
+    }
     return store.write_parts(
         parts=DecodedParts(tables.nodes, tables.tokens),
         signature=tables.signature,
@@ -241,8 +247,7 @@ def commit_derived(
     nodes = parent.nodes if nodes is None else nodes
     tokens = parent.tokens if tokens is None else tokens
     if transition is None:
-        tconf = BuildConfig.of_manifest(parent.manifest).transition
-        transition = transition_matrix(edges, nodes["id"], tconf)
+        transition = recorded_transition(edges, nodes["id"], parent.manifest)
     inherited = {k: parent.manifest[k] for k in ("library", "config") if k in parent.manifest}
     manifest = {
         "kind": kind,
@@ -252,14 +257,7 @@ def commit_derived(
         **inherited,
         **(extra or {}),
     }
-    manifest.setdefault("counts", {})
-    manifest["counts"] = {
-        **manifest["counts"],
-        "skills": nodes.height,
-        "edges": edges.height,
-        "edges_by_relation": counts_by_relation(edges),
-        "transition_nnz": int(transition.nnz),
-    }
+    manifest["counts"] = {**manifest.get("counts", {}), **graph_counts(nodes, edges, transition)}
     return store.write(
         nodes=nodes,
         tokens=tokens,
@@ -282,7 +280,6 @@ def knn_variant(snapshot: Snapshot, knn_k: int) -> Snapshot:
     edges = pl.concat([snapshot.edges.filter(pl.col("relation") != SEMANTIC), semantic]).sort(
         "src", "dst", "relation"
     )
-    tconf = TransitionConfig(**config.get("transition", {}))
     return Snapshot(
         version=f"{snapshot.version}+k{knn_k}",
         path=None,
@@ -290,5 +287,5 @@ def knn_variant(snapshot: Snapshot, knn_k: int) -> Snapshot:
         nodes=snapshot.nodes,
         token_table=snapshot.tokens,
         edges=edges,
-        transition=transition_matrix(edges, snapshot.nodes["id"], tconf),
+        transition=recorded_transition(edges, snapshot.nodes["id"], snapshot.manifest),
     )

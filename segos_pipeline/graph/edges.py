@@ -24,6 +24,24 @@ EDGE_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
+def new_edges(
+    pairs: pl.DataFrame, relation: str, weight: pl.Expr, w0: pl.Expr, n_e: pl.Expr, round_: int
+) -> pl.DataFrame:
+    """Rows of `relation` for the (src, dst) pairs, made in round `round_`: `weight` (its raw weight too),
+    static prior `w0` and evidence count `n_e`."""
+    return pairs.select(
+        "src",
+        "dst",
+        relation=pl.lit(relation),
+        weight=weight,
+        w0=w0,
+        n_e=n_e,
+        round_created=pl.lit(round_, dtype=pl.Int64),
+        round_updated=pl.lit(round_, dtype=pl.Int64),
+        w_raw=weight,
+    ).cast(EDGE_SCHEMA)
+
+
 def counts_by_relation(edges: pl.DataFrame) -> dict[str, int]:
     counts = dict(edges.group_by("relation").len().iter_rows())
     return {r: int(counts.get(r, 0)) for r in RELATIONS}

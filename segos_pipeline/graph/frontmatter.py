@@ -295,6 +295,10 @@ class _Frontmatter:
     body: str = ""
     problems: list[tuple[str, str, str, str]] = field(default_factory=list)  # code, problem, action, sev
 
+    def report(self, code: str, problem: str, action: str, severity: str = "error") -> _Frontmatter:
+        self.problems.append((code, problem, action, severity))
+        return self
+
 
 _FENCE = re.compile(r"^(?:---|\.\.\.)\s*$", re.MULTILINE)
 
@@ -316,28 +320,17 @@ def split_frontmatter(text: str, limits: YamlLimits | None = None) -> _Frontmatt
     if not stripped.startswith("---"):
         out.body = text.strip()
         if text.strip():
-            out.problems.append(
-                (
-                    "no_frontmatter",
-                    "no YAML frontmatter",
-                    "fields derived from folder name and body",
-                    "warning",
-                )
-            )
+            derived = "fields derived from folder name and body"
+            out.report("no_frontmatter", "no YAML frontmatter", derived, "warning")
         return out
     first_nl = stripped.find("\n")
     if first_nl < 0:
-        out.problems.append(
-            ("unterminated_frontmatter", "frontmatter fence never closed", "read as body", "error")
-        )
-        return out
+        return out.report("unterminated_frontmatter", "frontmatter fence never closed", "read as body")
     close = _FENCE.search(stripped, first_nl + 1)
     if close is None:
         out.body = stripped[first_nl + 1 :].strip()
-        out.problems.append(
-            ("unterminated_frontmatter", "frontmatter fence never closed", "whole file read as body", "error")
-        )
-        return out
+        unclosed = "frontmatter fence never closed"
+        return out.report("unterminated_frontmatter", unclosed, "whole file read as body")
     raw = stripped[first_nl + 1 : close.start()]
     out.body = stripped[close.end() :].strip()
     try:
@@ -345,32 +338,20 @@ def split_frontmatter(text: str, limits: YamlLimits | None = None) -> _Frontmatt
     except FrontmatterRefused as exc:
         out.data = _salvage(raw[: limits.max_chars])
         salvaged = ", ".join(sorted(out.data)) or "nothing"
-        out.problems.append((exc.code, exc.problem, f"frontmatter ignored; salvaged {salvaged}", "error"))
-        return out
+        return out.report(exc.code, exc.problem, f"frontmatter ignored; salvaged {salvaged}")
     except yaml.YAMLError as exc:
         reason = " ".join(str(getattr(exc, "problem", None) or exc).split())[:160]
         out.data = _salvage(raw)
         salvaged = ", ".join(sorted(out.data)) or "nothing"
-        out.problems.append(
-            (
-                "invalid_yaml",
-                f"frontmatter is not valid (safe) YAML: {reason}",
-                f"salvaged {salvaged}",
-                "error",
-            )
+        return out.report(
+            "invalid_yaml", f"frontmatter is not valid (safe) YAML: {reason}", f"salvaged {salvaged}"
         )
-        return out
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        out.problems.append(
-            (
-                "frontmatter_not_mapping",
-                f"frontmatter is a YAML {type(data).__name__}, not a mapping",
-                "frontmatter ignored; fields derived from folder name and body",
-                "error",
-            )
-        )
+        kind = type(data).__name__
+        ignored = "frontmatter ignored; fields derived from folder name and body"
+        out.report("frontmatter_not_mapping", f"frontmatter is a YAML {kind}, not a mapping", ignored)
         data = {}
     out.data = {str(k): v for k, v in data.items()}
     return out

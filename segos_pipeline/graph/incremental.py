@@ -50,9 +50,8 @@ from ..store.snapshot import SnapshotError, SnapshotStore
 from ..store.version_files import SamePart, VersionFiles
 from ..text.lexicon import TOKEN_SCHEMA, Signature
 from ..text.token_rows import table_signature, token_table
-from .build import library_fingerprint
+from .build import graph_counts, library_record
 from .discovery import SKILL_FILE, SKIP_DIRS
-from .edges import counts_by_relation
 from .incremental_graph import (
     holders,
     patch_edges,
@@ -232,8 +231,8 @@ def patch_version(
     action: str,
     skill_id: str,
     row: dict[str, Any] | None,
-    graph: GraphConfig | None = None,
-    tconf: TransitionConfig | None = None,
+    graph: GraphConfig,
+    tconf: TransitionConfig,
     progress: Progress | None = None,
     keys: pl.DataFrame | None = None,
 ) -> Patched:
@@ -242,10 +241,6 @@ def patch_version(
     Reads only the key columns of the node parts, the one part the skill lives in, the signature, the edge
     table and the operator of the parent.
     """
-    if action not in ACTIONS:
-        raise ValueError(f"unknown action {action!r}; expected one of {', '.join(ACTIONS)}")
-    graph = graph or GraphConfig()
-    tconf = tconf or TransitionConfig()
     say = progress or (lambda _m: None)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -310,10 +305,7 @@ def patch_version(
     t2 = time.perf_counter()
     k = graph.knn_k
     r, c, w, inter = topk_of_rows(join, sizes, exact_arr, k)
-    exact_rows = pl.DataFrame(
-        {"node": r.astype(np.uint32), "cand": c.astype(np.uint32), "jac": w},
-        schema={"node": pl.UInt32, "cand": pl.UInt32, "jac": pl.Float64},
-    )
+    exact_rows = _candidates(r, c, w)
     merge_nodes = np.empty(0, dtype=np.int64)
     merged_rows = exact_rows.clear()
     if new_u is not None:
@@ -324,21 +316,9 @@ def patch_version(
         keep = ~np.isin(v, exact_arr)
         v, shared = v[keep], shared[keep]
         merge_nodes = v
-        cand_u = pl.DataFrame(
-            {
-                "node": v.astype(np.uint32),
-                "cand": np.full(len(v), new_u, dtype=np.uint32),
-                "jac": shared / (sizes[v] + sizes[new_u] - shared),
-            }
-        )
+        cand_u = _candidates(v, np.full(len(v), new_u), shared / (sizes[v] + sizes[new_u] - shared))
         keep_old = np.isin(su, merge_nodes)
-        old_lists = pl.DataFrame(
-            {
-                "node": su[keep_old].astype(np.uint32),
-                "cand": sv[keep_old].astype(np.uint32),
-                "jac": sem["w0"].to_numpy()[keep_old],
-            }
-        )
+        old_lists = _candidates(su[keep_old], sv[keep_old], sem["w0"].to_numpy()[keep_old])
         merged_rows = topk_rows(pl.concat([old_lists, cand_u], how="vertical"), k)
     recomputed = pl.concat([exact_rows, merged_rows], how="vertical")
     sources = np.union1d(exact_arr, merge_nodes).astype(np.int64)
@@ -374,6 +354,14 @@ def patch_version(
     return Patched(plan, keys, sig, edges, transition, stats, counters)
 
 
+def _candidates(node: np.ndarray, cand: np.ndarray, jac: np.ndarray) -> pl.DataFrame:
+    """(node, cand, jac) rows: skill `cand` as a top-k candidate of skill `node`, with their Jaccard."""
+    return pl.DataFrame(
+        {"node": node.astype(np.uint32), "cand": cand.astype(np.uint32), "jac": jac},
+        schema={"node": pl.UInt32, "cand": pl.UInt32, "jac": pl.Float64},
+    )
+
+
 def _round_of(parent: VersionFiles) -> int:
     return int(parent.manifest.get("round", 0))
 
@@ -396,7 +384,7 @@ def _read_files(parent: VersionFiles) -> list[str]:
     """The parent's files an update reads whole, verified before use (the changed part is verified when it
     is read, see `VersionFiles.read_part`). Parts linked unread keep their recorded hashes, so damage to
     them stays detectable in the child without hashing them here."""
-    names = [*parent.node_files(), EDGES, TRANSITION, REPORT]
+    names = [*(p["nodes"] for p in parent.parts), EDGES, TRANSITION, REPORT]
     names += [SIGNATURE, VOCAB] if parent.has_signature() else [p["tokens"] for p in parent.parts]
     return [n for n in names if n in parent.manifest.get("files", {})]
 
@@ -467,27 +455,18 @@ def apply_change(
     timings["patch"] = time.perf_counter() - t
     t = time.perf_counter()
     report = _report(parent, patched.keys, source, problems)
-    n = patched.keys.height
     timings["report"] = time.perf_counter() - t
     manifest = {
         "kind": "incremental",
         "parent": parent.version,
         "round": _round_of(parent),
         "window": None,
-        "library": {
-            "root": str(root.resolve()),
-            "fingerprint": library_fingerprint(patched.keys),
-            "skills": n,
-        },
+        "library": library_record(root, patched.keys),
         "config": config,
         "change": {"action": action, "skill": skill_id, "source": source},
         "counters": patched.counters,
         "counts": {
-            "skills": n,
-            "edges": patched.edges.height,
-            "edges_by_relation": counts_by_relation(patched.edges),
-            "semantic": patched.stats.as_dict(),
-            "transition_nnz": int(patched.transition.nnz),
+            **graph_counts(patched.keys, patched.edges, patched.transition, patched.stats),
             "problems": report.height,
         },
         "timings_s": {k: round(v, 4) for k, v in timings.items()},

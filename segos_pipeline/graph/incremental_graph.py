@@ -10,7 +10,7 @@ import scipy.sparse as sp
 
 from ..config import AVOID, SEMANTIC, TRAVERSABLE, TransitionConfig
 from ..text.lexicon import SIGNATURE_FIELDS, Signature
-from .edges import EDGE_SCHEMA
+from .edges import EDGE_SCHEMA, new_edges
 from .semantic_edges import _row_topk
 from .transition import transition_matrix
 
@@ -139,17 +139,9 @@ def patch_edges(
     kept = old_sem_of_sources.join(fresh, on=["src", "dst"], how="inner").filter(
         pl.col("w0") == pl.col("w0_new")
     )
-    new_rows = fresh.join(kept.select("src", "dst"), on=["src", "dst"], how="anti").select(
-        "src",
-        "dst",
-        relation=pl.lit(SEMANTIC),
-        weight="w0_new",
-        w0="w0_new",
-        n_e=pl.lit(0, dtype=pl.Int64),
-        round_created=pl.lit(round_, dtype=pl.Int64),
-        round_updated=pl.lit(round_, dtype=pl.Int64),
-        w_raw="w0_new",
-    )
+    jaccard = pl.col("w0_new")
+    unkept = fresh.join(kept.select("src", "dst"), on=["src", "dst"], how="anti")
+    new_rows = new_edges(unkept, SEMANTIC, jaccard, jaccard, pl.lit(0), round_)
     avoid = edges.filter(pl.col("relation") == AVOID).select(lo="src", hi="dst")
     pair = new_rows.with_columns(lo=pl.min_horizontal("src", "dst"), hi=pl.max_horizontal("src", "dst"))
     blocked = pair.join(avoid, on=["lo", "hi"], how="semi").height
@@ -176,7 +168,12 @@ def patch_operator_for(
     new_u: int | None,
     tconf: TransitionConfig,
 ) -> tuple[sp.csr_matrix, int]:
-    """The operator after the edge change: rows of every endpoint of a changed traversable edge rebuilt."""
+    """The operator after the edge change: the parent's operator re-indexed for the new node set, with the
+    rows of every endpoint of a changed traversable edge rebuilt; and how many rows that is.
+
+    A row of T gets mass from a node's out-edges (A→) and in-edges (A←, reverse), so rebuilding the rows of
+    every endpoint of a changed edge from all edges incident to them gives exactly the full operator's rows.
+    """
     cols = ["src", "dst", "relation", "weight"]
     before = before_edges.filter(pl.col("relation").is_in(TRAVERSABLE)).select(cols)
     after = edges.filter(pl.col("relation").is_in(TRAVERSABLE)).select(cols)
@@ -185,24 +182,6 @@ def patch_operator_for(
     touched_ids.discard(skill_id if action == "remove" else "")
     if new_u is not None:
         touched_ids.add(skill_id)
-    return patch_operator(old, action, idx, n_new, edges, node_ids, touched_ids, tconf), len(touched_ids)
-
-
-def patch_operator(
-    old: sp.csr_matrix,
-    action: str,
-    idx: int,
-    n_new: int,
-    edges: pl.DataFrame,
-    node_ids: pl.Series,
-    touched_ids: set[str],
-    tconf: TransitionConfig,
-) -> sp.csr_matrix:
-    """The parent's operator re-indexed for the new node set, with the touched nodes' rows rebuilt.
-
-    A row of T gets mass from a node's out-edges (A→) and in-edges (A←, reverse), so rebuilding the rows of
-    every endpoint of a changed edge from all edges incident to them gives exactly the full operator's rows.
-    """
     coo = old.tocoo()
     r, c = (
         shift_indices(coo.row.astype(np.int64), action, idx),
@@ -228,4 +207,4 @@ def patch_operator(
         d = np.concatenate([d, rows.data])
     out = sp.csr_matrix((d, (r, c)), shape=(n_new, n_new))
     out.sort_indices()
-    return out
+    return out, len(touched_ids)

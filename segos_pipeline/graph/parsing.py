@@ -80,10 +80,6 @@ class ParsedLibrary:
     # so what `parse_library(per_chunk=...)` handed on numbers them right
     in_order: bool = True
 
-    @property
-    def n_problems(self) -> int:
-        return self.report.height
-
 
 # ----------------------------------------------------------------------------------------------- packages
 
@@ -196,12 +192,8 @@ def parse_package(
         report("unreadable", f"cannot read SKILL.md: {exc.strerror or exc}", "package skipped", "error")
         return None, problems
     if truncated:
-        report(
-            "too_large",
-            f"SKILL.md exceeds {config.max_skill_md_bytes} bytes",
-            f"read the first {config.max_skill_md_bytes} bytes",
-            "error",
-        )
+        limit = config.max_skill_md_bytes
+        report("too_large", f"SKILL.md exceeds {limit} bytes", f"read the first {limit} bytes", "error")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

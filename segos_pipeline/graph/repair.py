@@ -24,7 +24,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from ..config import BuildConfig
 from ..progress import Progress
 from ..store.durable import fsync_dir, fsync_file, link_or_copy
 from ..store.layout import MANIFEST, sha256_file
-from ..store.lock import stage_lock
+from ..store.lock import scratch_folder
 from ..store.snapshot import SnapshotError, SnapshotStore
 from ..store.version_files import VersionFiles
 from .build import build_cold_start
@@ -130,18 +130,6 @@ def cold_start_sources(store: SnapshotStore) -> dict[str, dict[str, Any]]:
     return out
 
 
-@contextlib.contextmanager
-def _workspace(store: SnapshotStore) -> Iterator[Path]:
-    """A folder in the store's staging area, on the store's filesystem (a rename from it into a version
-    folder is atomic), held by a stage lock: a killed repair leaves nothing the next writer does not sweep."""
-    with stage_lock(store.staging_dir, f"repair-{uuid.uuid4().hex}") as folder:
-        folder.mkdir()
-        try:
-            yield folder
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
-
-
 def rebuild(
     source: dict[str, Any], library: Path, into: Path, progress: Progress | None = None
 ) -> tuple[dict[str, Path], dict[str, Any]]:
@@ -219,7 +207,8 @@ def repair(
             report.outcomes.append(Outcome(d.version, d.file, False, _cannot_rebuild(store, d)))
     if not by_source:
         return report
-    with _workspace(store) as work:
+    # on the store's filesystem: a rename from it into a version folder is atomic
+    with scratch_folder(store.staging_dir, "repair") as work:
         for n, (cold, items) in enumerate(sorted(by_source.items())):
             source = store.files(cold).manifest
             root = Path(library) if library is not None else Path(source.get("library", {}).get("root", ""))
@@ -269,28 +258,18 @@ def _replace(
                     if not same_library
                     else f"the rebuild of {root} did not reproduce it"
                 )
-                out.append(
-                    Outcome(
-                        d.version,
-                        d.file,
-                        False,
-                        f"hash mismatch: no rebuilt file has the manifest's sha256 {d.sha256[:12]}: "
-                        f"{changed}; the damaged file is left as it is: restore the library as it was (or "
-                        f"pass --library PATH to a copy of it), or restore {d.version} from a backup",
-                    )
+                why = (
+                    f"hash mismatch: no rebuilt file has the manifest's sha256 {d.sha256[:12]}: {changed}; "
+                    "the damaged file is left as it is: restore the library as it was (or pass --library "
+                    f"PATH to a copy of it), or restore {d.version} from a backup"
                 )
+                out.append(Outcome(d.version, d.file, False, why))
                 continue
             if not store.files(d.version).verify([d.file]):  # repaired meanwhile (another name of it)
                 continue
             linked = d.sha256 in done
             replace_durably(target, done.get(d.sha256, source), d.sha256, work, link=linked)
             done.setdefault(d.sha256, target)
-            out.append(
-                Outcome(
-                    d.version,
-                    d.file,
-                    True,
-                    f"rebuilt from the library at {root} as in {cold}; sha256 matches",
-                )
-            )
+            done_how = f"rebuilt from the library at {root} as in {cold}; sha256 matches"
+            out.append(Outcome(d.version, d.file, True, done_how))
     return out

@@ -6,6 +6,8 @@ Rows without out-mass stay empty; PPR sends their mass back to the personalisati
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import polars as pl
 import scipy.sparse as sp
@@ -45,6 +47,13 @@ def transition_matrix(
     a = sp.csr_matrix((data[keep], (rows[keep], cols[keep])), shape=(n, n), dtype=np.float64)
     a.sum_duplicates()
     return row_normalize(a)
+
+
+def recorded_transition(edges: pl.DataFrame, node_ids: pl.Series, manifest: dict[str, Any]) -> sp.csr_matrix:
+    """`transition_matrix` with the γ a version's manifest records (the defaults where it records none)."""
+    return transition_matrix(
+        edges, node_ids, TransitionConfig(**manifest.get("config", {}).get("transition", {}))
+    )
 
 
 def row_normalize(a: sp.csr_matrix) -> sp.csr_matrix:

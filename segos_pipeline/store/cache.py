@@ -74,8 +74,7 @@ def read_entry(root: Path, key: str, load: Callable[[Path], T | None]) -> T | No
     except OSError:
         return None
     try:
-        intact = entry_intact(folder)
-        if intact:
+        if entry_intact(folder):
             return load(folder)
     except (Exception, pl.exceptions.PanicException):  # any failure to read derived data is a miss
         pass

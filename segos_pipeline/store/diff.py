@@ -114,51 +114,45 @@ def to_markdown(diff: dict[str, Any], limit: int = 15) -> str:
         f"| {c['added']} | {c['removed']} | {c['reweighted']} | {c['retyped']} | {c['descriptions']} |",
         "",
     ]
-    by_rel = counts_by_relation(diff)
+    by_rel = sorted(counts_by_relation(diff).items())
     if by_rel:
-        lines += ["## By relation", "", "| relation | added | removed | reweighted |", "|---|---|---|---|"]
-        lines += [
-            f"| {r} | {v['added']} | {v['removed']} | {v['reweighted']} |" for r, v in sorted(by_rel.items())
-        ]
-        lines.append("")
+        rows = [f"| {r} | {v['added']} | {v['removed']} | {v['reweighted']} |" for r, v in by_rel]
+        lines += _table("By relation", "relation | added | removed | reweighted", rows)
     top = largest_changes(diff, limit)
     if top:
-        lines += [
-            f"## Largest changes (top {len(top)})",
-            "",
-            "| change | relation | src | dst | before | after |",
-            "|---|---|---|---|---|---|",
-        ]
-        lines += [
+        rows = [
             f"| {r['change']} | {r['relation']} | `{r['src']}` | `{r['dst']}` "
             f"| {r['before']:.4g} | {r['after']:.4g} |"
             for r in top
         ]
-        lines.append("")
+        lines += _table(
+            f"Largest changes (top {len(top)})", "change | relation | src | dst | before | after", rows
+        )
     if diff["edges"]["retyped"]:
-        lines += ["## Retyped", "", "| src | dst | before | after |", "|---|---|---|---|"]
-        lines += [
+        rows = [
             f"| `{r['src']}` | `{r['dst']}` | {r['relation_before']} | {r['relation_after']} |"
             for r in diff["edges"]["retyped"][:limit]
         ]
-        lines.append("")
+        lines += _table("Retyped", "src | dst | before | after", rows)
     if diff["descriptions"]:
         lines += ["## Descriptions", ""]
         for d in diff["descriptions"][:limit]:
             lines += [f"- `{d['skill']}`", f"  - before: {d['before']}", f"  - after: {d['after']}"]
         lines.append("")
     if diff.get("experience"):
-        lines += [
-            "## Experience (witnessing requests of successful traces)",
-            "",
-            "| skill | request | tasks before | tasks after |",
-            "|---|---|---|---|",
-        ]
-        lines += [
+        rows = [
             f"| `{e['skill']}` | {_cell(e['text'])} | {e['tasks_before'] or 0} | {e['tasks_after'] or 0} |"
             for e in diff["experience"][:limit]
         ]
+        title = "Experience (witnessing requests of successful traces)"
+        # the last section: no blank line after it
+        lines += _table(title, "skill | request | tasks before | tasks after", rows)[:-1]
     return "\n".join(lines) + "\n"
+
+
+def _table(title: str, header: str, rows: list[str]) -> list[str]:
+    """A Markdown section: its title, a table of `rows` under the columns of `header`, a blank line."""
+    return [f"## {title}", "", f"| {header} |", "|" + "---|" * (header.count("|") + 1), *rows, ""]
 
 
 def _cell(text: str, chars: int = 80) -> str:

@@ -75,26 +75,27 @@ def content_id(files: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:8]
 
 
-def manifest_shape(m: Any, name: str) -> str | None:
-    """Why a parsed manifest cannot be the manifest of version folder `name` (None when it can): commands
-    and the server rely on these fields, and a wrong shape must not reach them as a traceback."""
+def read_manifest(data: str | bytes, name: str) -> dict[str, Any]:
+    """The manifest of version folder `name` from its JSON text; ValueError saying why it cannot be that:
+    commands and the server rely on these fields, and a wrong shape must not reach them as a traceback."""
+    m = json.loads(data)  # JSONDecodeError is a ValueError
     if not isinstance(m, dict) or m.get("version") != name:
-        return f"it does not name version {name}"
+        raise ValueError(f"it does not name version {name}")
     files = m.get("files")
     if not isinstance(files, dict) or not all(
         isinstance(f, dict) and isinstance(f.get("sha256"), str) and isinstance(f.get("bytes"), int)
         for f in files.values()
     ):
-        return "its `files` is not a table of {name: {sha256, bytes}}"
+        raise ValueError("its `files` is not a table of {name: {sha256, bytes}}")
     parts = m.get("parts", [])
     if not isinstance(parts, list) or not all(
         isinstance(p, dict) and isinstance(p.get("rows"), int) and {"nodes", "tokens"} <= p.keys()
         for p in parts
     ):
-        return "its `parts` is not a list of {nodes, tokens, rows}"
+        raise ValueError("its `parts` is not a list of {nodes, tokens, rows}")
     if not isinstance(m.get("seq", version_seq(name)), int):
-        return "its `seq` is not a number"
-    return None
+        raise ValueError("its `seq` is not a number")
+    return m
 
 
 def window_refs(root: Path, files: Sequence[Path]) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ import socket
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -190,6 +191,18 @@ def stage_lock(staging: Path, name: str) -> Iterator[Path]:
         finally:
             with contextlib.suppress(OSError):
                 lock_path.unlink()
+
+
+@contextlib.contextmanager
+def scratch_folder(staging: Path, prefix: str) -> Iterator[Path]:
+    """A fresh folder in `staging` held by its stage lock (a killed holder's is swept by the next writer),
+    removed with everything in it when the block ends."""
+    with stage_lock(staging, f"{prefix}-{uuid.uuid4().hex}") as folder:
+        folder.mkdir()
+        try:
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _locked_file(lock_path: Path) -> IO[str]:

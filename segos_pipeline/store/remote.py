@@ -37,8 +37,7 @@ import posixpath
 import re
 import shutil
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -56,8 +55,8 @@ from .filesystem import (
     put_whole,
     remote_io,
 )
-from .layout import MANIFEST, VERSION_RE, WINDOW_FILES, manifest_shape, sha256_file, version_seq
-from .lock import stage_lock, sweep_stale_stages
+from .layout import MANIFEST, VERSION_RE, WINDOW_FILES, read_manifest, sha256_file, version_seq
+from .lock import scratch_folder, sweep_stale_stages
 from .snapshot import DamagedSnapshot, Snapshot, SnapshotError, SnapshotStore, StaleParent, UnknownVersion
 from .uri import is_uri
 from .version_files import VersionFiles
@@ -187,14 +186,10 @@ class RemoteStore(SnapshotStore):
             if data is None:
                 continue
             try:
-                m = json.loads(data)
-                wrong = manifest_shape(m, name)
-                if wrong is not None:
-                    raise ValueError(wrong)
+                found.append(read_manifest(data, name))
             except ValueError as exc:
                 unreadable[name] = f"{MANIFEST} unreadable: {exc}"
                 continue
-            found.append(m)
             self._remember_manifest(name, data)
         return found, unreadable
 
@@ -221,22 +216,6 @@ class RemoteStore(SnapshotStore):
         if data is None:
             raise UnknownVersion(f"no version {vid} at {self.uri}")
         return data
-
-    def latest(self) -> str:
-        with self._naming_uri():
-            return super().latest()
-
-    def resolve(self, version: str | None) -> str:
-        with self._naming_uri():
-            return super().resolve(version)
-
-    @contextlib.contextmanager
-    def _naming_uri(self) -> Iterator[None]:
-        """The base class names `self.root` (here the cache) in its messages: name the URI instead."""
-        try:
-            yield
-        except UnknownVersion as exc:
-            raise UnknownVersion(str(exc).replace(str(self.root), self.uri)) from None
 
     def manifest(self, version: str | None = None) -> dict[str, Any]:
         return json.loads(self._manifest_bytes(self.resolve(version)))
@@ -291,24 +270,20 @@ class RemoteStore(SnapshotStore):
         manifest = json.loads(manifest_bytes)
         self.versions_dir.mkdir(parents=True, exist_ok=True)
         sweep_stale_stages(self.staging_dir)  # downloads of killed readers
-        with stage_lock(self.staging_dir, f"fetch-{uuid.uuid4().hex}") as tmp:
-            tmp.mkdir()
+        with scratch_folder(self.staging_dir, "fetch") as tmp:
+            cached = self._cached_files()
+            for name, meta in sorted(manifest.get("files", {}).items()):
+                self._fetch_file(vid, name, meta, tmp / name, cached.get(meta["sha256"]))
+            if self.with_windows:
+                self._fetch_window_files(vid, manifest)
+            (tmp / MANIFEST).write_bytes(manifest_bytes)  # last, as in a commit
+            for f in tmp.iterdir():
+                f.chmod(0o444)
             try:
-                cached = self._cached_files()
-                for name, meta in sorted(manifest.get("files", {}).items()):
-                    self._fetch_file(vid, name, meta, tmp / name, cached.get(meta["sha256"]))
-                if self.with_windows:
-                    self._fetch_window_files(vid, manifest)
-                (tmp / MANIFEST).write_bytes(manifest_bytes)  # last, as in a commit
-                for f in tmp.iterdir():
-                    f.chmod(0o444)
-                try:
-                    os.rename(tmp, target)
-                except OSError:
-                    if not (target / MANIFEST).is_file():  # else another reader fetched it first
-                        raise
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
+                os.rename(tmp, target)
+            except OSError:
+                if not (target / MANIFEST).is_file():  # else another reader fetched it first
+                    raise
         return target
 
     def _fetch_file(self, vid: str, name: str, meta: dict[str, Any], dest: Path, cached: Path | None) -> None:

@@ -68,9 +68,7 @@ class ServedPointer:
     recorded: bool = True
 
     def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["previous"] = list(self.previous)
-        return out
+        return {**asdict(self), "previous": list(self.previous)}
 
 
 def pointer(store: SnapshotStore) -> ServedPointer:
@@ -88,8 +86,8 @@ def served(store: SnapshotStore) -> str:
     found = pointer(store)
     if found.recorded and found.version not in {m["version"] for m in store.list_versions()}:
         raise UnknownVersion(
-            f"{_where(store)}/{SERVED} names version {found.version}, which the store does not hold; "
-            f"serve another one with `segos promote VERSION --store {_where(store)}`"
+            f"{store.address}/{SERVED} names version {found.version}, which the store does not hold; "
+            f"serve another one with `segos promote VERSION --store {store.address}`"
         )
     return found.version
 
@@ -131,7 +129,7 @@ def rollback(store: SnapshotStore, reason: str = "rollback") -> ServedPointer:
         now = _read(store)
         if now is None or not now.previous:
             raise ServedError(
-                f"nothing to roll back to in {_where(store)}: no version was served before "
+                f"nothing to roll back to in {store.address}: no version was served before "
                 f"{now.version if now else _current(store)} (`segos promote VERSION` serves any version)"
             )
         return _write(store, ServedPointer(now.previous[-1], now.previous[:-1], _now(), reason))
@@ -169,8 +167,8 @@ def _parse(store: SnapshotStore, data: bytes) -> ServedPointer:
             raise ValueError("version and previous must be version ids")
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ServedError(
-            f"{_where(store)}/{SERVED} is unreadable ({exc}); serve a version again with "
-            f"`segos promote VERSION --store {_where(store)}`, which rewrites it"
+            f"{store.address}/{SERVED} is unreadable ({exc}); serve a version again with "
+            f"`segos promote VERSION --store {store.address}`, which rewrites it"
         ) from None
     return ServedPointer(version, tuple(previous), raw.get("updated_at"), str(raw.get("reason", "")))
 
@@ -191,7 +189,3 @@ def _current(store: SnapshotStore) -> str:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def _where(store: SnapshotStore) -> str:
-    return store.address

@@ -33,7 +33,7 @@ from .._version import __version__
 from ..config import WRITER_WAIT_S
 from ..text.lexicon import Signature
 from ..text.token_rows import table_signature
-from .durable import fsync_dir, write_atomically
+from .durable import fsync_dir, fsync_file, write_atomically
 from .errors import DamagedSnapshot, SnapshotError, StaleParent, StoreBusy, StoreWriteError, UnknownVersion
 from .layout import (
     EDGES,
@@ -45,7 +45,7 @@ from .layout import (
     TOKENS,
     TRANSITION,
     VERSION_RE,
-    manifest_shape,
+    read_manifest,
     version_seq,
 )
 from .lock import Notify, WriterBusy, writer_lock
@@ -287,12 +287,8 @@ class SnapshotStore:
             manifest = child / MANIFEST
             if VERSION_RE.match(child.name) and manifest.is_file():
                 try:
-                    m = json.loads(manifest.read_text())
-                    wrong = manifest_shape(m, child.name)
-                    if wrong is not None:
-                        raise ValueError(wrong)
-                    found.append(m)
-                except (OSError, ValueError) as exc:  # JSONDecodeError is a ValueError
+                    found.append(read_manifest(manifest.read_text(), child.name))
+                except (OSError, ValueError) as exc:
                     unreadable[child.name] = f"{MANIFEST} unreadable: {exc}"
         return found, unreadable
 
@@ -300,7 +296,7 @@ class SnapshotStore:
         """The newest version whose manifest reads (`resolve("latest")` refuses when a newer one does not)."""
         versions = self.list_versions()
         if not versions:
-            raise UnknownVersion(f"store {self.root} has no versions yet; run `segos build` first")
+            raise UnknownVersion(f"store {self.address} has no versions yet; run `segos build` first")
         return versions[-1]["version"]
 
     def _newest_readable(self) -> str:
@@ -343,7 +339,7 @@ class SnapshotStore:
                     for m in seq
                 )
                 raise UnknownVersion(
-                    f"{version!r} is ambiguous in store {self.root}: {len(seq)} versions share sequence "
+                    f"{version!r} is ambiguous in store {self.address}: {len(seq)} versions share sequence "
                     f"number {int(version.lstrip('v'))} (written by concurrent writers before segos "
                     f"serialized them): {listed}. Give the full version id"
                 )
@@ -357,7 +353,7 @@ class SnapshotStore:
         known = ", ".join(ids[-5:]) or "none"
         hint = f"ambiguous prefix (matches {len(matches)})" if matches else "no such version"
         raise UnknownVersion(
-            f"{hint}: {version!r} in store {self.root}; known versions (newest last): {known}. "
+            f"{hint}: {version!r} in store {self.address}; known versions (newest last): {known}. "
             f"Run `segos versions --store {self.address}` to list them."
         )
 
@@ -472,33 +468,26 @@ class SnapshotStore:
         extra_writers: Mapping[str, Callable[[Path], None]] | None = None,
     ) -> dict[str, Any]:
         """Write a version from a part plan (new parts written, unchanged ones linked); see `write`."""
-        with self._staged() as stage:
-            try:
-                stage.add_parts(parts)
-                stage.add_signature(signature)
-                edges.write_parquet(stage.at(EDGES))
-                # uncompressed: zlib costs more time than the bytes it saves (the operator is small)
-                sp.save_npz(stage.at(TRANSITION), transition.tocsr(), compressed=False)
-                for name, table in (extra_tables or {}).items():
-                    table.write_parquet(stage.at(name))
-                for name, writer in (extra_writers or {}).items():
-                    writer(stage.at(name))
-                return stage.commit(manifest)
-            except (OSError, pl.exceptions.PolarsError) as exc:
-                # the staged folder is removed on the way out: no half version is left behind
-                raise StoreWriteError(
-                    f"could not write a new version to store {self.root}: "
-                    f"{explain(exc, getattr(exc, 'filename', None) or stage.current)}. "
-                    "Nothing was committed"
-                ) from exc
-
-    @contextlib.contextmanager
-    def _staged(self) -> Iterator[Stage]:
         stage = Stage(self)
         try:
-            yield stage
+            stage.add_parts(parts)
+            stage.add_signature(signature)
+            edges.write_parquet(stage.at(EDGES))
+            # uncompressed: zlib costs more time than the bytes it saves (the operator is small)
+            sp.save_npz(stage.at(TRANSITION), transition.tocsr(), compressed=False)
+            for name, table in (extra_tables or {}).items():
+                table.write_parquet(stage.at(name))
+            for name, writer in (extra_writers or {}).items():
+                writer(stage.at(name))
+            return stage.commit(manifest)
+        except (OSError, pl.exceptions.PolarsError) as exc:
+            raise StoreWriteError(
+                f"could not write a new version to store {self.root}: "
+                f"{explain(exc, getattr(exc, 'filename', None) or stage.current)}. "
+                "Nothing was committed"
+            ) from exc
         finally:
-            stage.discard()
+            stage.discard()  # all of it unless committed: no half version is left behind
 
     def _commit(
         self, stage: Path, manifest: dict[str, Any], files: dict[str, Any], content: str
@@ -556,8 +545,7 @@ class SnapshotStore:
             if manifest_path.exists():
                 manifest_path.chmod(0o644)  # a retry rewrites it (linked files are never touched)
             manifest_path.write_text(json.dumps(full, indent=2, sort_keys=False, default=str))
-            with manifest_path.open("rb") as fh:
-                os.fsync(fh.fileno())
+            fsync_file(manifest_path)
             for f in stage.iterdir():
                 if f.stat().st_mode & 0o222:
                     f.chmod(0o444)

@@ -4,7 +4,6 @@ and hashed, then handed to the store's commit (see `snapshot.py`)."""
 from __future__ import annotations
 
 import itertools
-import os
 import shutil
 import sys
 import uuid
@@ -17,7 +16,7 @@ import numpy as np
 import polars as pl
 
 from ..text.lexicon import Signature
-from .durable import link_or_copy
+from .durable import fsync_file, link_or_copy
 from .layout import MANIFEST, SIGNATURE, VOCAB, content_id, sha256_file
 from .lock import stage_lock, sweep_stale_stages
 from .parts import PartPlan, part_files
@@ -115,8 +114,7 @@ class Stage:
         version's parts are most of its bytes, and flushing and hashing them one after another at the
         commit kept the disk and a core busy while nothing else ran."""
         path = self.dir / name
-        with path.open("rb") as fh:
-            os.fsync(fh.fileno())
+        fsync_file(path)
         self.sealed[name] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
 
     def add_signature(self, signature: Signature | VersionFiles) -> None:
@@ -138,13 +136,10 @@ class Stage:
     def commit(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         files = {}
         for f in sorted(self.dir.iterdir()):
-            if f.name in self.linked or f.name in self.sealed:
-                files[f.name] = self.linked.get(f.name) or self.sealed[f.name]
-                continue
-            self.current = f
-            with f.open("rb") as fh:
-                os.fsync(fh.fileno())
-            files[f.name] = {"sha256": sha256_file(f), "bytes": f.stat().st_size}
+            if f.name not in self.linked and f.name not in self.sealed:
+                self.current = f
+                self._seal(f.name)
+            files[f.name] = self.linked.get(f.name) or self.sealed[f.name]
         content = content_id(files)
         extra = {"parts": self.parts} if self.parts else {}
         self.current = self.dir / MANIFEST

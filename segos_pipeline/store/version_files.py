@@ -106,9 +106,6 @@ class VersionFiles:
                 "library), or rebuild it"
             )
 
-    def node_files(self) -> list[str]:
-        return [p["nodes"] for p in self.parts]
-
     def read_nodes(self, columns: Sequence[str] | None = None) -> pl.DataFrame:
         cols = list(columns) if columns is not None else None
         frames = [self._parquet(p["nodes"], columns=cols) for p in self.parts]

@@ -21,7 +21,7 @@ from segos_pipeline.config import EngineConfig, EvolutionConfig, RetrievalConfig
 from segos_pipeline.evolution.adapters import iter_records, write_library
 from segos_pipeline.evolution.engines import make_engine
 from segos_pipeline.evolution.engines.local import LocalEngine
-from segos_pipeline.evolution.evidence import combine, partition_evidence, split_by_task
+from segos_pipeline.evolution.evidence import finish, partition_evidence, split_by_task, sum_partials
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.round import evolve
 from segos_pipeline.paths import DEFAULT_LIBRARY, DEMO_DIR, DEMO_TRACES
@@ -119,12 +119,12 @@ def test_partial_tables_sum_to_the_whole_window(demo):
     """Every evidence table of 4 partitions summed equals that of the window in one partition."""
     traces = TraceStore(demo).load(WINDOW)
     no_replay = lambda texts: [([], []) for _ in texts]  # noqa: E731 (the demo traces record retrieval)
-    whole = combine([partition_evidence(traces, no_replay, False, 0.9)], 3)
+    whole = finish(sum_partials([partition_evidence(traces, no_replay, False, 0.9)]), 3)
     parts = split_by_task(traces, 4)
     assert len(parts) > 1
     assert sum(p.height for p in parts) == traces.height
     assert not set(parts[0]["task_id"]) & set(parts[1]["task_id"])  # a task lies in one partition
-    summed = combine([partition_evidence(p, no_replay, False, 0.9) for p in parts], 3)
+    summed = finish(sum_partials([partition_evidence(p, no_replay, False, 0.9) for p in parts]), 3)
     for name in ("workflow", "ordered", "couse", "unused"):
         assert getattr(summed, name).equals(getattr(whole, name)), name
     assert summed.counts == whole.counts

@@ -231,7 +231,7 @@ def test_a_filesystem_without_hard_links_gets_copies(parted, monkeypatch):
     def no_links(*_args, **_kwargs):
         raise OSError("hard links not supported here")
 
-    monkeypatch.setattr(staging_mod.os, "link", no_links)
+    monkeypatch.setattr(os, "link", no_links)  # durable.link_or_copy, which the stage calls
     m2 = commit_derived(st, parent, parent.edges, kind="evolved")
     name = m1["parts"][0]["nodes"]
     assert _inode(st, m1["version"], name) != _inode(st, m2["version"], name)  # a copy, not a link

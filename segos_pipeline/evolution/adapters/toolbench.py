@@ -113,17 +113,10 @@ def _answer_files(root: Path) -> list[Path]:
     return sorted(folder.rglob("*.json")) if folder.is_dir() else []
 
 
-def _catalogue(root: Path) -> tuple[dict[tuple[str, str], _ApiDef], dict[str, str]]:
-    """(tool, api) → API definition, and function name → (tool, api) key as a skill name."""
-    apis, by_function, _ = _catalogue_checked(root)
-    return apis, by_function
-
-
-def _catalogue_checked(
-    root: Path,
-) -> tuple[dict[tuple[str, str], _ApiDef], dict[str, str], list[Rejected]]:
-    """`_catalogue`, and a Rejected for each instruction or answer file whose API list cannot be read
-    (its APIs are then missing from the catalogue, so the traces that call them say so)."""
+def _catalogue(root: Path) -> tuple[dict[tuple[str, str], _ApiDef], dict[str, str], list[Rejected]]:
+    """(tool, api) → API definition, function name → (tool, api) key as a skill name, and a Rejected for
+    each instruction or answer file whose API list cannot be read (its APIs are then missing from the
+    catalogue, so the traces that call them say so)."""
     apis: dict[tuple[str, str], _ApiDef] = {}
     problems: list[Rejected] = []
 
@@ -217,7 +210,7 @@ def _display_description(d: _ApiDef) -> str:
 
 
 def write_library(root: Path, out_dir: Path) -> dict[str, Any]:
-    apis, _ = _catalogue(root)
+    apis = _catalogue(root)[0]
     out_dir.mkdir(parents=True, exist_ok=True)
     for d in apis.values():
         fm: dict[str, Any] = {"name": d.skill, "description": _display_description(d)}
@@ -359,9 +352,7 @@ def _agent(method: str) -> str:
 
 
 def iter_records(root: Path) -> Iterator[TraceRecord | Rejected]:
-    if not root.exists():
-        raise FileNotFoundError(f"trace source not found: {root}")
-    _, by_function, problems = _catalogue_checked(root)
+    _, by_function, problems = _catalogue(root)
     yield from problems
     try:
         queries = _instruction_queries(root)

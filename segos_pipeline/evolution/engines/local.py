@@ -34,15 +34,6 @@ from .round_parts import BucketSpill, RoundParts, bucket_count, round_scratch
 SUM_EVERY = 16  # partial tables summed in groups of this many while partitions are run (associative)
 
 
-def read_traces(traces: TraceInput) -> pl.DataFrame:
-    """A whole trace table from memory, a Parquet file, a folder of Parquet parts, or a list of files."""
-    if isinstance(traces, pl.DataFrame):
-        return traces
-    files = parquet_files(traces)
-    with trace_parts.reading(files):
-        return pl.scan_parquet(files, schema=TRACE_SCHEMA).collect()
-
-
 def partition_count(rows: int, config: EngineConfig) -> int:
     if config.partitions is not None:
         return max(1, config.partitions)
@@ -151,8 +142,10 @@ class LocalEngine:
             if len(running) >= SUM_EVERY:
                 running = [sum_partials(running)]
 
-        if n == 1:
-            keep(run(read_traces(files)))
+        if n == 1:  # the window is one partition: read whole (its files were checked by `parquet_files`)
+            with trace_parts.reading(files):
+                window = pl.scan_parquet(files, schema=TRACE_SCHEMA).collect()
+            keep(run(window))
         else:
             with tempfile.TemporaryDirectory(prefix="segos-partitions-") as tmp:
                 for part in spilled_partitions(files, n, Path(tmp)):

@@ -118,11 +118,7 @@ class RoundParts:
     def read(self) -> pl.DataFrame:
         """All buckets as one table in trace-id order (small rounds and tests: the point of the buckets is
         that a large round is never read whole)."""
-        location = open_location(self.uri)
-        frames = []
-        for name in self.names:
-            with remote_io("read", location.url(name)):
-                frames.append(pl.read_parquet(io.BytesIO(location.fs.cat_file(location.join(name)))))
+        frames = [Scratch(self.uri).read(name) for name in self.names]
         table = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=ADDED_SCHEMA)
         return table.sort("trace_id")
 

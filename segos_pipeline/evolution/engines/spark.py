@@ -54,7 +54,7 @@ from .round_parts import (
     write_bucket,
 )
 from .scratch import Scratch
-from .spark_window import spark_window
+from .spark_window import spark_schemas, spark_window
 
 INSTALL_HINT = (
     "the Spark engine needs PySpark and Java 17: pip install 'segos[spark]' (and a JDK 17 on PATH or "
@@ -148,10 +148,6 @@ def _ipc(df: pl.DataFrame) -> bytes:
     buf = io.BytesIO()
     df.write_ipc(buf)
     return buf.getvalue()
-
-
-def _from_ipc(payload: bytes) -> pl.DataFrame:
-    return pl.read_ipc(io.BytesIO(payload))
 
 
 def partition_kernel(
@@ -305,7 +301,7 @@ class SparkEngine:
                 shipped = by_part.pop(part)
                 metrics.append({"part": part, **json.loads(shipped.pop("metrics"))})
                 driver_read += sum(metrics[-1]["written_parquet_bytes"].get(k, 0) for k in DRIVER_READS)
-                tables = {k: _from_ipc(v) for k, v in shipped.items()}
+                tables = {k: pl.read_ipc(io.BytesIO(v)) for k, v in shipped.items()}
                 tables |= {name: scratch.read(written_name(name, part)) for name in DRIVER_READS}
                 running.append(Partial(selected=pl.DataFrame(), added=no_added, **tables))
                 if len(running) >= SUM_EVERY:
@@ -359,12 +355,6 @@ class SparkEngine:
 
 BUCKETS_DDL = "name STRING, bytes BIGINT"
 BUCKETS_ARROW = pa.schema([("name", pa.string()), ("bytes", pa.int64())])
-
-
-def added_schema(spark: Any) -> tuple[Any, pa.Schema]:
-    """ADDED_SCHEMA with its bucket column as Spark sees it, and the Arrow schema Spark expects back."""
-    empty = spark.createDataFrame(pl.DataFrame(schema={**ADDED_SCHEMA, BUCKET: pl.Int32}).to_arrow())
-    return empty.schema, empty.toArrow().schema
 
 
 def read_added(scratch: str, schema: pa.Schema):
@@ -432,7 +422,7 @@ def write_round_parts(
             done = listed.mapInArrow(merge_one_bucket(scratch.uri, folder.uri), BUCKETS_DDL)
             written = [row["name"] for row in done.toArrow().to_pylist()]
         elif added_files:
-            spark_schema, arrow_schema = added_schema(spark)
+            spark_schema, arrow_schema = spark_schemas(spark, {**ADDED_SCHEMA, BUCKET: pl.Int32})
             listed = spark.createDataFrame(pa.table({"name": added_files}))
             rows = listed.repartition(min(tasks, len(added_files))).mapInArrow(
                 read_added(scratch.uri, arrow_schema), spark_schema

@@ -141,9 +141,9 @@ def read_files(uri: str, hashes: dict[str, str], schema: pa.Schema) -> Any:
     return run
 
 
-def trace_schema(spark: Any) -> tuple[Any, pa.Schema]:
-    """TRACE_SCHEMA as Spark sees it, and the Arrow schema Spark expects back for it."""
-    empty = spark.createDataFrame(pl.DataFrame(schema=TRACE_SCHEMA).to_arrow())
+def spark_schemas(spark: Any, schema: dict[str, pl.DataType]) -> tuple[Any, pa.Schema]:
+    """A polars schema as Spark sees it, and the Arrow schema Spark expects back for it (`mapInArrow`)."""
+    empty = spark.createDataFrame(pl.DataFrame(schema=schema).to_arrow())
     return empty.schema, empty.toArrow().schema
 
 
@@ -162,7 +162,7 @@ def uri_window(spark: Any, window: StoreWindow, partitions: int | None) -> Spark
         raise RuntimeError(f"the hashing job returned no row for {', '.join(missing[:5])}")
     refs = [{"path": p, "bytes": size, "sha256": by_path[p]["sha256"]} for p, size in window.files]
     trace_parts.check_digests({r["path"]: r["sha256"] for r in refs}, window.window)  # damaged: refused
-    spark_schema, arrow_schema = trace_schema(spark)
+    spark_schema, arrow_schema = spark_schemas(spark, TRACE_SCHEMA)
     frame = listed.mapInArrow(
         read_files(window.uri, {r["path"]: r["sha256"] for r in refs}, arrow_schema), spark_schema
     )
