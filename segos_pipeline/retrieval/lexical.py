@@ -238,20 +238,6 @@ class LexicalIndex:
             cols, counts = known[~common], counts[~common]
         return cols, 1.0 + np.log(counts), known, len(q_tokens), n_unknown
 
-    def coverage(self, known: np.ndarray, cols: np.ndarray) -> float:
-        """The largest share of the idf mass of the query's known tokens that one skill matches with
-        `cols`. Tokens no skill has are left out: they are mostly names, numbers and ids that neither
-        signal could use, and counting them would push an entity-laden request towards the embedding."""
-        if not len(cols):
-            return 0.0
-        _, (matched,) = column_sums(self.matrix, cols, [bm25_idf(self.n, self.df[cols])], [True])
-        return self._coverage(known, float(matched.max()) if len(matched) else 0.0)
-
-    def _coverage(self, known: np.ndarray, best: float) -> float:
-        """`best` (the largest idf mass one skill matches) as a share of the query's known tokens' mass."""
-        total = float(bm25_idf(self.n, self.df[known]).sum())
-        return float(best / total) if total > 0 else 0.0
-
     @cached_property
     def high(self) -> sp.csc_matrix:
         """The high tier of the frequent columns (`high_tier`), built on a two-phase query's first use."""
@@ -302,9 +288,12 @@ class LexicalIndex:
         name_match[at_named] = True
         evidence = node_score / top if top > 0 else np.zeros(len(out))
         evidence = evidence + self.config.name_bonus * name_match
-        coverage = self._coverage(known, best) if top > 0 else 0.0
+        known_idf = float(bm25_idf(self.n, self.df[known]).sum())
+        # Tokens no skill has are left out of coverage: they are mostly names, numbers and ids that neither
+        # signal could use, and counting them would push an entity-laden request towards the embedding.
+        coverage = best / known_idf if top > 0 and known_idf > 0 else 0.0
         unknown_idf = float(bm25_idf(self.n, np.zeros(1))[0])  # as rare as can be
-        words_total = float(bm25_idf(self.n, self.df[known]).sum()) + n_unknown * unknown_idf
+        words_total = known_idf + n_unknown * unknown_idf
         return Evidence(
             self.n,
             out,
