@@ -281,9 +281,8 @@ class LexicalIndex:
         top = float(score.max()) if len(score) else 0.0
         positive = score > 0
         out, at_scored, at_named = union_positions(nodes[positive], named)
-        node_score, node_matched = np.zeros(len(out)), np.zeros(len(out))
-        node_score[at_scored] = score[positive]
-        node_matched[at_scored] = matched[positive]
+        node_score = scattered(len(out), at_scored, score[positive])
+        node_matched = scattered(len(out), at_scored, matched[positive])
         name_match = np.zeros(len(out), dtype=bool)
         name_match[at_named] = True
         evidence = node_score / top if top > 0 else np.zeros(len(out))
@@ -323,8 +322,7 @@ class LexicalIndex:
         rare, rare_at = column_sums(self.matrix, cols[~tiered], [weights[~tiered]], [False])
         freq, freq_at = column_sums(high, cols[tiered], [weights[tiered]], [False])
         nodes, at_rare, at_freq = union_positions(rare, freq)
-        partial = np.zeros(len(nodes))
-        partial[at_rare] = rare_at[0]
+        partial = scattered(len(nodes), at_rare, rare_at[0])
         partial[at_freq] += freq_at[0]
         cand = np.sort(nodes[top_k(partial, np.arange(len(nodes)), max(_CANDIDATES, depth))])
         score, matched = sums_at(self.matrix, cols, [weights, idf], [False, True], cand)
