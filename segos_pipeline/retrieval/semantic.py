@@ -27,13 +27,13 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import polars as pl
 
 from ..store.cache import cache_root, read_entry, write_entry
-from .ann import InvertedLists, build_lists, check_lists, list_count
+from .ann import InvertedLists, _unit, build_lists, check_lists, list_count
 from .embeddings import EmbeddingBackend, backend_for
 
 if TYPE_CHECKING:
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from ..store.snapshot import Snapshot
 
 _CACHE_FORMAT = 1
+_T = TypeVar("_T")
 BODY_CHARS = 500  # body characters in a skill's second text: its opening, where skills say what they do
 
 
@@ -73,12 +74,6 @@ def text_hashes(heads: Sequence[str], fulls: Sequence[str]) -> list[str]:
     ]
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float32)
-    norms = np.linalg.norm(x, axis=-1, keepdims=True)
-    return x / np.maximum(norms, 1e-12)
-
-
 def embed_skills(backend: EmbeddingBackend, heads: Sequence[str], fulls: Sequence[str]) -> np.ndarray:
     if not heads:
         return np.zeros((0, 0), dtype=np.float32)
@@ -106,12 +101,13 @@ _RECENT_MAX = 2  # an evolution round's draft and its committed version; 100 MB 
 _RECENT_LOCK = threading.Lock()
 
 
-def _remember(key: str, vectors: SkillVectors) -> None:
+def _remember(recent: OrderedDict[str, _T], key: str, value: _T) -> None:
+    """Keep `value` as the newest entry of `recent`, dropping the oldest past `_RECENT_MAX`."""
     with _RECENT_LOCK:
-        _RECENT[key] = vectors
-        _RECENT.move_to_end(key)
-        while len(_RECENT) > _RECENT_MAX:
-            _RECENT.popitem(last=False)
+        recent[key] = value
+        recent.move_to_end(key)
+        while len(recent) > _RECENT_MAX:
+            recent.popitem(last=False)
 
 
 def compute_vectors(
@@ -264,7 +260,7 @@ def vectors_for(snapshot: Snapshot, backend: EmbeddingBackend) -> SkillVectors:
     if root is not None:
         loaded = read_entry(root, key, lambda folder: _load_entry(folder, backend.fingerprint))
         if loaded is not None and loaded.hashes == hashes:
-            _remember(key, loaded)
+            _remember(_RECENT, key, loaded)
             return loaded
     with _RECENT_LOCK:
         donors = list(reversed(_RECENT.values()))
@@ -273,7 +269,7 @@ def vectors_for(snapshot: Snapshot, backend: EmbeddingBackend) -> SkillVectors:
     vectors = replace(compute_vectors(backend, snapshot.nodes, hashes, donors), key=key)
     if root is not None:
         _save_entry(root, key, vectors)
-    _remember(key, vectors)
+    _remember(_RECENT, key, vectors)
     return vectors
 
 
@@ -414,10 +410,7 @@ def lists_for(snapshot: Snapshot, vectors: SkillVectors) -> InvertedLists:
             # Read back memory-mapped: the list-ordered copy then lives in the page cache, shared by every
             # process that loads this version, instead of in this process's heap.
             lists = read_entry(root, key, lambda folder: _load_lists(folder, vectors.matrix)) or lists
-    with _RECENT_LOCK:
-        _RECENT_LISTS[key] = lists
-        while len(_RECENT_LISTS) > _RECENT_MAX:
-            _RECENT_LISTS.popitem(last=False)
+    _remember(_RECENT_LISTS, key, lists)
     return lists
 
 
