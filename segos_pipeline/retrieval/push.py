@@ -233,12 +233,10 @@ class _Slots:
         self, at: int, node: np.ndarray, start: np.ndarray, degree: np.ndarray, limit: np.ndarray
     ) -> None:
         end = at + len(node)
-        self.node[at:end], self.start[at:end], self.degree[at:end], self.limit[at:end] = (
-            node,
-            start,
-            degree,
-            limit,
-        )
+        self.node[at:end] = node
+        self.start[at:end] = start
+        self.degree[at:end] = degree
+        self.limit[at:end] = limit
 
 
 # Dense rounds: graphs of at most this many nodes whose edges fill at least this share of the n × n matrix
