@@ -167,9 +167,6 @@ class ExecutionOrder:
     constraints: list[Constraint]
     broken: list[Constraint]  # constraints that had to be violated to break a cycle
 
-    def position(self) -> dict[str, int]:
-        return {skill: i + 1 for i, skill in enumerate(self.order)}
-
     def as_dict(self) -> dict[str, Any]:
         return {
             "order": self.order,
