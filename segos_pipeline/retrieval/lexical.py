@@ -34,7 +34,6 @@ from .sets import contains, merged_columns, scattered, top_k, union_positions, u
 
 if TYPE_CHECKING:
     from ..store.snapshot import Snapshot
-    from ..store.version_files import VersionFiles
 
 # 3: per-field saturation (SPEC §6.7) replaces BM25F; averages over skills with the field. 4: fields summed in
 # field order per (skill, token), whatever the chunking.
@@ -123,11 +122,6 @@ class Vocabulary:
 
     def __len__(self) -> int:
         return len(self.tokens)
-
-
-def parts_index(files: VersionFiles, n_nodes: int, config: RetrievalConfig) -> LexicalIndex:
-    """The index of a stored version, read a token part at a time (the string table is never held whole)."""
-    return LexicalIndex.of(EncodedTokens.of_parts(files.token_parts(), n_nodes), config)
 
 
 class LexicalIndex:
@@ -465,8 +459,8 @@ def index_for(snapshot: Snapshot, config: RetrievalConfig) -> LexicalIndex:
 
 def _fresh_index(snapshot: Snapshot, config: RetrievalConfig) -> LexicalIndex:
     """The index built from the token table in memory when the snapshot holds it (a draft, or a version
-    whose tokens were read), else from its stored parts one at a time."""
+    whose tokens were read), else from its stored parts one at a time (the string table never held whole)."""
     files = snapshot.files
     if snapshot.tokens_loaded or files is None:
         return LexicalIndex(snapshot.tokens, snapshot.nodes.height, config)
-    return parts_index(files, snapshot.nodes.height, config)
+    return LexicalIndex.of(EncodedTokens.of_parts(files.token_parts(), snapshot.nodes.height), config)

@@ -315,7 +315,8 @@ def test_index_read_a_part_at_a_time_equals_the_index_of_the_whole_table(tmp_pat
     table): the same numbers as the index of the whole table, however many parts the skills are split
     into, and loading the version for serving reads no token table."""
     from segos_pipeline.paths import DEFAULT_LIBRARY
-    from segos_pipeline.retrieval.lexical import LexicalIndex, index_for, parts_index
+    from segos_pipeline.retrieval.lexical import LexicalIndex, index_for
+    from segos_pipeline.text.token_rows import EncodedTokens
 
     from ..conftest import SHARED_DATA
 
@@ -328,7 +329,7 @@ def test_index_read_a_part_at_a_time_equals_the_index_of_the_whole_table(tmp_pat
     snap = st_.load()
     assert len(snap.files.parts) > 3
     cfg = RetrievalConfig()
-    streamed = parts_index(snap.files, snap.nodes.height, cfg)
+    streamed = LexicalIndex.of(EncodedTokens.of_parts(snap.files.token_parts(), snap.nodes.height), cfg)
     assert not snap.tokens_loaded
     retriever = Retriever(snap, cfg)  # no cached index yet: built from the parts as well
     assert not snap.tokens_loaded
