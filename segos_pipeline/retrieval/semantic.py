@@ -27,12 +27,12 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 
-from ..store.cache import cache_root, read_entry, write_entry
+from ..store.cache import T, cache_root, read_entry, write_entry
 from .ann import InvertedLists, _unit, build_lists, check_lists, list_count
 from .embeddings import EmbeddingBackend, backend_for
 
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from ..store.snapshot import Snapshot
 
 _CACHE_FORMAT = 1
-_T = TypeVar("_T")
 BODY_CHARS = 500  # body characters in a skill's second text: its opening, where skills say what they do
 
 
@@ -101,7 +100,7 @@ _RECENT_MAX = 2  # an evolution round's draft and its committed version; 100 MB 
 _RECENT_LOCK = threading.Lock()
 
 
-def _remember(recent: OrderedDict[str, _T], key: str, value: _T) -> None:
+def _remember(recent: OrderedDict[str, T], key: str, value: T) -> None:
     """Keep `value` as the newest entry of `recent`, dropping the oldest past `_RECENT_MAX`."""
     with _RECENT_LOCK:
         recent[key] = value
@@ -287,24 +286,17 @@ def _save_entry(root: Path, key: str, vectors: SkillVectors) -> None:
 # ------------------------------------------------------------------------------------------ evidence
 
 
+@dataclass(eq=False)
 class SemanticIndex:
-    """Answers queries against one version's skill vectors, through their inverted lists (`lists_for`)."""
+    """Answers queries against one version's skill vectors, through their inverted lists (`lists_for`),
+    reading at least `scan_rows` rows of them a query."""
 
-    def __init__(
-        self,
-        vectors: SkillVectors,
-        backend: EmbeddingBackend,
-        candidates: int,
-        min_cosine: float,
-        lists: InvertedLists,
-        scan_rows: int | None = None,
-    ):
-        self.vectors = vectors
-        self.backend = backend
-        self.candidates = candidates
-        self.min_cosine = min_cosine
-        self.lists = lists
-        self.scan_rows = IVF_SCAN_ROWS if scan_rows is None else scan_rows
+    vectors: SkillVectors
+    backend: EmbeddingBackend
+    candidates: int
+    min_cosine: float
+    lists: InvertedLists
+    scan_rows: int = IVF_SCAN_ROWS  # `semantic_index` passes the setting as it is when the index is made
 
     @property
     def matrix(self) -> np.ndarray:
@@ -357,8 +349,7 @@ class SemanticIndex:
 
     def vector_of(self, nodes_row: pl.DataFrame) -> np.ndarray:
         """The vector a (revised) one-row node table would get: to try a description rewrite."""
-        heads, fulls = skill_texts(nodes_row)
-        return embed_skills(self.backend, heads, fulls)[0]
+        return embed_skills(self.backend, *skill_texts(nodes_row))[0]
 
 
 def _nearest(rows: np.ndarray, sims: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
@@ -416,10 +407,8 @@ def lists_for(snapshot: Snapshot, vectors: SkillVectors) -> InvertedLists:
 
 def _save_lists(root: Path, key: str, lists: InvertedLists) -> bool:
     def fill(stage: Path) -> None:
-        np.save(stage / "centroids.npy", lists.centroids)
-        np.save(stage / "order.npy", lists.order)
-        np.save(stage / "offsets.npy", lists.offsets)
-        np.save(stage / "vectors.npy", lists.vectors)
+        for name in ("centroids", "order", "offsets", "vectors"):
+            np.save(stage / f"{name}.npy", getattr(lists, name))
         meta = {"format": _IVF_FORMAT, "rows": len(lists.order), "lists": len(lists.centroids)}
         (stage / "complete").write_text(json.dumps(meta))
 
@@ -472,4 +461,6 @@ def semantic_index(snapshot: Snapshot, config: RetrievalConfig) -> SemanticIndex
         return None
     vectors = vectors_for(snapshot, backend)
     lists = lists_for(snapshot, vectors)
-    return SemanticIndex(vectors, backend, config.semantic_candidates, config.semantic_min_cosine, lists)
+    return SemanticIndex(
+        vectors, backend, config.semantic_candidates, config.semantic_min_cosine, lists, IVF_SCAN_ROWS
+    )
