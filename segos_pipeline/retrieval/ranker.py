@@ -439,8 +439,6 @@ class Retriever:
         skills = []
         for rank, (pos, text) in enumerate(kept, start=1):
             i, row = chosen[pos], cards[pos][0]
-            cosine = None if relevance.cosine is None else float(relevance.cosine[pos])
-            seed, lexical, graph = i in seeds, ranking.evidence.at(i), ranking.graph_of(i)
             why = self.reasons(ranking, i, link)
             where = self.folders.of(i, row["source_path"])
             skills.append(
@@ -450,13 +448,13 @@ class Retriever:
                     rank=rank,
                     score=ranking.score_of(i),
                     chars=len(text),
-                    seed=seed,
-                    lexical=lexical,
-                    graph=graph,
+                    seed=i in seeds,
+                    lexical=ranking.evidence.at(i),
+                    graph=ranking.graph_of(i),
                     semantic=ranking.semantic_of(i),
                     relevance=float(relevance.value[pos]),
                     words=float(relevance.words[pos]),
-                    cosine=cosine,
+                    cosine=None if relevance.cosine is None else float(relevance.cosine[pos]),
                     experience=ranking.experience_of(i),
                     co_use=ranking.co_use_of(i),
                     source_path=row["source_path"],
