@@ -167,13 +167,6 @@ class ExecutionOrder:
     constraints: list[Constraint]
     broken: list[Constraint]  # constraints that had to be violated to break a cycle
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "order": self.order,
-            "constraints": [c.as_dict() for c in self.constraints],
-            "broken": [c.as_dict() for c in self.broken],
-        }
-
 
 def _tier_net(edges: Iterable[tuple[str, str, str]], relation: str) -> dict[tuple[str, str], int]:
     """Count of `relation` edges u→v per ordered pair (several relations may join one pair)."""
