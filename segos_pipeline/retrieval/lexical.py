@@ -43,7 +43,7 @@ _CACHE_FORMAT = 4
 @dataclass(frozen=True)
 class Evidence:
     """Per-query lexical evidence, held over the skills that have any (sorted indices into the node
-    table); every other skill has none. The dense views over all n skills are made on first use."""
+    table); every other skill has none."""
 
     n: int
     nodes: np.ndarray  # skills with a positive score or a name match, sorted
@@ -82,23 +82,6 @@ class Evidence:
             return np.zeros(len(nodes))
         at = np.minimum(np.searchsorted(self.nodes, nodes), len(self.nodes) - 1)
         return np.where(self.nodes[at] == nodes, self.node_matched[at], 0.0) / self.words_total
-
-    def _dense(self, values: np.ndarray) -> np.ndarray:
-        return scattered(self.n, self.nodes, values)
-
-    @cached_property
-    def score(self) -> np.ndarray:
-        """The raw score of every skill (dense, length n)."""
-        return self._dense(self.node_score)
-
-    @cached_property
-    def name_match(self) -> np.ndarray:
-        return self._dense(self.node_name_match)
-
-    @cached_property
-    def evidence(self) -> np.ndarray:
-        """m_i(q) of every skill (dense, length n)."""
-        return self._dense(self.node_evidence)
 
 
 # Two-phase queries (RetrievalConfig.lexical_postings_budget): columns with at least this many postings
