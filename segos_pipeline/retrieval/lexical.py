@@ -332,24 +332,14 @@ class LexicalIndex:
             return ev
         # none of them is named (every named skill is held): evidence = score / top + 0, as for the rest
         assert ev.node_matched is not None
-        out, (node_score, evidence, name_match, node_matched) = merged_columns(
-            ev.nodes,
-            new,
-            [
-                (ev.node_score, score),
-                (ev.node_evidence, score / ev.top + 0.0),
-                (ev.node_name_match, np.zeros(len(new), dtype=bool)),
-                (ev.node_matched, matched),
-            ],
-        )
-        return replace(
-            ev,
-            nodes=out,
-            node_score=node_score,
-            node_name_match=name_match,
-            node_evidence=evidence,
-            node_matched=node_matched,
-        )
+        columns = {  # Evidence field: (what ev holds, the new skills' values)
+            "node_score": (ev.node_score, score),
+            "node_evidence": (ev.node_evidence, score / ev.top + 0.0),
+            "node_name_match": (ev.node_name_match, np.zeros(len(new), dtype=bool)),
+            "node_matched": (ev.node_matched, matched),
+        }
+        out, merged = merged_columns(ev.nodes, new, list(columns.values()))
+        return replace(ev, nodes=out, **dict(zip(columns, merged, strict=True)))
 
     # ------------------------------------------------------------------------------------- persistence
 
