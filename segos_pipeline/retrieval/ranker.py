@@ -270,10 +270,7 @@ class Retriever:
         local = top_k(m, np.arange(len(nodes)), cfg.seed_k)  # ties to the smaller id: nodes are sorted
         seeds = np.sort(nodes[local])
         weights = m[np.searchsorted(nodes, seeds)]
-        if cfg.propagate and len(seeds):
-            g_nodes, g_mass = self.graph_mass(seeds, weights)
-        else:
-            g_nodes, g_mass = seeds[:0], np.zeros(0)
+        g_nodes, g_mass = self.graph_mass(seeds, weights) if cfg.propagate else (seeds[:0], np.zeros(0))
         xp = None
         if self.experience is not None:
             xp = self.experience.evidence(query, q_vec, nearest, parts)
