@@ -318,9 +318,8 @@ class Retriever:
         pruned = []
         indptr, indices = self.avoid.indptr, self.avoid.indices
         for i in ranking.top(top_n):
-            partners = indices[indptr[i] : indptr[i + 1]]
-            partner_set = set(partners.tolist())
-            clash = [j for j in chosen if j in partner_set]
+            partners = set(indices[indptr[i] : indptr[i + 1]].tolist())
+            clash = [j for j in chosen if j in partners]
             if clash:
                 pruned.append({"id": str(self.ids[i]), "avoided_with": str(self.ids[clash[0]])})
             else:
