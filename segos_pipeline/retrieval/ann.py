@@ -85,8 +85,10 @@ def list_count(n: int) -> int:
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return (x / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
+    """Rows scaled to unit length, as float32 (semantic.py's vectors and queries too)."""
+    x = np.asarray(x, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=-1, keepdims=True)
+    return x / np.maximum(norms, 1e-12)
 
 
 def assign(vectors: np.ndarray, centroids: np.ndarray) -> np.ndarray:

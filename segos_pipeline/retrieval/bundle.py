@@ -54,21 +54,11 @@ class Bundle:
         return [s.id for s in self.skills]
 
     def to_dict(self, with_text: bool = True) -> dict[str, Any]:
-        skills = [asdict(s) for s in self.skills]
+        out = asdict(self)
         if not with_text:
-            for s in skills:
+            for s in out["skills"]:
                 s.pop("text")
-        return {
-            "version": self.version,
-            "query": self.query,
-            "skills": skills,
-            "chars": self.chars,
-            "pruned": self.pruned,
-            "over_budget": self.over_budget,
-            "seeds": self.seeds,
-            "no_match": self.no_match,
-            "min_score": self.min_score,
-        }
+        return out
 
 
 def render_skill(row: dict[str, Any]) -> str:

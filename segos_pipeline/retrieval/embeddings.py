@@ -56,7 +56,7 @@ class WordLlamaBackend:
         except Exception as exc:  # the package raises several kinds for a missing or damaged weight file
             raise SemanticUnavailable(f"wordllama's bundled model could not be loaded: {exc}") from exc
         version = getattr(wordllama, "__version__", "?")
-        self._fingerprint = f"wordllama-{version}-l2_supercat-{dim}"
+        self.fingerprint = f"wordllama-{version}-l2_supercat-{dim}"
         # The model's tokenizer pads every batch to its longest text; a copy without padding feeds the
         # unpadded segmented mean below (the model's own tokenizer is left as it is).
         table = getattr(self._model, "embedding", None)
@@ -72,10 +72,6 @@ class WordLlamaBackend:
             self._tokenizer = Tokenizer.from_str(model_tokenizer.to_str())
             self._tokenizer.no_padding()
             self._tokenizer.no_truncation()
-
-    @property
-    def fingerprint(self) -> str:
-        return self._fingerprint
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Mean of each text's token embeddings (the model's own pooling) as a sparse count matrix times
@@ -124,11 +120,7 @@ class Model2VecBackend:
         if not path.is_dir():
             raise SemanticUnavailable(f"model2vec model folder not found: {path}")
         self._model = StaticModel.from_pretrained(str(path))
-        self._fingerprint = f"model2vec-{_folder_digest(path)}"
-
-    @property
-    def fingerprint(self) -> str:
-        return self._fingerprint
+        self.fingerprint = f"model2vec-{_folder_digest(path)}"
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return np.asarray(self._model.encode(list(texts)), dtype=np.float32)
@@ -148,11 +140,7 @@ class SentenceTransformersBackend:
         if not path.is_dir():
             raise SemanticUnavailable(f"sentence-transformers model folder not found: {path}")
         self._model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
-        self._fingerprint = f"st-{_folder_digest(path)}"
-
-    @property
-    def fingerprint(self) -> str:
-        return self._fingerprint
+        self.fingerprint = f"st-{_folder_digest(path)}"
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return np.asarray(self._model.encode(list(texts), batch_size=64), dtype=np.float32)

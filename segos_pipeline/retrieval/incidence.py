@@ -56,16 +56,8 @@ class Incidence:
         """Every edge touching the skill in row `i`, in edge-table order."""
         ks = self._touching(i)
         ids, rel = self.ids, self.relations
-        return [
-            (ids[u], ids[v], rel[r], w)
-            for u, v, r, w in zip(
-                self.u[ks].tolist(),
-                self.v[ks].tolist(),
-                self.relation[ks].tolist(),
-                self.weight[ks].tolist(),
-                strict=True,
-            )
-        ]
+        columns = [a[ks].tolist() for a in (self.u, self.v, self.relation, self.weight)]
+        return [(ids[u], ids[v], rel[r], w) for u, v, r, w in zip(*columns, strict=True)]
 
     def rows_of(self, i: int) -> pl.DataFrame:
         """The edge-table rows (every column) touching the skill in row `i`, in edge-table order."""

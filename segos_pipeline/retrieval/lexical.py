@@ -34,7 +34,6 @@ from .sets import contains, merged_columns, scattered, top_k, union_positions, u
 
 if TYPE_CHECKING:
     from ..store.snapshot import Snapshot
-    from ..store.version_files import VersionFiles
 
 # 3: per-field saturation (SPEC §6.7) replaces BM25F; averages over skills with the field. 4: fields summed in
 # field order per (skill, token), whatever the chunking.
@@ -44,7 +43,7 @@ _CACHE_FORMAT = 4
 @dataclass(frozen=True)
 class Evidence:
     """Per-query lexical evidence, held over the skills that have any (sorted indices into the node
-    table); every other skill has none. The dense views over all n skills are made on first use."""
+    table); every other skill has none."""
 
     n: int
     nodes: np.ndarray  # skills with a positive score or a name match, sorted
@@ -84,23 +83,6 @@ class Evidence:
         at = np.minimum(np.searchsorted(self.nodes, nodes), len(self.nodes) - 1)
         return np.where(self.nodes[at] == nodes, self.node_matched[at], 0.0) / self.words_total
 
-    def _dense(self, values: np.ndarray) -> np.ndarray:
-        return scattered(self.n, self.nodes, values)
-
-    @cached_property
-    def score(self) -> np.ndarray:
-        """The raw score of every skill (dense, length n)."""
-        return self._dense(self.node_score)
-
-    @cached_property
-    def name_match(self) -> np.ndarray:
-        return self._dense(self.node_name_match)
-
-    @cached_property
-    def evidence(self) -> np.ndarray:
-        """m_i(q) of every skill (dense, length n)."""
-        return self._dense(self.node_evidence)
-
 
 # Two-phase queries (RetrievalConfig.lexical_postings_budget): columns with at least this many postings
 # are read in phase one through their highest-valued share only; the phase-one best (at least
@@ -123,11 +105,6 @@ class Vocabulary:
 
     def __len__(self) -> int:
         return len(self.tokens)
-
-
-def parts_index(files: VersionFiles, n_nodes: int, config: RetrievalConfig) -> LexicalIndex:
-    """The index of a stored version, read a token part at a time (the string table is never held whole)."""
-    return LexicalIndex.of(EncodedTokens.of_parts(files.token_parts(), n_nodes), config)
 
 
 class LexicalIndex:
@@ -238,20 +215,6 @@ class LexicalIndex:
             cols, counts = known[~common], counts[~common]
         return cols, 1.0 + np.log(counts), known, len(q_tokens), n_unknown
 
-    def coverage(self, known: np.ndarray, cols: np.ndarray) -> float:
-        """The largest share of the idf mass of the query's known tokens that one skill matches with
-        `cols`. Tokens no skill has are left out: they are mostly names, numbers and ids that neither
-        signal could use, and counting them would push an entity-laden request towards the embedding."""
-        if not len(cols):
-            return 0.0
-        _, (matched,) = column_sums(self.matrix, cols, [bm25_idf(self.n, self.df[cols])], [True])
-        return self._coverage(known, float(matched.max()) if len(matched) else 0.0)
-
-    def _coverage(self, known: np.ndarray, best: float) -> float:
-        """`best` (the largest idf mass one skill matches) as a share of the query's known tokens' mass."""
-        total = float(bm25_idf(self.n, self.df[known]).sum())
-        return float(best / total) if total > 0 else 0.0
-
     @cached_property
     def high(self) -> sp.csc_matrix:
         """The high tier of the frequent columns (`high_tier`), built on a two-phase query's first use."""
@@ -295,16 +258,18 @@ class LexicalIndex:
         top = float(score.max()) if len(score) else 0.0
         positive = score > 0
         out, at_scored, at_named = union_positions(nodes[positive], named)
-        node_score, node_matched = np.zeros(len(out)), np.zeros(len(out))
-        node_score[at_scored] = score[positive]
-        node_matched[at_scored] = matched[positive]
+        node_score = scattered(len(out), at_scored, score[positive])
+        node_matched = scattered(len(out), at_scored, matched[positive])
         name_match = np.zeros(len(out), dtype=bool)
         name_match[at_named] = True
         evidence = node_score / top if top > 0 else np.zeros(len(out))
         evidence = evidence + self.config.name_bonus * name_match
-        coverage = self._coverage(known, best) if top > 0 else 0.0
+        known_idf = float(bm25_idf(self.n, self.df[known]).sum())
+        # Tokens no skill has are left out of coverage: they are mostly names, numbers and ids that neither
+        # signal could use, and counting them would push an entity-laden request towards the embedding.
+        coverage = best / known_idf if top > 0 and known_idf > 0 else 0.0
         unknown_idf = float(bm25_idf(self.n, np.zeros(1))[0])  # as rare as can be
-        words_total = float(bm25_idf(self.n, self.df[known]).sum()) + n_unknown * unknown_idf
+        words_total = known_idf + n_unknown * unknown_idf
         return Evidence(
             self.n,
             out,
@@ -334,8 +299,7 @@ class LexicalIndex:
         rare, rare_at = column_sums(self.matrix, cols[~tiered], [weights[~tiered]], [False])
         freq, freq_at = column_sums(high, cols[tiered], [weights[tiered]], [False])
         nodes, at_rare, at_freq = union_positions(rare, freq)
-        partial = np.zeros(len(nodes))
-        partial[at_rare] = rare_at[0]
+        partial = scattered(len(nodes), at_rare, rare_at[0])
         partial[at_freq] += freq_at[0]
         cand = np.sort(nodes[top_k(partial, np.arange(len(nodes)), max(_CANDIDATES, depth))])
         score, matched = sums_at(self.matrix, cols, [weights, idf], [False, True], cand)
@@ -368,24 +332,14 @@ class LexicalIndex:
             return ev
         # none of them is named (every named skill is held): evidence = score / top + 0, as for the rest
         assert ev.node_matched is not None
-        out, (node_score, evidence, name_match, node_matched) = merged_columns(
-            ev.nodes,
-            new,
-            [
-                (ev.node_score, score),
-                (ev.node_evidence, score / ev.top + 0.0),
-                (ev.node_name_match, np.zeros(len(new), dtype=bool)),
-                (ev.node_matched, matched),
-            ],
-        )
-        return replace(
-            ev,
-            nodes=out,
-            node_score=node_score,
-            node_name_match=name_match,
-            node_evidence=evidence,
-            node_matched=node_matched,
-        )
+        columns = {  # Evidence field: (what ev holds, the new skills' values)
+            "node_score": (ev.node_score, score),
+            "node_evidence": (ev.node_evidence, score / ev.top + 0.0),
+            "node_name_match": (ev.node_name_match, np.zeros(len(new), dtype=bool)),
+            "node_matched": (ev.node_matched, matched),
+        }
+        out, merged = merged_columns(ev.nodes, new, list(columns.values()))
+        return replace(ev, nodes=out, **dict(zip(columns, merged, strict=True)))
 
     # ------------------------------------------------------------------------------------- persistence
 
@@ -478,8 +432,8 @@ def index_for(snapshot: Snapshot, config: RetrievalConfig) -> LexicalIndex:
 
 def _fresh_index(snapshot: Snapshot, config: RetrievalConfig) -> LexicalIndex:
     """The index built from the token table in memory when the snapshot holds it (a draft, or a version
-    whose tokens were read), else from its stored parts one at a time."""
+    whose tokens were read), else from its stored parts one at a time (the string table never held whole)."""
     files = snapshot.files
     if snapshot.tokens_loaded or files is None:
         return LexicalIndex(snapshot.tokens, snapshot.nodes.height, config)
-    return parts_index(files, snapshot.nodes.height, config)
+    return LexicalIndex.of(EncodedTokens.of_parts(files.token_parts(), snapshot.nodes.height), config)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import polars as pl
@@ -103,15 +103,6 @@ class LineageTraces:
     skipped: tuple[str, ...]  # versions whose round traces failed their manifest hash or could not be read
 
 
-def _verified_round_traces(files: VersionFiles) -> pl.DataFrame | None:
-    """The columns mining reads of a version's round traces (stored whole, or as what the round added to
-    its window's files); None if a file fails its hash or a read."""
-    try:
-        return round_traces(files, ORDER_COLUMNS)
-    except (OSError, SnapshotError):
-        return None
-
-
 def lineage_traces(store: SnapshotStore, snapshot: Snapshot) -> LineageTraces:
     """The round traces of `snapshot` and all its ancestors.
 
@@ -131,12 +122,11 @@ def lineage_traces(store: SnapshotStore, snapshot: Snapshot) -> LineageTraces:
         seen.add(vid)
         files = VersionFiles(store.versions_dir / vid, manifest)
         if has_round_traces(files):
-            table = _verified_round_traces(files)
-            if table is None:
-                skipped.append(vid)
-            else:
-                tables.append(table)
+            try:  # the columns mining reads, every file checked against its hash first
+                tables.append(round_traces(files, ORDER_COLUMNS))
                 read.append(vid)
+            except (OSError, SnapshotError):
+                skipped.append(vid)
         parent = manifest.get("parent")
         if not parent:
             break
@@ -152,9 +142,7 @@ def lineage_traces(store: SnapshotStore, snapshot: Snapshot) -> LineageTraces:
 def lineage_precedence(store: SnapshotStore, snapshot: Snapshot) -> Precedence:
     lineage = lineage_traces(store, snapshot)
     mined = mine_precedence(lineage.table) if lineage.table is not None else Precedence()
-    return Precedence(
-        counts=mined.counts, traces=mined.traces, versions=lineage.read, skipped=lineage.skipped
-    )
+    return replace(mined, versions=lineage.read, skipped=lineage.skipped)
 
 
 # ------------------------------------------------------------------------------------------------ ordering
@@ -178,16 +166,6 @@ class ExecutionOrder:
     order: list[str]
     constraints: list[Constraint]
     broken: list[Constraint]  # constraints that had to be violated to break a cycle
-
-    def position(self) -> dict[str, int]:
-        return {skill: i + 1 for i, skill in enumerate(self.order)}
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "order": self.order,
-            "constraints": [c.as_dict() for c in self.constraints],
-            "broken": [c.as_dict() for c in self.broken],
-        }
 
 
 def _tier_net(edges: Iterable[tuple[str, str, str]], relation: str) -> dict[tuple[str, str], int]:

@@ -41,21 +41,12 @@ class PathRefused(PackageError):
     """A path a client gave that names nothing inside the package (`..`, absolute, NUL, a link out)."""
 
 
-class FolderMissing(PackageError):
-    """The package folder is not on this machine (library moved or deleted, store from elsewhere)."""
-
-
 @dataclass(frozen=True)
 class PackageFolder:
     """Where a skill's package is: `path` (absolute) when it is on this machine, else None and `problem`."""
 
     path: str | None
     problem: str | None
-
-    def require(self) -> Path:
-        if self.path is None:
-            raise FolderMissing(self.problem or "the package folder is not known")
-        return Path(self.path)
 
 
 @dataclass(frozen=True)

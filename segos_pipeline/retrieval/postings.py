@@ -50,13 +50,13 @@ def column_sums(
     if postings > _SORT_SHARE * n and _csc_matvec is not None:
         return _accumulated(m, cols, weights, pattern)
     rows, pos, lengths = gather(m, cols)
+    per_entry = [
+        np.repeat(c, lengths) if flat else m.data[pos] * np.repeat(c, lengths)
+        for c, flat in zip(weights, pattern, strict=True)
+    ]
     if postings > _SORT_SHARE * n:  # a scipy without the kernel (tested): one bincount each
         nodes = unique(rows)
-        sums = []
-        for c, flat in zip(weights, pattern, strict=True):
-            per_entry = np.repeat(c, lengths) if flat else m.data[pos] * np.repeat(c, lengths)
-            sums.append(np.bincount(rows, weights=per_entry, minlength=n)[nodes])
-        return nodes, sums
+        return nodes, [np.bincount(rows, weights=w, minlength=n)[nodes] for w in per_entry]
     order = np.argsort(rows)  # groups only: bincount below still adds each row's entries in column order
     sorted_rows = rows[order]
     first = np.empty(len(rows), dtype=bool)
@@ -65,13 +65,7 @@ def column_sums(
     nodes = sorted_rows[first]
     inverse = np.empty(len(rows), dtype=np.int64)
     inverse[order] = np.cumsum(first) - 1
-    sums = []
-    for c, flat in zip(weights, pattern, strict=True):
-        per_entry = np.repeat(c, lengths)
-        if not flat:
-            per_entry = m.data[pos] * per_entry
-        sums.append(np.bincount(inverse, weights=per_entry, minlength=len(nodes)))
-    return nodes, sums
+    return nodes, [np.bincount(inverse, weights=w, minlength=len(nodes)) for w in per_entry]
 
 
 def _accumulated(

@@ -109,13 +109,11 @@ class PushOperator:
         slots.limit[0] = np.inf
         slots.r[1:used] = p
         r, lim = slots.r[:used], slots.limit[:used]
-        pushed: list[np.ndarray] = []
+        pushed: list[np.ndarray] = []  # each round's frontier
         amounts: list[np.ndarray] = []
-        pushes = work = rounds = 0
+        work = 0
         frontier = (r >= lim).nonzero()[0]
         while len(frontier):
-            rounds += 1
-            pushes += len(frontier)
             rf = _take(frontier, r, pushed, amounts)
             # the positions of the frontier's stored entries: one ragged arange (per-row values repeated
             # over the row's edges, cheaper than a gather through an edge → row index)
@@ -143,8 +141,7 @@ class PushOperator:
             frontier = (r >= lim).nonzero()[0]
             if self.dense and used > self.n and len(frontier) and (slot != 0).all():
                 # every node has its slot: no arrival is left to look for, and the rest is dense
-                more = self._dense_rounds(frontier, r, lim, slot, slots.node, keep, k, p, pushed, amounts)
-                rounds, pushes, work = rounds + more[0], pushes + more[1], work + more[2]
+                work += self._dense_rounds(frontier, r, lim, slot, slots.node, keep, k, p, pushed, amounts)
                 break
         if not pushed:
             return PushResult(seeds[:0], np.zeros(0), 1.0, 0, 0, 0)
@@ -156,7 +153,7 @@ class PushOperator:
         mass = x[got[order]]
         # A push keeps Σx + Σr = 1 (T's rows and p each sum to 1), so the residual is what x lacks.
         residual = max(0.0, 1.0 - float(mass.sum()))
-        return PushResult(nodes[order], mass, residual, pushes, work, rounds)
+        return PushResult(nodes[order], mass, residual, sum(len(f) for f in pushed), work, len(pushed))
 
     def _dense_rounds(
         self,
@@ -170,20 +167,18 @@ class PushOperator:
         p: np.ndarray,
         pushed: list[np.ndarray],
         amounts: list[np.ndarray],
-    ) -> tuple[int, int, int]:
+    ) -> int:
         """The push's remaining rounds once every node has a slot, from `frontier`, on the dense (1−α)·T:
         the frontier's rows scaled by what each pushes and summed down the rows in frontier order, which
         are the sparse round's bincount sums to the bit (the same products added in the same order, and
-        zeros where a row has no edge). Returns (rounds, pushes, edges read)."""
+        zeros where a row has no edge). Returns the edges read."""
         if self._dense is None or self._dense[0] != keep:
             matrix = np.zeros((self.n, self.n))
             matrix[np.repeat(np.arange(self.n), self.degree), self.indices] = keep * self.data
             self._dense = (keep, matrix)  # one tuple: a concurrent reader sees a match
         matrix = self._dense[1]
-        rounds = pushes = 0
+        first = len(pushed)
         while len(frontier):
-            rounds += 1
-            pushes += len(frontier)
             rf = _take(frontier, r, pushed, amounts)
             nodes = node[frontier]
             sent = matrix.take(nodes, axis=0)
@@ -195,8 +190,7 @@ class PushOperator:
                     r[1 : k + 1] += teleport * p
             frontier = (r >= lim).nonzero()[0]
         # edges read, counted once: every pushed slot's node's out-degree
-        work = int(self.degree[node[np.concatenate(pushed[len(pushed) - rounds :])]].sum())
-        return rounds, pushes, work
+        return int(self.degree[node[np.concatenate(pushed[first:])]].sum())
 
 
 def _take(
@@ -233,12 +227,10 @@ class _Slots:
         self, at: int, node: np.ndarray, start: np.ndarray, degree: np.ndarray, limit: np.ndarray
     ) -> None:
         end = at + len(node)
-        self.node[at:end], self.start[at:end], self.degree[at:end], self.limit[at:end] = (
-            node,
-            start,
-            degree,
-            limit,
-        )
+        self.node[at:end] = node
+        self.start[at:end] = start
+        self.degree[at:end] = degree
+        self.limit[at:end] = limit
 
 
 # Dense rounds: graphs of at most this many nodes whose edges fill at least this share of the n × n matrix

@@ -75,6 +75,7 @@ class RowPatch:
     vectors: dict[int, np.ndarray] = field(default_factory=dict)
 
 
+@dataclass(eq=False)
 class Ranking:
     """The ranking of one query: ρ over its candidates, the skills with seed or graph mass (sorted indices
     into the node table; nothing else is ever ranked). Held over those skills only; the dense views over
@@ -83,34 +84,23 @@ class Ranking:
     A ranking cut at a depth (`Retriever.rank(query, depth=k)`) holds the candidates that may rank among
     the k best (`complete` is False): `top(j)` for j ≤ k is the ranking's, `order` only its head."""
 
-    def __init__(
-        self,
-        n: int,
-        candidates: np.ndarray,
-        scores: np.ndarray,
-        seeds: np.ndarray,
-        graph_nodes: np.ndarray,
-        graph_mass: np.ndarray,
-        evidence: Evidence,
-        semantic_nodes: np.ndarray | None = None,
-        semantic_z: np.ndarray | None = None,
-        experience: ExperienceEvidence | None = None,
-        co_use: CoUse | None = None,
-        query_vector: np.ndarray | None = None,
-        query: str = "",
-    ):
-        self.n = n
-        self.candidates = candidates
-        self.scores = scores  # ρ of each candidate
-        self.seeds = seeds
-        self.graph_nodes, self.graph_mass = graph_nodes, graph_mass  # s* where it is positive
-        self.evidence = evidence  # lexical
-        self.semantic_nodes, self.semantic_z = semantic_nodes, semantic_z  # None: the query was not embedded
-        self.experience = experience  # None: the version has no experience
-        self.co_use = co_use  # None: no companion of the best candidate was raised
-        self.query_vector = query_vector  # unit; None: the query was not embedded
-        self.query = query
-        self.complete = evidence.complete
+    n: int
+    candidates: np.ndarray
+    scores: np.ndarray  # ρ of each candidate
+    seeds: np.ndarray
+    graph_nodes: np.ndarray  # s* where it is positive (nodes, mass)
+    graph_mass: np.ndarray
+    evidence: Evidence  # lexical
+    semantic_nodes: np.ndarray | None = None  # None: the query was not embedded
+    semantic_z: np.ndarray | None = None
+    experience: ExperienceEvidence | None = None  # None: the version has no experience
+    co_use: CoUse | None = None  # None: no companion of the best candidate was raised
+    query_vector: np.ndarray | None = None  # unit; None: the query was not embedded
+    query: str = ""
+
+    @property
+    def complete(self) -> bool:
+        return self.evidence.complete
 
     def top(self, n: int) -> np.ndarray:
         return self.candidates[top_k(self.scores, np.arange(len(self.candidates)), n)]
@@ -209,10 +199,7 @@ class Retriever:
 
     def ppr(self, seeds: np.ndarray, weights: np.ndarray) -> np.ndarray:
         """Personalized PageRank from `seeds` (p ∝ weights), dense over all nodes."""
-        out = np.zeros(self.n)
-        nodes, mass = self.graph_mass(seeds, weights)
-        out[nodes] = mass
-        return out
+        return scattered(self.n, *self.graph_mass(seeds, weights))
 
     def graph_mass(self, seeds: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """PPR from `seeds` (p ∝ weights) on the nodes that get mass: (sorted node indices, mass), by local
@@ -283,10 +270,7 @@ class Retriever:
         local = top_k(m, np.arange(len(nodes)), cfg.seed_k)  # ties to the smaller id: nodes are sorted
         seeds = np.sort(nodes[local])
         weights = m[np.searchsorted(nodes, seeds)]
-        if cfg.propagate and len(seeds):
-            g_nodes, g_mass = self.graph_mass(seeds, weights)
-        else:
-            g_nodes, g_mass = seeds[:0], np.zeros(0)
+        g_nodes, g_mass = self.graph_mass(seeds, weights) if cfg.propagate else (seeds[:0], np.zeros(0))
         xp = None
         if self.experience is not None:
             xp = self.experience.evidence(query, q_vec, nearest, parts)
@@ -297,11 +281,7 @@ class Retriever:
                 ev = extended
                 nodes, m = _fused(ev, sem_nodes, sem_z, lam)
         cand, at_m, at_g = union_positions(nodes, g_nodes)  # never rank a skill with no evidence at all
-        graph = np.zeros(len(cand))
-        graph[at_g] = g_mass
-        fused = np.zeros(len(cand))
-        fused[at_m] = m
-        scores = graph + cfg.rerank_mu * fused
+        scores = scattered(len(cand), at_g, g_mass) + cfg.rerank_mu * scattered(len(cand), at_m, m)
         if xp is not None and len(xp.nodes):
             cand, at_c, at_x = union_positions(cand, xp.nodes)
             scores = scattered(len(cand), at_c, scores)
@@ -338,9 +318,8 @@ class Retriever:
         pruned = []
         indptr, indices = self.avoid.indptr, self.avoid.indices
         for i in ranking.top(top_n):
-            partners = indices[indptr[i] : indptr[i + 1]]
-            partner_set = set(partners.tolist())
-            clash = [j for j in chosen if j in partner_set]
+            partners = set(indices[indptr[i] : indptr[i + 1]].tolist())
+            clash = [j for j in chosen if j in partners]
             if clash:
                 pruned.append({"id": str(self.ids[i]), "avoided_with": str(self.ids[clash[0]])})
             else:
@@ -456,8 +435,6 @@ class Retriever:
         skills = []
         for rank, (pos, text) in enumerate(kept, start=1):
             i, row = chosen[pos], cards[pos][0]
-            cosine = None if relevance.cosine is None else float(relevance.cosine[pos])
-            seed, lexical, graph = i in seeds, ranking.evidence.at(i), ranking.graph_of(i)
             why = self.reasons(ranking, i, link)
             where = self.folders.of(i, row["source_path"])
             skills.append(
@@ -467,13 +444,13 @@ class Retriever:
                     rank=rank,
                     score=ranking.score_of(i),
                     chars=len(text),
-                    seed=seed,
-                    lexical=lexical,
-                    graph=graph,
+                    seed=i in seeds,
+                    lexical=ranking.evidence.at(i),
+                    graph=ranking.graph_of(i),
                     semantic=ranking.semantic_of(i),
                     relevance=float(relevance.value[pos]),
                     words=float(relevance.words[pos]),
-                    cosine=cosine,
+                    cosine=None if relevance.cosine is None else float(relevance.cosine[pos]),
                     experience=ranking.experience_of(i),
                     co_use=ranking.co_use_of(i),
                     source_path=row["source_path"],
@@ -519,11 +496,8 @@ def _fused(
         nodes, m = ev.nodes, ev.node_evidence
     else:
         nodes, at_lexical, at_semantic = union_positions(ev.nodes, sem_nodes)
-        lexical = np.zeros(len(nodes))
-        lexical[at_lexical] = ev.node_evidence
-        z = np.zeros(len(nodes))
-        z[at_semantic] = sem_z
-        m = (1.0 - lam) * lexical + lam * z
+        lexical = scattered(len(nodes), at_lexical, ev.node_evidence)
+        m = (1.0 - lam) * lexical + lam * scattered(len(nodes), at_semantic, sem_z)
     has = m > 0
     return nodes[has], m[has]
 

@@ -50,9 +50,9 @@ def joined_round_traces(
     with retrieval filled where it was reconstructed (queries without text are dropped, as reconstruction
     does), in trace-id order."""
     wanted = list(columns) if columns else None
-    scan = pl.scan_parquet(list(window)) if window else None
-    if scan is None:
+    if not window:
         raise ValueError("the version lists no window files")
+    scan = pl.scan_parquet(list(window))
     have = scan.collect_schema().names()
     take = [c for c in have if c not in ("success", "retrieval_reconstructed")]
     if wanted is not None:

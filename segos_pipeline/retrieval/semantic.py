@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from ..store.cache import cache_root, read_entry, write_entry
-from .ann import InvertedLists, build_lists, check_lists, list_count
+from ..store.cache import T, cache_root, read_entry, write_entry
+from .ann import InvertedLists, _unit, build_lists, check_lists, list_count
 from .embeddings import EmbeddingBackend, backend_for
 
 if TYPE_CHECKING:
@@ -73,12 +73,6 @@ def text_hashes(heads: Sequence[str], fulls: Sequence[str]) -> list[str]:
     ]
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float32)
-    norms = np.linalg.norm(x, axis=-1, keepdims=True)
-    return x / np.maximum(norms, 1e-12)
-
-
 def embed_skills(backend: EmbeddingBackend, heads: Sequence[str], fulls: Sequence[str]) -> np.ndarray:
     if not heads:
         return np.zeros((0, 0), dtype=np.float32)
@@ -106,12 +100,13 @@ _RECENT_MAX = 2  # an evolution round's draft and its committed version; 100 MB 
 _RECENT_LOCK = threading.Lock()
 
 
-def _remember(key: str, vectors: SkillVectors) -> None:
+def _remember(recent: OrderedDict[str, T], key: str, value: T) -> None:
+    """Keep `value` as the newest entry of `recent`, dropping the oldest past `_RECENT_MAX`."""
     with _RECENT_LOCK:
-        _RECENT[key] = vectors
-        _RECENT.move_to_end(key)
-        while len(_RECENT) > _RECENT_MAX:
-            _RECENT.popitem(last=False)
+        recent[key] = value
+        recent.move_to_end(key)
+        while len(recent) > _RECENT_MAX:
+            recent.popitem(last=False)
 
 
 def compute_vectors(
@@ -264,7 +259,7 @@ def vectors_for(snapshot: Snapshot, backend: EmbeddingBackend) -> SkillVectors:
     if root is not None:
         loaded = read_entry(root, key, lambda folder: _load_entry(folder, backend.fingerprint))
         if loaded is not None and loaded.hashes == hashes:
-            _remember(key, loaded)
+            _remember(_RECENT, key, loaded)
             return loaded
     with _RECENT_LOCK:
         donors = list(reversed(_RECENT.values()))
@@ -273,7 +268,7 @@ def vectors_for(snapshot: Snapshot, backend: EmbeddingBackend) -> SkillVectors:
     vectors = replace(compute_vectors(backend, snapshot.nodes, hashes, donors), key=key)
     if root is not None:
         _save_entry(root, key, vectors)
-    _remember(key, vectors)
+    _remember(_RECENT, key, vectors)
     return vectors
 
 
@@ -291,24 +286,17 @@ def _save_entry(root: Path, key: str, vectors: SkillVectors) -> None:
 # ------------------------------------------------------------------------------------------ evidence
 
 
+@dataclass(eq=False)
 class SemanticIndex:
-    """Answers queries against one version's skill vectors, through their inverted lists (`lists_for`)."""
+    """Answers queries against one version's skill vectors, through their inverted lists (`lists_for`),
+    reading at least `scan_rows` rows of them a query."""
 
-    def __init__(
-        self,
-        vectors: SkillVectors,
-        backend: EmbeddingBackend,
-        candidates: int,
-        min_cosine: float,
-        lists: InvertedLists,
-        scan_rows: int | None = None,
-    ):
-        self.vectors = vectors
-        self.backend = backend
-        self.candidates = candidates
-        self.min_cosine = min_cosine
-        self.lists = lists
-        self.scan_rows = IVF_SCAN_ROWS if scan_rows is None else scan_rows
+    vectors: SkillVectors
+    backend: EmbeddingBackend
+    candidates: int
+    min_cosine: float
+    lists: InvertedLists
+    scan_rows: int = IVF_SCAN_ROWS  # `semantic_index` passes the setting as it is when the index is made
 
     @property
     def matrix(self) -> np.ndarray:
@@ -361,8 +349,7 @@ class SemanticIndex:
 
     def vector_of(self, nodes_row: pl.DataFrame) -> np.ndarray:
         """The vector a (revised) one-row node table would get: to try a description rewrite."""
-        heads, fulls = skill_texts(nodes_row)
-        return embed_skills(self.backend, heads, fulls)[0]
+        return embed_skills(self.backend, *skill_texts(nodes_row))[0]
 
 
 def _nearest(rows: np.ndarray, sims: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
@@ -414,19 +401,14 @@ def lists_for(snapshot: Snapshot, vectors: SkillVectors) -> InvertedLists:
             # Read back memory-mapped: the list-ordered copy then lives in the page cache, shared by every
             # process that loads this version, instead of in this process's heap.
             lists = read_entry(root, key, lambda folder: _load_lists(folder, vectors.matrix)) or lists
-    with _RECENT_LOCK:
-        _RECENT_LISTS[key] = lists
-        while len(_RECENT_LISTS) > _RECENT_MAX:
-            _RECENT_LISTS.popitem(last=False)
+    _remember(_RECENT_LISTS, key, lists)
     return lists
 
 
 def _save_lists(root: Path, key: str, lists: InvertedLists) -> bool:
     def fill(stage: Path) -> None:
-        np.save(stage / "centroids.npy", lists.centroids)
-        np.save(stage / "order.npy", lists.order)
-        np.save(stage / "offsets.npy", lists.offsets)
-        np.save(stage / "vectors.npy", lists.vectors)
+        for name in ("centroids", "order", "offsets", "vectors"):
+            np.save(stage / f"{name}.npy", getattr(lists, name))
         meta = {"format": _IVF_FORMAT, "rows": len(lists.order), "lists": len(lists.centroids)}
         (stage / "complete").write_text(json.dumps(meta))
 
@@ -479,4 +461,6 @@ def semantic_index(snapshot: Snapshot, config: RetrievalConfig) -> SemanticIndex
         return None
     vectors = vectors_for(snapshot, backend)
     lists = lists_for(snapshot, vectors)
-    return SemanticIndex(vectors, backend, config.semantic_candidates, config.semantic_min_cosine, lists)
+    return SemanticIndex(
+        vectors, backend, config.semantic_candidates, config.semantic_min_cosine, lists, IVF_SCAN_ROWS
+    )

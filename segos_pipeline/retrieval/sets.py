@@ -23,19 +23,6 @@ def unique(a: np.ndarray) -> np.ndarray:
     return s[keep]
 
 
-def union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The union of two sorted sets, sorted: the smaller one's missing values inserted into the larger."""
-    if len(a) < len(b):
-        a, b = b, a
-    if not len(b):
-        return a
-    at = np.searchsorted(a, b)
-    present = at < len(a)
-    present[present] = a[at[present]] == b[present]
-    missing = ~present
-    return np.insert(a, at[missing], b[missing]) if missing.any() else a
-
-
 def union_positions(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(u, ia, ib): the union of two sorted sets and where each one's values sit in it (u[ia] = a,
     u[ib] = b), in time linear in the larger set and without binary searches over it."""

@@ -111,7 +111,7 @@ def test_a_ranking_cut_at_a_depth_has_the_full_rankings_head(request, monkeypatc
         for i in cut.top(DEPTH).tolist():  # what a bundle shows of each skill, bit for bit
             assert cut.score_of(i) == full_rho[i] == dense_rho(cut)[i]
             assert cut.graph_of(i) == dense_graph(full)[i]
-            assert cut.evidence.at(i) == full.evidence.evidence[i]
+            assert cut.evidence.at(i) == full.evidence.at(i)
             assert cut.semantic_of(i) == (full_semantic[i] if full_semantic is not None else 0.0)
         # every skill the cut left out ranks below its DEPTH best
         left_out = np.setdiff1d(full.candidates, cut.candidates)

@@ -13,7 +13,7 @@ from segos_pipeline import Retriever, SnapshotStore, build_cold_start
 from segos_pipeline.config import retrieval_for
 from segos_pipeline.graph.transition import row_normalize
 from segos_pipeline.retrieval.push import PushOperator
-from segos_pipeline.retrieval.sets import top_k
+from segos_pipeline.retrieval.sets import scattered, top_k
 
 from ..conftest import dense_graph, dense_ppr, dense_rho, dense_semantic, simple_library
 
@@ -207,7 +207,7 @@ def test_push_ranks_the_real_queries_as_a_near_exact_push(real_snapshot, shared_
 
 def _fused(r, ranking):
     """m over all skills: lexical evidence fused with the semantic one when the query was embedded."""
-    m = ranking.evidence.evidence
+    m = scattered(ranking.n, ranking.evidence.nodes, ranking.evidence.node_evidence)
     if dense_semantic(ranking) is None:
         return m
     lam = r.fusion_weight(ranking.evidence)
@@ -261,9 +261,9 @@ def test_postings_evidence_equals_the_dense_computation_on_real_queries(
     for q in [*queries, "", "zzzz unknownword", "pdf"]:
         ev = index.evidence(q)
         score, name_match, evidence, coverage = _dense_evidence(index, q)
-        np.testing.assert_array_equal(ev.score, score)
-        np.testing.assert_array_equal(ev.name_match, name_match)
-        np.testing.assert_array_equal(ev.evidence, evidence)
+        np.testing.assert_array_equal(scattered(ev.n, ev.nodes, ev.node_score), score)
+        np.testing.assert_array_equal(scattered(ev.n, ev.nodes, ev.node_name_match), name_match)
+        np.testing.assert_array_equal(scattered(ev.n, ev.nodes, ev.node_evidence), evidence)
         assert ev.coverage == coverage
         assert set(ev.nodes.tolist()) == set(np.flatnonzero(evidence > 0).tolist())
 
@@ -274,7 +274,7 @@ def test_ranking_equals_the_dense_ranking_on_real_queries(real_snapshot, shared_
     cfg = r.config
     for q in _queries(shared_data, "skillsbench-dev.jsonl", "skillsbench-dev-keywords.jsonl"):
         ranking = r.rank(q)
-        m = ranking.evidence.evidence
+        m = scattered(ranking.n, ranking.evidence.nodes, ranking.evidence.node_evidence)
         if dense_semantic(ranking) is not None:
             m = (1.0 - r.fusion_weight(ranking.evidence)) * m + r.fusion_weight(
                 ranking.evidence
@@ -294,11 +294,10 @@ _sets = st.lists(st.integers(0, 50), max_size=30).map(lambda v: np.unique(np.arr
 @settings(max_examples=300, deadline=None)
 @given(_sets, _sets, st.lists(st.integers(0, 50), max_size=30))
 def test_sorted_sets_equal_numpy(a, b, raw):
-    from segos_pipeline.retrieval.sets import union, union_positions, unique
+    from segos_pipeline.retrieval.sets import union_positions, unique
 
     raw = np.array(raw, dtype=np.int64)
     np.testing.assert_array_equal(unique(raw), np.unique(raw))
-    np.testing.assert_array_equal(union(a, b), np.union1d(a, b))
     u, ia, ib = union_positions(a, b)
     np.testing.assert_array_equal(u, np.union1d(a, b))
     np.testing.assert_array_equal(u[ia], a)

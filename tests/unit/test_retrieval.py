@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from segos_pipeline import RetrievalConfig, Retriever, SnapshotStore, build_cold_start
 from segos_pipeline.graph.build import commit_derived
 from segos_pipeline.graph.edges import EDGE_SCHEMA
+from segos_pipeline.retrieval.sets import scattered
 
 from ..conftest import dense_ppr, simple_library, write_skill
 
@@ -185,14 +186,17 @@ def test_lexical_index_cache_is_used_equal_and_self_healing(store):
     assert (entry / "complete").is_file()
     loaded = LexicalIndex.load(entry, snap.nodes.height, cfg)
     fresh = LexicalIndex(snap.tokens, snap.nodes.height, cfg)
+
+    def dense(index: LexicalIndex, q: str) -> np.ndarray:  # m_i(q) of every skill
+        ev = index.evidence(q)
+        return scattered(ev.n, ev.nodes, ev.node_evidence)
+
     for q in ("load csv files into a dataframe", "plot charts", "transcribe speech audio"):
-        np.testing.assert_array_equal(loaded.evidence(q).evidence, fresh.evidence(q).evidence)
-        np.testing.assert_array_equal(first.evidence(q).evidence, fresh.evidence(q).evidence)
+        np.testing.assert_array_equal(dense(loaded, q), dense(fresh, q))
+        np.testing.assert_array_equal(dense(first, q), dense(fresh, q))
     (entry / "matrix.npz").write_bytes(b"damaged")
     healed = index_for(snap, cfg)
-    np.testing.assert_array_equal(
-        healed.evidence("plot charts").evidence, fresh.evidence("plot charts").evidence
-    )
+    np.testing.assert_array_equal(dense(healed, "plot charts"), dense(fresh, "plot charts"))
     assert LexicalIndex.load(entry, snap.nodes.height, cfg).matrix.nnz == fresh.matrix.nnz  # rewritten
     other = index_for(snap, RetrievalConfig(bm25_k1=2.0))  # other settings: another entry
     assert len([p for p in cache.iterdir() if not p.name.startswith(".")]) == 2
@@ -315,7 +319,8 @@ def test_index_read_a_part_at_a_time_equals_the_index_of_the_whole_table(tmp_pat
     table): the same numbers as the index of the whole table, however many parts the skills are split
     into, and loading the version for serving reads no token table."""
     from segos_pipeline.paths import DEFAULT_LIBRARY
-    from segos_pipeline.retrieval.lexical import LexicalIndex, index_for, parts_index
+    from segos_pipeline.retrieval.lexical import LexicalIndex, index_for
+    from segos_pipeline.text.token_rows import EncodedTokens
 
     from ..conftest import SHARED_DATA
 
@@ -328,7 +333,7 @@ def test_index_read_a_part_at_a_time_equals_the_index_of_the_whole_table(tmp_pat
     snap = st_.load()
     assert len(snap.files.parts) > 3
     cfg = RetrievalConfig()
-    streamed = parts_index(snap.files, snap.nodes.height, cfg)
+    streamed = LexicalIndex.of(EncodedTokens.of_parts(snap.files.token_parts(), snap.nodes.height), cfg)
     assert not snap.tokens_loaded
     retriever = Retriever(snap, cfg)  # no cached index yet: built from the parts as well
     assert not snap.tokens_loaded

@@ -50,12 +50,12 @@ def test_common_query_tokens_do_not_seed_unless_nothing_else_is_left(store):
     assert data not in cols.tolist() and cols.tolist() == [r.lexical.vocab.index["csv"]]
     assert weights.tolist() == [1.0]  # csv once: 1 + ln 1
     ev = r.lexical.evidence("data csv")
-    assert np.count_nonzero(ev.score) == 1  # only the csv skill, not every skill that says "data"
+    assert np.count_nonzero(ev.node_score) == 1  # only the csv skill, not every skill that says "data"
     alone = r.lexical.evidence("data")  # fallback: the only token is kept
-    assert np.count_nonzero(alone.score) == 6
+    assert np.count_nonzero(alone.node_score) == 6
     # the threshold is a setting: with every token allowed, "data" seeds again
     r_all = Retriever(store.load(), LEXICAL.with_overrides(seed_df_max=1.0))
-    assert np.count_nonzero(r_all.lexical.evidence("data csv").score) == 6
+    assert np.count_nonzero(r_all.lexical.evidence("data csv").node_score) == 6
 
 
 def test_repeated_query_terms_weigh_more_and_coverage_is_the_best_skills_share(store):
