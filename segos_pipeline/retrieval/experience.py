@@ -200,26 +200,30 @@ class ExperienceIndex:
             self._lists = build_lists(self.vectors)
         _ = self.register_gap, self.background
 
-    def witness_cosines(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(witness rows, cosine to the unit query vector): every witness while they are few; past
-        `_EXACT_WITNESSES`, the rows of the inverted lists nearest the query (ann.py), so that a query's
-        cost stops growing with the experience. A witness far from the query weighs exp(-Δcos / T) ≈ 0 in
-        the vote, which is what the lists leave out."""
+    def witness_cosines(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(witness rows, cosine, rows per query) of unit query vectors (the rows of `queries`), query j's
+        rows after query j-1's: every witness while they are few; past `_EXACT_WITNESSES`, the rows of the
+        inverted lists nearest each query (ann.py), so that a query's cost stops growing with the
+        experience. A witness far from the query weighs exp(-Δcos / T) ≈ 0 in the vote, which is what the
+        lists leave out."""
         vectors = self.vectors
         if len(vectors) <= _EXACT_WITNESSES:
-            return self._every, (vectors @ q).astype(np.float64)
+            cos = np.concatenate([vectors @ q for q in queries]).astype(np.float64)
+            return np.tile(self._every, len(queries)), cos, np.full(len(queries), len(vectors))
         if self._lists is None:
             self._lists = build_lists(vectors)
-        rows, cos = self._lists.scan(q, _SCAN_WITNESSES)
-        return rows, cos.astype(np.float64)
+        rows, cos, counts = self._lists.scan_many(queries, _SCAN_WITNESSES)
+        return rows, cos.astype(np.float64), counts
 
-    def lexical_shares(self, query: str) -> tuple[np.ndarray, np.ndarray]:
-        """(witness rows, share of the query's idf mass each holds) for the witnesses the query touches."""
+    def lexical_shares(self, query: str) -> np.ndarray | None:
+        """The share of the query's idf mass each witness holds (0 for the witnesses it does not touch), None
+        when the query has no token of the witnesses. Over every witness: a query's tokens touch most of
+        them, and a dense array is cheaper than finding which."""
         tokens = dict.fromkeys(tokenize(query))  # ordered: the same sums in every process
         vocab = self.vocab
         known = [vocab[t] for t in tokens if t in vocab]
         if not known:
-            return np.zeros(0, dtype=np.int64), np.zeros(0)
+            return None
         cols = np.array(known, dtype=np.int64)
         idf = self.idf[cols]
         total = float(idf.sum()) + self.unknown_idf * (len(tokens) - len(cols))
@@ -229,8 +233,8 @@ class ExperienceIndex:
         # each witness's idf mass, column after column from 0 (bincount adds in that order)
         rows = np.concatenate([self._postings[c] for c in cols.tolist()])
         held = np.bincount(rows, weights=np.repeat(idf, self._df[cols]), minlength=len(self.texts))
-        rows = np.flatnonzero(held != 0)  # a boolean's nonzero: a float array's is several times slower
-        return rows, held[rows] / total
+        held /= total
+        return held
 
     def evidence(
         self,
@@ -247,58 +251,80 @@ class ExperienceIndex:
             return _NO_EVIDENCE
         # value = lexical weight · lexical + semantic weight · semantic, each term added only when it is
         # not all zeros (adding zeros changes no bit)
-        value, shares = None, np.zeros(len(self.texts))
+        value, shares = None, None
         if cfg.experience_lexical_weight > 0:
-            rows, share = self.lexical_shares(query)
-            if len(rows):
+            shares = self.lexical_shares(query)
+            if shares is not None:
                 floor = cfg.experience_lexical_floor
+                # only a share above the floor counts: the rest would add max(0, 0) to the skill's zero
+                over = np.flatnonzero(shares > floor)
                 lexical = np.zeros(self.n)
-                np.maximum.at(lexical, self.skill[rows], np.maximum(share - floor, 0.0) / (1.0 - floor))
-                shares[rows] = share
+                np.maximum.at(lexical, self.skill[over], (shares[over] - floor) / (1.0 - floor))
                 value = cfg.experience_lexical_weight * lexical
+        if shares is None:
+            shares = np.zeros(len(self.texts))
+        cosines = np.zeros(len(self.texts))
         if query_vector is not None and nearest is not None and cfg.experience_weight > 0:
-            rows, cos = self.witness_cosines(query_vector)
-            semantic = self.vote(rows, cos, *nearest)
+            # the request and each of its sentences, scanned and voting together; a skill's evidence is its
+            # best vote
+            queries = np.stack([query_vector, *(vector for vector, _ in parts)])
+            rows, cos, counts = self.witness_cosines(queries)
+            votes = self.vote(rows, cos, counts, [nearest, *(near for _, near in parts)])
+            semantic = votes.max(axis=0) if len(votes) > 1 else votes[0]
             # the whole request's cosines: explanations and relevance read these
-            if rows is self._every:
-                cosines = cos
-            else:
-                cosines = np.zeros(len(self.texts))
-                cosines[rows] = cos
-            for clause_vector, clause_nearest in parts:
-                vote = self.vote(*self.witness_cosines(clause_vector), *clause_nearest)
-                np.maximum(semantic, vote, out=semantic)
+            first = int(counts[0])
+            cosines[rows[:first]] = cos[:first]
             semantic *= cfg.experience_weight
             value = semantic if value is None else value + semantic
-        else:
-            cosines = np.zeros(len(self.texts))
         if value is None:
             return ExperienceEvidence(_NO_EVIDENCE.nodes, _NO_EVIDENCE.value, shares, cosines)
         nodes = np.flatnonzero(value > 0)
         return ExperienceEvidence(nodes, value[nodes], shares, cosines)
 
     def vote(
-        self, rows: np.ndarray, cos: np.ndarray, own_nodes: np.ndarray, own_cos: np.ndarray
+        self,
+        rows: np.ndarray,
+        cos: np.ndarray,
+        counts: np.ndarray,
+        nearest: Sequence[tuple[np.ndarray, np.ndarray]],
     ) -> np.ndarray:
-        """The semantic kernel vote over all n skills of one embedded text: its witnesses `rows` at cosines
-        `cos`, and the skills whose own text is nearest it (`own_nodes` at `own_cos`)."""
-        t = self.config.experience_temperature
-        own_cos = own_cos + self.register_gap
+        """The semantic kernel vote over all n skills of each of several embedded texts, (texts × n): text
+        j's witnesses are the next counts[j] `rows` at cosines `cos` (`witness_cosines`), and nearest[j] =
+        (own_nodes, own_cos) the skills whose own text is nearest it. One computation for all texts, each
+        text's sums over its own rows in the order one text alone would make them, to the last bit."""
+        t, gap, n = self.config.experience_temperature, self.register_gap, self.n
         # The nothing-neighbour: what a request finds among skills it has nothing to do with. It is a cosine
         # to a skill's own text, so it is lifted by the register gap like the own texts it stands for;
         # unlifted, a request about nothing in the library gave most of its vote to the nearest own text.
-        nothing = self.background + self.register_gap
-        top = max(float(cos.max()) if len(cos) else -1.0, float(own_cos.max()) if len(own_cos) else -1.0)
-        kw, ko = cos - top, own_cos - top
+        nothing = self.background + gap
+        own_nodes = [nodes for nodes, _ in nearest]
+        own_cos = np.concatenate([c for _, c in nearest]) + gap
+        own_counts = [len(nodes) for nodes in own_nodes]
+        ends, own_ends = np.cumsum(counts).tolist(), np.cumsum(own_counts).tolist()
+        spans = list(zip([0, *ends[:-1]], ends, [0, *own_ends[:-1]], own_ends, strict=True))
+        top = np.array(
+            [
+                max(float(cos[a:b].max()) if b > a else -1.0, float(own_cos[c:d].max()) if d > c else -1.0)
+                for a, b, c, d in spans
+            ]
+        )
+        kw, ko = cos - np.repeat(top, counts), own_cos - np.repeat(top, own_counts)
         kw /= t
         ko /= t
         np.exp(kw, out=kw)
         np.exp(ko, out=ko)
-        total = float(kw.sum() + ko.sum()) + float(np.exp((nothing - top) / t))
-        skill = self.skill if rows is self._every else self.skill[rows]
-        semantic = np.bincount(skill, weights=kw, minlength=self.n)
-        semantic /= total
-        semantic[own_nodes] += ko / total
+        total = np.array(
+            [
+                float(kw[a:b].sum() + ko[c:d].sum()) + float(np.exp((nothing - float(m)) / t))
+                for (a, b, c, d), m in zip(spans, top.tolist(), strict=True)
+            ]
+        )
+        texts = len(spans)
+        skill = self.skill[rows] + np.repeat(np.arange(texts) * n, counts)
+        semantic = np.bincount(skill, weights=kw, minlength=texts * n).reshape(texts, n)
+        semantic /= total[:, None]
+        own = np.concatenate([nodes + j * n for j, nodes in enumerate(own_nodes)]).astype(np.int64)
+        semantic.reshape(-1)[own] += ko / np.repeat(total, own_counts)
         semantic[semantic < _MIN_VOTE] = 0.0
         return semantic
 

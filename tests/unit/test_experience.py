@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -22,6 +23,7 @@ from segos_pipeline.evolution.experience import merged_experience
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.round import evolve
 from segos_pipeline.graph.incremental import apply_change
+from segos_pipeline.retrieval.experience import _MIN_VOTE, ExperienceIndex
 from segos_pipeline.store.diff import diff_versions, to_markdown
 from segos_pipeline.store.layout import EXPERIENCE_SCHEMA
 from segos_pipeline.store.served import served
@@ -311,8 +313,9 @@ def test_the_query_path_gives_the_same_numbers_as_the_plain_computations(tmp_pat
     """What a query reads from the experience, against the plain computations it replaced, bit for bit:
     each witness's share of the query's idf mass (positions in the matrix, one bincount over all
     witnesses), the members' closest witnesses (a loop over the members), a sentence's nearest skills (the
-    search that also gives its evidence), and the request embedded with its sentences (each alone), with
-    exact witnesses and through inverted lists."""
+    search that also gives its evidence), the request embedded with its sentences (each alone), and their
+    witness scans and votes made together (each text's scan and vote alone), with exact witnesses and
+    through inverted lists."""
     import numpy as np
     import scipy.sparse as sp
 
@@ -355,12 +358,32 @@ def test_the_query_path_gives_the_same_numbers_as_the_plain_computations(tmp_pat
             rows, _, lengths = gather(matrix, read)
             held = np.bincount(rows, np.repeat(index.idf[read], lengths), minlength=len(index.texts))
             total = float(index.idf[cols].sum()) + index.unknown_idf * (len(tokens) - len(cols))
-            got_rows, got_shares = index.lexical_shares(query)
-            assert np.array_equal(got_rows, np.flatnonzero(held))
-            assert np.array_equal(got_shares, held[np.flatnonzero(held)] / total)
+            got = index.lexical_shares(query)
+            if len(cols):
+                assert got is not None and got.tobytes() == (held / total).tobytes()
+            else:
+                assert got is None
 
+            # one vote of the request and its sentences together: each text's vote as the plain kernel
+            # vote of that text alone, to the last bit
             parts = clauses(query)
             vectors = semantic.query_vectors([query, *parts])
+            nearest = [semantic.nearest(v, None, 20) for v in vectors]
+            rows, cos, counts = index.witness_cosines(vectors)
+            votes = index.vote(rows, cos, counts, nearest)
+            assert votes.shape == (len(vectors), index.n)
+            ends = np.cumsum(counts)
+            for j, v in enumerate(vectors):
+                want_rows = np.arange(len(index.texts))
+                want_cos = (index.vectors @ v).astype(np.float64)
+                if not exact:
+                    want_rows, want_cos = index._lists.scan(v, experience_module._SCAN_WITNESSES)
+                    want_cos = want_cos.astype(np.float64)
+                got_rows, got_cos = rows[ends[j] - counts[j] : ends[j]], cos[ends[j] - counts[j] : ends[j]]
+                assert np.array_equal(got_rows, want_rows) and got_cos.tobytes() == want_cos.tobytes()
+                want = _plain_vote(index, want_rows, want_cos, *nearest[j])
+                assert votes[j].tobytes() == want.tobytes()
+
             alone = [semantic.query_vector(t) for t in [query, *parts]]
             assert all(np.array_equal(a, b) for a, b in zip(vectors, alone, strict=True))
             for v in vectors:
@@ -382,6 +405,28 @@ def test_the_query_path_gives_the_same_numbers_as_the_plain_computations(tmp_pat
                 if len(witnesses):
                     want = (shares.max(), cosines.max(), np.where(shares > 0, 0.5 * cosines, cosines).max())
                 assert (words[k], cosine[k], meaning[k]) == want
+
+
+def _plain_vote(
+    index: ExperienceIndex, rows: np.ndarray, cos: np.ndarray, own_nodes: np.ndarray, own_cos: np.ndarray
+) -> np.ndarray:
+    """The kernel vote of one embedded text (experience.py's docstring), one skill and one sum at a time in
+    the order of its rows."""
+    t = index.config.experience_temperature
+
+    t = index.config.experience_temperature
+    own_cos = own_cos + index.register_gap
+    nothing = index.background + index.register_gap
+    top = max(float(cos.max()), float(own_cos.max()))
+    kw, ko = np.exp((cos - top) / t), np.exp((own_cos - top) / t)
+    total = float(kw.sum() + ko.sum()) + float(np.exp((nothing - top) / t))
+    vote = np.zeros(index.n)
+    for row, w in zip(rows.tolist(), kw.tolist(), strict=True):
+        vote[index.skill[row]] += w
+    vote /= total
+    vote[own_nodes] += ko / total
+    vote[vote < _MIN_VOTE] = 0.0
+    return vote
 
 
 def test_clauses_are_the_sentences_of_a_request_that_asks_for_several_things():
