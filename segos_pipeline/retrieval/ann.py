@@ -65,24 +65,25 @@ class InvertedLists:
         between two lists at nearly the same score."""
         n_q, n_lists = len(queries), len(self.centroids)
         scores = np.stack([self.centroids @ q for q in queries])
-        # Any `enough` lists hold min_rows rows, so a query takes at most that many: only the best `enough`
-        # are ranked, the stable argsort's head (ties to the smaller list) unless a score equal to the last
-        # one's is left out, where every list is ranked.
+        at = np.arange(n_q)[:, None]
+        # Any `enough` lists hold min_rows rows, so a query takes at most that many: only its best `enough`
+        # are sorted, which are the head of the stable sort of all (ties to the smaller list) unless a list
+        # left out scores as low as one kept; then all are. One query sorts all: the partial sort's extra
+        # steps cost it more than they save.
         enough = int(np.searchsorted(self._smallest_first, min_rows)) + 1
         ranked = None
-        if enough < n_lists:
-            part = np.argpartition(-scores, enough, axis=1)
-            head = np.sort(part[:, :enough], axis=1)
-            at = np.arange(n_q)[:, None]
+        if n_q > 1 and enough < n_lists:
+            cut = n_lists - enough
+            part = np.argpartition(scores, cut - 1, axis=1)  # the best `enough` after position cut - 1
+            head = np.sort(part[:, cut:], axis=1)
             best = scores[at, head]
-            if (best.min(axis=1) > scores[at[:, 0], part[:, enough]]).all():
+            if (best.min(axis=1) > scores[at[:, 0], part[:, cut - 1]]).all():
                 ranked = head[at, np.argsort(-best, axis=1, kind="stable")]
         if ranked is None:
             ranked = np.argsort(-scores, axis=1, kind="stable")
-        covered = np.cumsum(self.sizes[ranked], axis=1)
-        take = np.count_nonzero(covered < min_rows, axis=1) + 1
+        last = np.count_nonzero(np.cumsum(self.sizes[ranked], axis=1) < min_rows, axis=1)
         chosen = np.zeros((n_q, n_lists), dtype=bool)
-        chosen[np.arange(n_q)[:, None], ranked] = np.arange(ranked.shape[1]) < take[:, None]
+        chosen[at, ranked] = np.arange(ranked.shape[1]) <= last[:, None]
         return chosen
 
     def spans(self, chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

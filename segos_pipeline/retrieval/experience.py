@@ -299,31 +299,30 @@ class ExperienceIndex:
         nothing = self.background + gap
         own_nodes = [nodes for nodes, _ in nearest]
         own_cos = np.concatenate([c for _, c in nearest]) + gap
-        own_counts = [len(nodes) for nodes in own_nodes]
-        ends, own_ends = np.cumsum(counts).tolist(), np.cumsum(own_counts).tolist()
-        spans = list(zip([0, *ends[:-1]], ends, [0, *own_ends[:-1]], own_ends, strict=True))
-        top = np.array(
-            [
-                max(float(cos[a:b].max()) if b > a else -1.0, float(own_cos[c:d].max()) if d > c else -1.0)
-                for a, b, c, d in spans
-            ]
-        )
+        own_counts = np.array([len(nodes) for nodes in own_nodes], dtype=np.int64)
+        ends, own_ends = np.cumsum(counts), np.cumsum(own_counts)
+        starts, own_starts = ends - counts, own_ends - own_counts
+        # every text reads some witness (a list scan reads at least one list), and every text has its
+        # nearest skills or none does (the same `semantic_candidates` for all)
+        top = np.maximum.reduceat(cos, starts)
+        np.maximum(top, np.maximum.reduceat(own_cos, own_starts) if len(own_cos) else -1.0, out=top)
         kw, ko = cos - np.repeat(top, counts), own_cos - np.repeat(top, own_counts)
         kw /= t
         ko /= t
         np.exp(kw, out=kw)
         np.exp(ko, out=ko)
+        spans = zip(starts.tolist(), ends.tolist(), own_starts.tolist(), own_ends.tolist(), strict=True)
         total = np.array(
             [
-                float(kw[a:b].sum() + ko[c:d].sum()) + float(np.exp((nothing - float(m)) / t))
+                float(kw[a:b].sum() + ko[c:d].sum()) + float(np.exp((nothing - m) / t))
                 for (a, b, c, d), m in zip(spans, top.tolist(), strict=True)
             ]
         )
-        texts = len(spans)
+        texts = len(counts)
         skill = self.skill[rows] + np.repeat(np.arange(texts) * n, counts)
         semantic = np.bincount(skill, weights=kw, minlength=texts * n).reshape(texts, n)
         semantic /= total[:, None]
-        own = np.concatenate([nodes + j * n for j, nodes in enumerate(own_nodes)]).astype(np.int64)
+        own = np.concatenate(own_nodes).astype(np.int64) + np.repeat(np.arange(texts) * n, own_counts)
         semantic.reshape(-1)[own] += ko / np.repeat(total, own_counts)
         semantic[semantic < _MIN_VOTE] = 0.0
         return semantic
@@ -410,8 +409,13 @@ def clauses(query: str) -> list[str]:
     split = _SENTENCE_END.split(query.strip())
     if len(split) < 2:  # one sentence: nothing to tokenise
         return []
-    parts = [p for p in split if len(tokenize(p)) >= 2]
-    return parts if 2 <= len(parts) <= _MAX_CLAUSES else []
+    parts = []
+    for part in split:
+        if len(tokenize(part)) >= 2:
+            parts.append(part)
+            if len(parts) > _MAX_CLAUSES:  # one need described at length: the rest need not be read
+                return []
+    return parts if len(parts) >= 2 else []
 
 
 _SENTENCE_END = re.compile(r"(?<=[.?!;])\s+")
