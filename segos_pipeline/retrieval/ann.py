@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
@@ -38,90 +37,46 @@ class InvertedLists:
     offsets: np.ndarray  # int64 (lists + 1,): list l holds order[offsets[l]:offsets[l + 1]]
     vectors: np.ndarray  # float32 (rows, d): vectors[i] is the source row order[i] (list order)
 
-    @cached_property
+    @property
     def sizes(self) -> np.ndarray:
         return np.diff(self.offsets)
 
-    @cached_property
-    def _smallest_first(self) -> np.ndarray:
-        """Rows in the k smallest lists, for each k."""
-        return np.cumsum(np.sort(self.sizes))
+    def choose(self, q: np.ndarray, min_rows: int) -> np.ndarray:
+        """The lists whose centroids are most similar to `q`, best first, until they hold at least
+        `min_rows` rows (all lists when there are fewer rows)."""
+        scores = self.centroids @ q
+        ranked = np.argsort(-scores, kind="stable")
+        covered = np.cumsum(self.sizes[ranked])
+        take = int(np.searchsorted(covered, min_rows)) + 1
+        return ranked[:take]
+
+    def spans(self, chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """[start, end) positions (in list order) of the chosen lists, ascending, adjacent lists merged
+        into one span so each span is one contiguous read."""
+        lists = np.sort(chosen)
+        starts, ends = self.offsets[lists], self.offsets[lists + 1]
+        keep = ends > starts  # an empty list reads nothing
+        starts, ends = starts[keep], ends[keep]
+        if len(starts) == 0:
+            return starts, ends
+        new = np.concatenate(([True], starts[1:] != ends[:-1]))  # a span starts where the last one stopped
+        last = np.concatenate((np.flatnonzero(new)[1:] - 1, [len(ends) - 1]))
+        return starts[new], ends[last]
 
     def scan(self, q: np.ndarray, min_rows: int) -> tuple[np.ndarray, np.ndarray]:
-        """(row ids, their similarity to `q`) over the rows of the lists nearest `q`, best first, until they
-        hold at least `min_rows` rows (all lists when there are fewer rows), read span by span (row ids
-        ascending by list position, not by id): `scan_many` of one query."""
+        """(row ids, their similarity to `q`) over the rows of the lists `choose` picks, read span by span
+        (row ids ascending by list position, not by id)."""
         q = np.asarray(q, dtype=self.vectors.dtype)
         if min_rows >= len(self.order):  # every list, one span: what the spans below come to, without them
             return self.order, self.vectors @ q
-        rows, sims, _ = self.scan_many(q[None, :], min_rows)
-        return rows, sims
-
-    def choose(self, queries: np.ndarray, min_rows: int) -> np.ndarray:
-        """(queries × lists) mask: for each row of `queries`, the lists whose centroids are most similar to
-        it, best first (ties to the smaller list), until they hold at least `min_rows` rows (all lists when
-        there are fewer rows). Each query's centroid scores are its own matrix-vector product, as one
-        query's are: a product over several queries at once moves their last bits, and with them a choice
-        between two lists at nearly the same score."""
-        n_q, n_lists = len(queries), len(self.centroids)
-        scores = np.stack([self.centroids @ q for q in queries])
-        at = np.arange(n_q)[:, None]
-        # Any `enough` lists hold min_rows rows, so a query takes at most that many: only its best `enough`
-        # are sorted, which are the head of the stable sort of all (ties to the smaller list) unless a list
-        # left out scores as low as one kept; then all are. One query sorts all: the partial sort's extra
-        # steps cost it more than they save.
-        enough = int(np.searchsorted(self._smallest_first, min_rows)) + 1
-        ranked = None
-        if n_q > 1 and enough < n_lists:
-            cut = n_lists - enough
-            part = np.argpartition(scores, cut - 1, axis=1)  # the best `enough` after position cut - 1
-            head = np.sort(part[:, cut:], axis=1)
-            best = scores[at, head]
-            if (best.min(axis=1) > scores[at[:, 0], part[:, cut - 1]]).all():
-                ranked = head[at, np.argsort(-best, axis=1, kind="stable")]
-        if ranked is None:
-            ranked = np.argsort(-scores, axis=1, kind="stable")
-        last = np.count_nonzero(np.cumsum(self.sizes[ranked], axis=1) < min_rows, axis=1)
-        chosen = np.zeros((n_q, n_lists), dtype=bool)
-        chosen[at, ranked] = np.arange(ranked.shape[1]) <= last[:, None]
-        return chosen
-
-    def spans(self, chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(query, start, end) of the [start, end) positions (in list order) of each query's chosen lists
-        (a `choose` mask), ascending per query, query after query; a query's lists that meet in list order
-        (also across an empty list) are merged into one span, one contiguous read."""
-        query, lists = np.nonzero(chosen & (self.sizes > 0))  # an empty list reads nothing
-        starts, ends = self.offsets[lists], self.offsets[lists + 1]
-        if not len(lists):
-            return query, starts, ends
-        new = np.ones(len(lists), dtype=bool)
-        new[1:] = (starts[1:] != ends[:-1]) | (query[1:] != query[:-1])
-        first = np.flatnonzero(new)
-        last = np.append(first[1:] - 1, len(lists) - 1)
-        return query[first], starts[first], ends[last]
-
-    def scan_many(self, queries: np.ndarray, min_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """`scan` of each row of `queries` at once: (row ids, similarities, rows read per query), query j's
-        rows after query j-1's. Each query reads its own lists by one matrix-vector product per span, as
-        one query does (a product over a larger span, or over several queries, moves the last bits of the
-        similarities); choosing the lists, the spans and the gathers are done once for all queries."""
-        queries = np.asarray(queries, dtype=self.vectors.dtype)
-        if min_rows >= len(self.order):
-            sims = np.concatenate([self.vectors @ q for q in queries])
-            return np.tile(self.order, len(queries)), sims, np.full(len(queries), len(self.order))
-        query, starts, ends = self.spans(self.choose(queries, min_rows))
-        by_query = list(queries)
-        sims = [
-            self.vectors[s:e] @ by_query[j]
-            for j, s, e in zip(query.tolist(), starts.tolist(), ends.tolist(), strict=True)
-        ]
+        starts, ends = self.spans(self.choose(q, min_rows))
+        sims = [self.vectors[s:e] @ q for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
         lengths = ends - starts
+        total = int(lengths.sum())
         # The list positions of every row read (concatenated ranges), then their source row ids.
-        pos = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
-        pos += np.arange(len(pos))
-        read = np.concatenate(sims) if sims else np.zeros(0, dtype=self.vectors.dtype)
-        counts = np.bincount(query, weights=lengths, minlength=len(queries)).astype(np.int64)
-        return self.order[pos], read, counts
+        pos = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths) + np.arange(total)
+        scores = np.concatenate(sims) if sims else np.zeros(0, dtype=self.vectors.dtype)
+        return self.order[pos], scores
 
 
 def list_count(n: int) -> int:

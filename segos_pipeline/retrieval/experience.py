@@ -200,20 +200,18 @@ class ExperienceIndex:
             self._lists = build_lists(self.vectors)
         _ = self.register_gap, self.background
 
-    def witness_cosines(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(witness rows, cosine, rows per query) of unit query vectors (the rows of `queries`), query j's
-        rows after query j-1's: every witness while they are few; past `_EXACT_WITNESSES`, the rows of the
-        inverted lists nearest each query (ann.py), so that a query's cost stops growing with the
-        experience. A witness far from the query weighs exp(-Δcos / T) ≈ 0 in the vote, which is what the
-        lists leave out."""
+    def witness_cosines(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(witness rows, cosine to the unit query vector): every witness while they are few; past
+        `_EXACT_WITNESSES`, the rows of the inverted lists nearest the query (ann.py), so that a query's
+        cost stops growing with the experience. A witness far from the query weighs exp(-Δcos / T) ≈ 0 in
+        the vote, which is what the lists leave out."""
         vectors = self.vectors
         if len(vectors) <= _EXACT_WITNESSES:
-            cos = np.concatenate([vectors @ q for q in queries]).astype(np.float64)
-            return np.tile(self._every, len(queries)), cos, np.full(len(queries), len(vectors))
+            return self._every, (vectors @ q).astype(np.float64)
         if self._lists is None:
             self._lists = build_lists(vectors)
-        rows, cos, counts = self._lists.scan_many(queries, _SCAN_WITNESSES)
-        return rows, cos.astype(np.float64), counts
+        rows, cos = self._lists.scan(q, _SCAN_WITNESSES)
+        return rows, cos.astype(np.float64)
 
     def lexical_shares(self, query: str) -> np.ndarray | None:
         """The share of the query's idf mass each witness holds (0 for the witnesses it does not touch), None
@@ -263,67 +261,49 @@ class ExperienceIndex:
                 value = cfg.experience_lexical_weight * lexical
         if shares is None:
             shares = np.zeros(len(self.texts))
-        cosines = np.zeros(len(self.texts))
         if query_vector is not None and nearest is not None and cfg.experience_weight > 0:
-            # the request and each of its sentences, scanned and voting together; a skill's evidence is its
-            # best vote
-            queries = np.stack([query_vector, *(vector for vector, _ in parts)])
-            rows, cos, counts = self.witness_cosines(queries)
-            votes = self.vote(rows, cos, counts, [nearest, *(near for _, near in parts)])
-            semantic = votes.max(axis=0) if len(votes) > 1 else votes[0]
+            rows, cos = self.witness_cosines(query_vector)
+            semantic = self.vote(rows, cos, *nearest)
             # the whole request's cosines: explanations and relevance read these
-            first = int(counts[0])
-            cosines[rows[:first]] = cos[:first]
+            if rows is self._every:
+                cosines = cos
+            else:
+                cosines = np.zeros(len(self.texts))
+                cosines[rows] = cos
+            for clause_vector, clause_nearest in parts:
+                vote = self.vote(*self.witness_cosines(clause_vector), *clause_nearest)
+                np.maximum(semantic, vote, out=semantic)
             semantic *= cfg.experience_weight
             value = semantic if value is None else value + semantic
+        else:
+            cosines = np.zeros(len(self.texts))
         if value is None:
             return ExperienceEvidence(_NO_EVIDENCE.nodes, _NO_EVIDENCE.value, shares, cosines)
         nodes = np.flatnonzero(value > 0)
         return ExperienceEvidence(nodes, value[nodes], shares, cosines)
 
     def vote(
-        self,
-        rows: np.ndarray,
-        cos: np.ndarray,
-        counts: np.ndarray,
-        nearest: Sequence[tuple[np.ndarray, np.ndarray]],
+        self, rows: np.ndarray, cos: np.ndarray, own_nodes: np.ndarray, own_cos: np.ndarray
     ) -> np.ndarray:
-        """The semantic kernel vote over all n skills of each of several embedded texts, (texts × n): text
-        j's witnesses are the next counts[j] `rows` at cosines `cos` (`witness_cosines`), and nearest[j] =
-        (own_nodes, own_cos) the skills whose own text is nearest it. One computation for all texts, each
-        text's sums over its own rows in the order one text alone would make them, to the last bit."""
-        t, gap, n = self.config.experience_temperature, self.register_gap, self.n
+        """The semantic kernel vote over all n skills of one embedded text: its witnesses `rows` at cosines
+        `cos`, and the skills whose own text is nearest it (`own_nodes` at `own_cos`)."""
+        t = self.config.experience_temperature
+        own_cos = own_cos + self.register_gap
         # The nothing-neighbour: what a request finds among skills it has nothing to do with. It is a cosine
         # to a skill's own text, so it is lifted by the register gap like the own texts it stands for;
         # unlifted, a request about nothing in the library gave most of its vote to the nearest own text.
-        nothing = self.background + gap
-        own_nodes = [nodes for nodes, _ in nearest]
-        own_cos = np.concatenate([c for _, c in nearest]) + gap
-        own_counts = np.array([len(nodes) for nodes in own_nodes], dtype=np.int64)
-        ends, own_ends = np.cumsum(counts), np.cumsum(own_counts)
-        starts, own_starts = ends - counts, own_ends - own_counts
-        # every text reads some witness (a list scan reads at least one list), and every text has its
-        # nearest skills or none does (the same `semantic_candidates` for all)
-        top = np.maximum.reduceat(cos, starts)
-        np.maximum(top, np.maximum.reduceat(own_cos, own_starts) if len(own_cos) else -1.0, out=top)
-        kw, ko = cos - np.repeat(top, counts), own_cos - np.repeat(top, own_counts)
+        nothing = self.background + self.register_gap
+        top = max(float(cos.max()) if len(cos) else -1.0, float(own_cos.max()) if len(own_cos) else -1.0)
+        kw, ko = cos - top, own_cos - top
         kw /= t
         ko /= t
         np.exp(kw, out=kw)
         np.exp(ko, out=ko)
-        spans = zip(starts.tolist(), ends.tolist(), own_starts.tolist(), own_ends.tolist(), strict=True)
-        total = np.array(
-            [
-                float(kw[a:b].sum() + ko[c:d].sum()) + float(np.exp((nothing - m) / t))
-                for (a, b, c, d), m in zip(spans, top.tolist(), strict=True)
-            ]
-        )
-        texts = len(counts)
-        skill = self.skill[rows] + np.repeat(np.arange(texts) * n, counts)
-        semantic = np.bincount(skill, weights=kw, minlength=texts * n).reshape(texts, n)
-        semantic /= total[:, None]
-        own = np.concatenate(own_nodes).astype(np.int64) + np.repeat(np.arange(texts) * n, own_counts)
-        semantic.reshape(-1)[own] += ko / np.repeat(total, own_counts)
+        total = float(kw.sum() + ko.sum()) + float(np.exp((nothing - top) / t))
+        skill = self.skill if rows is self._every else self.skill[rows]
+        semantic = np.bincount(skill, weights=kw, minlength=self.n)
+        semantic /= total
+        semantic[own_nodes] += ko / total
         semantic[semantic < _MIN_VOTE] = 0.0
         return semantic
 

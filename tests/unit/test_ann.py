@@ -56,20 +56,20 @@ def test_a_scan_reads_the_nearest_lists_whole_until_it_has_enough_rows():
     x = _clustered(5_000)
     lists = build_lists(x)
     q = x[17]
-    chosen = np.flatnonzero(lists.choose(q[None], 600)[0])
+    chosen = lists.choose(q, 600)
     ranked = np.argsort(-(lists.centroids @ q), kind="stable")
     take = int(np.searchsorted(np.cumsum(lists.sizes[ranked]), 600)) + 1
-    assert np.array_equal(chosen, np.sort(ranked[:take]))
+    assert np.array_equal(chosen, ranked[:take])
     rows, sims = lists.scan(q, 600)
     bounds = lists.offsets
-    expected = np.concatenate([lists.order[bounds[li] : bounds[li + 1]] for li in chosen])
+    expected = np.concatenate([lists.order[bounds[li] : bounds[li + 1]] for li in np.sort(chosen)])
     assert np.array_equal(rows, expected)
     np.testing.assert_allclose(sims, x[rows] @ q, rtol=1e-5, atol=1e-6)
     assert 600 <= len(rows) < 600 + lists.sizes.max()
     assert np.array_equal(np.sort(lists.scan(q, 10**9)[0]), np.arange(5_000))  # more than there are: all
     every, sims = lists.scan(q, 5_000)  # every row: every list, in list order, one product
     assert np.array_equal(every, lists.order) and np.array_equal(sims, lists.vectors @ q)
-    _, starts, ends = lists.spans(lists.choose(q[None], 5_000))  # the general path would read: one span
+    starts, ends = lists.spans(lists.choose(q, 5_000))  # what the general path would read: the same span
     assert starts.tolist() == [0] and ends.tolist() == [5_000]
 
 
@@ -77,70 +77,11 @@ def test_adjacent_chosen_lists_are_read_as_one_span():
     offsets = np.array([0, 3, 3, 7, 10, 12])  # list 1 is empty
     vectors = np.zeros((12, 2), np.float32)
     lists = InvertedLists(np.eye(5, 2, dtype=np.float32), np.arange(12), offsets, vectors)
-
-    def chosen(*per_query: list[int]) -> np.ndarray:
-        return np.array([np.isin(np.arange(5), lists_of) for lists_of in per_query])
-
-    query, starts, ends = lists.spans(chosen([3, 0, 1, 2]))
-    assert query.tolist() == [0] and starts.tolist() == [0] and ends.tolist() == [10]
-    query, starts, ends = lists.spans(chosen([4, 0]))
-    assert query.tolist() == [0, 0] and starts.tolist() == [0, 10] and ends.tolist() == [3, 12]
-    assert [len(a) for a in lists.spans(chosen([1]))] == [0, 0, 0]
-    # several queries: each query's spans, query after query, never merged across queries
-    query, starts, ends = lists.spans(chosen([3], [4], [1]))
-    assert query.tolist() == [0, 1] and starts.tolist() == [7, 10] and ends.tolist() == [10, 12]
-
-
-def _plain_scan(lists: InvertedLists, q: np.ndarray, min_rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """A scan restated: a full stable sort of the lists, then one product per run of lists that meet."""
-    ranked = np.argsort(-(lists.centroids @ q), kind="stable")
-    take = int(np.searchsorted(np.cumsum(lists.sizes[ranked]), min_rows)) + 1
-    spans: list[list[int]] = []
-    for li in np.sort(ranked[:take]).tolist():
-        start, end = int(lists.offsets[li]), int(lists.offsets[li + 1])
-        if start == end:
-            continue
-        if spans and spans[-1][1] == start:
-            spans[-1][1] = end
-        else:
-            spans.append([start, end])
-    rows = np.concatenate([lists.order[a:b] for a, b in spans])
-    return rows, np.concatenate([lists.vectors[a:b] @ q for a, b in spans])
-
-
-def test_choosing_for_several_queries_and_scanning_them_at_once_is_each_query_alone_bit_for_bit():
-    x = _clustered(5_000)
-    lists = build_lists(x)
-    queries = x[[3, 17, 17, 4_000, 2_222]]
-    for min_rows in (1, 600, 2_000, 4_999):
-        rows, sims, counts = lists.scan_many(queries, min_rows)
-        assert len(rows) == len(sims) == counts.sum()
-        ends = np.cumsum(counts)
-        for j, q in enumerate(queries):
-            want_rows, want_sims = _plain_scan(lists, q, min_rows)
-            assert np.array_equal(rows[ends[j] - counts[j] : ends[j]], want_rows)
-            assert sims[ends[j] - counts[j] : ends[j]].tobytes() == want_sims.tobytes()
-            alone_rows, alone_sims = lists.scan(q, min_rows)
-            assert np.array_equal(alone_rows, want_rows) and alone_sims.tobytes() == want_sims.tobytes()
-    rows, sims, counts = lists.scan_many(queries, 5_000)  # every row: each query's one product
-    assert np.array_equal(rows, np.tile(lists.order, 5)) and counts.tolist() == [5_000] * 5
-    assert sims.tobytes() == np.concatenate([lists.vectors @ q for q in queries]).tobytes()
-
-
-def test_lists_at_equal_scores_are_chosen_as_a_full_stable_sort_would():
-    """Two lists whose centroids are one vector score the same for every query: where only one of them
-    is taken, the smaller list is, as a full stable argsort takes it."""
-    x = _clustered(5_000)
-    built = build_lists(x)
-    centroids = built.centroids.copy()
-    centroids[7] = centroids[90]
-    lists = InvertedLists(centroids, built.order, built.offsets, built.vectors)
-    for i in range(0, 5_000, 97):
-        q = x[i]
-        for min_rows in (30, 600, 1_500):
-            ranked = np.argsort(-(centroids @ q), kind="stable")
-            take = int(np.searchsorted(np.cumsum(lists.sizes[ranked]), min_rows)) + 1
-            assert np.array_equal(np.flatnonzero(lists.choose(q[None], min_rows)[0]), np.sort(ranked[:take]))
+    starts, ends = lists.spans(np.array([3, 0, 1, 2]))
+    assert starts.tolist() == [0] and ends.tolist() == [10]
+    starts, ends = lists.spans(np.array([4, 0]))
+    assert starts.tolist() == [0, 10] and ends.tolist() == [3, 12]
+    assert [len(a) for a in lists.spans(np.array([1]))] == [0, 0]
 
 
 def test_the_rows_read_hold_the_exact_nearest_neighbours():
@@ -193,7 +134,7 @@ def test_the_reading_budget_bounds_the_rows_read_and_nothing_else_is_touched():
         nodes, z = semantic_evidence(sem, x[i])
         read = sum(_CountingRows.reads)
         assert 1_500 <= read < 1_500 + built.sizes.max()
-        assert len(_CountingRows.reads) <= np.count_nonzero(built.choose(x[i][None], 1_500))  # a span a run
+        assert len(_CountingRows.reads) <= len(built.choose(x[i], 1_500))  # a span per run of lists
         assert read == len(built.scan(x[i], 1_500)[0])
         assert 0 < len(nodes) <= sem.candidates and (np.diff(nodes) > 0).all() and (z > 0).all()
         assert int(i) in nodes.tolist() and z[nodes.tolist().index(int(i))] == pytest.approx(1.0)

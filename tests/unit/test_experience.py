@@ -313,9 +313,9 @@ def test_the_query_path_gives_the_same_numbers_as_the_plain_computations(tmp_pat
     """What a query reads from the experience, against the plain computations it replaced, bit for bit:
     each witness's share of the query's idf mass (positions in the matrix, one bincount over all
     witnesses), the members' closest witnesses (a loop over the members), a sentence's nearest skills (the
-    search that also gives its evidence), the request embedded with its sentences (each alone), and their
-    witness scans and votes made together (each text's scan and vote alone), with exact witnesses and
-    through inverted lists."""
+    search that also gives its evidence), the request embedded with its sentences (each alone), the
+    lexical evidence (a skill's best share over all its witnesses) and each text's kernel vote (one skill
+    and one sum at a time), with exact witnesses and through inverted lists."""
     import numpy as np
     import scipy.sparse as sp
 
@@ -364,25 +364,30 @@ def test_the_query_path_gives_the_same_numbers_as_the_plain_computations(tmp_pat
             else:
                 assert got is None
 
-            # one vote of the request and its sentences together: each text's vote as the plain kernel
-            # vote of that text alone, to the last bit
+            # the lexical evidence: each skill's best share above the floor, rescaled, over all its witnesses
+            cfg = index.config
+            floor, shares = cfg.experience_lexical_floor, held / total
+            plain = np.zeros(index.n)
+            for row, share in enumerate(shares.tolist()):
+                plain[index.skill[row]] = max(
+                    plain[index.skill[row]], max(share - floor, 0.0) / (1.0 - floor)
+                )
+            plain *= cfg.experience_lexical_weight
+            lexical = index.evidence(query, None)
+            assert np.array_equal(lexical.nodes, np.flatnonzero(plain > 0))
+            assert lexical.value.tobytes() == plain[plain > 0].tobytes()
+            assert lexical.shares.tobytes() == shares.tobytes()
+
+            # each text's kernel vote, against the plain one
             parts = clauses(query)
             vectors = semantic.query_vectors([query, *parts])
-            nearest = [semantic.nearest(v, None, 20) for v in vectors]
-            rows, cos, counts = index.witness_cosines(vectors)
-            votes = index.vote(rows, cos, counts, nearest)
-            assert votes.shape == (len(vectors), index.n)
-            ends = np.cumsum(counts)
-            for j, v in enumerate(vectors):
-                want_rows = np.arange(len(index.texts))
-                want_cos = (index.vectors @ v).astype(np.float64)
-                if not exact:
-                    want_rows, want_cos = index._lists.scan(v, experience_module._SCAN_WITNESSES)
-                    want_cos = want_cos.astype(np.float64)
-                got_rows, got_cos = rows[ends[j] - counts[j] : ends[j]], cos[ends[j] - counts[j] : ends[j]]
-                assert np.array_equal(got_rows, want_rows) and got_cos.tobytes() == want_cos.tobytes()
-                want = _plain_vote(index, want_rows, want_cos, *nearest[j])
-                assert votes[j].tobytes() == want.tobytes()
+            for v in vectors:
+                rows, cos = index.witness_cosines(v)
+                nearest = semantic.nearest(v, None, 20)
+                assert (
+                    index.vote(rows, cos, *nearest).tobytes()
+                    == _plain_vote(index, rows, cos, *nearest).tobytes()
+                )
 
             alone = [semantic.query_vector(t) for t in [query, *parts]]
             assert all(np.array_equal(a, b) for a, b in zip(vectors, alone, strict=True))
@@ -412,8 +417,6 @@ def _plain_vote(
 ) -> np.ndarray:
     """The kernel vote of one embedded text (experience.py's docstring), one skill and one sum at a time in
     the order of its rows."""
-    t = index.config.experience_temperature
-
     t = index.config.experience_temperature
     own_cos = own_cos + index.register_gap
     nothing = index.background + index.register_gap
