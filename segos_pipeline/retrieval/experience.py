@@ -215,8 +215,8 @@ class ExperienceIndex:
 
     def lexical_shares(self, query: str) -> np.ndarray | None:
         """The share of the query's idf mass each witness holds (0 for the witnesses it does not touch), None
-        when the query has no token of the witnesses. Over every witness: a query's tokens touch most of
-        them, and a dense array is cheaper than finding which."""
+        when the query has no token of the witnesses. Over every witness: the sums already are, and one
+        division over them costs less than finding the witnesses the query touches (often most of them)."""
         tokens = dict.fromkeys(tokenize(query))  # ordered: the same sums in every process
         vocab = self.vocab
         known = [vocab[t] for t in tokens if t in vocab]
