@@ -1,6 +1,7 @@
 """What a round learns from its traces (SPEC §8, "Experience"), on the MetaTool dev data of ../shared/data.
 
     .venv/bin/python benchmarks/bench_learning.py [--shared ../shared/data] [--out benchmarks/results]
+    .venv/bin/python benchmarks/bench_learning.py --only completeness   # that section alone
 
 Each trace of `traces/metatool-dev/` is a request and the tool(s) it needed, standing for a successful
 agent run. Requests are split by their position in the file (dev only; the held-out requests are checked
@@ -301,7 +302,23 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument(
+        "--only",
+        choices=["completeness"],
+        help="run this section alone (it needs no shared data); its result replaces that section of an "
+        "existing learning.json",
+    )
     args = ap.parse_args()
+    if args.only == "completeness":
+        with tempfile.TemporaryDirectory() as tmp:
+            section = completeness(Path(tmp))
+        print("completeness (SIMULATED)", json.dumps(section), flush=True)
+        path = args.out / "learning.json"
+        result = json.loads(path.read_text()) if path.is_file() else {"command": COMMAND}
+        result["completeness (SIMULATED)"] = section
+        harness.write_json(path, result)
+        print(f"wrote {path}")
+        return 0
     meta = args.shared / "eval" / "metatool-dev"
     if not meta.is_dir():
         print(f"{meta} is absent: this benchmark needs ../shared/data", file=sys.stderr)

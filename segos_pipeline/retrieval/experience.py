@@ -213,13 +213,15 @@ class ExperienceIndex:
         rows, cos = self._lists.scan(q, _SCAN_WITNESSES)
         return rows, cos.astype(np.float64)
 
-    def lexical_shares(self, query: str) -> tuple[np.ndarray, np.ndarray]:
-        """(witness rows, share of the query's idf mass each holds) for the witnesses the query touches."""
+    def lexical_shares(self, query: str) -> np.ndarray | None:
+        """The share of the query's idf mass each witness holds (0 for the witnesses it does not touch), None
+        when the query has no token of the witnesses. Over every witness: the sums already are, and one
+        division over them costs less than finding the witnesses the query touches (often most of them)."""
         tokens = dict.fromkeys(tokenize(query))  # ordered: the same sums in every process
         vocab = self.vocab
         known = [vocab[t] for t in tokens if t in vocab]
         if not known:
-            return np.zeros(0, dtype=np.int64), np.zeros(0)
+            return None
         cols = np.array(known, dtype=np.int64)
         idf = self.idf[cols]
         total = float(idf.sum()) + self.unknown_idf * (len(tokens) - len(cols))
@@ -229,8 +231,8 @@ class ExperienceIndex:
         # each witness's idf mass, column after column from 0 (bincount adds in that order)
         rows = np.concatenate([self._postings[c] for c in cols.tolist()])
         held = np.bincount(rows, weights=np.repeat(idf, self._df[cols]), minlength=len(self.texts))
-        rows = np.flatnonzero(held != 0)  # a boolean's nonzero: a float array's is several times slower
-        return rows, held[rows] / total
+        held /= total
+        return held
 
     def evidence(
         self,
@@ -247,15 +249,18 @@ class ExperienceIndex:
             return _NO_EVIDENCE
         # value = lexical weight · lexical + semantic weight · semantic, each term added only when it is
         # not all zeros (adding zeros changes no bit)
-        value, shares = None, np.zeros(len(self.texts))
+        value, shares = None, None
         if cfg.experience_lexical_weight > 0:
-            rows, share = self.lexical_shares(query)
-            if len(rows):
+            shares = self.lexical_shares(query)
+            if shares is not None:
                 floor = cfg.experience_lexical_floor
+                # only a share above the floor counts: the rest would add max(0, 0) to the skill's zero
+                over = np.flatnonzero(shares > floor)
                 lexical = np.zeros(self.n)
-                np.maximum.at(lexical, self.skill[rows], np.maximum(share - floor, 0.0) / (1.0 - floor))
-                shares[rows] = share
+                np.maximum.at(lexical, self.skill[over], (shares[over] - floor) / (1.0 - floor))
                 value = cfg.experience_lexical_weight * lexical
+        if shares is None:
+            shares = np.zeros(len(self.texts))
         if query_vector is not None and nearest is not None and cfg.experience_weight > 0:
             rows, cos = self.witness_cosines(query_vector)
             semantic = self.vote(rows, cos, *nearest)
@@ -384,8 +389,13 @@ def clauses(query: str) -> list[str]:
     split = _SENTENCE_END.split(query.strip())
     if len(split) < 2:  # one sentence: nothing to tokenise
         return []
-    parts = [p for p in split if len(tokenize(p)) >= 2]
-    return parts if 2 <= len(parts) <= _MAX_CLAUSES else []
+    parts = []
+    for part in split:
+        if len(tokenize(part)) >= 2:
+            parts.append(part)
+            if len(parts) > _MAX_CLAUSES:  # one need described at length: the rest need not be read
+                return []
+    return parts if len(parts) >= 2 else []
 
 
 _SENTENCE_END = re.compile(r"(?<=[.?!;])\s+")

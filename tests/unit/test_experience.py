@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -22,6 +23,7 @@ from segos_pipeline.evolution.experience import merged_experience
 from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.round import evolve
 from segos_pipeline.graph.incremental import apply_change
+from segos_pipeline.retrieval.experience import _MIN_VOTE, ExperienceIndex
 from segos_pipeline.store.diff import diff_versions, to_markdown
 from segos_pipeline.store.layout import EXPERIENCE_SCHEMA
 from segos_pipeline.store.served import served
@@ -311,8 +313,9 @@ def test_the_query_path_gives_the_same_numbers_as_the_plain_computations(tmp_pat
     """What a query reads from the experience, against the plain computations it replaced, bit for bit:
     each witness's share of the query's idf mass (positions in the matrix, one bincount over all
     witnesses), the members' closest witnesses (a loop over the members), a sentence's nearest skills (the
-    search that also gives its evidence), and the request embedded with its sentences (each alone), with
-    exact witnesses and through inverted lists."""
+    search that also gives its evidence), the request embedded with its sentences (each alone), the
+    lexical evidence (a skill's best share over all its witnesses) and each text's kernel vote (one skill
+    and one sum at a time), with exact witnesses and through inverted lists."""
     import numpy as np
     import scipy.sparse as sp
 
@@ -355,12 +358,37 @@ def test_the_query_path_gives_the_same_numbers_as_the_plain_computations(tmp_pat
             rows, _, lengths = gather(matrix, read)
             held = np.bincount(rows, np.repeat(index.idf[read], lengths), minlength=len(index.texts))
             total = float(index.idf[cols].sum()) + index.unknown_idf * (len(tokens) - len(cols))
-            got_rows, got_shares = index.lexical_shares(query)
-            assert np.array_equal(got_rows, np.flatnonzero(held))
-            assert np.array_equal(got_shares, held[np.flatnonzero(held)] / total)
+            got = index.lexical_shares(query)
+            if len(cols):
+                assert got is not None and got.tobytes() == (held / total).tobytes()
+            else:
+                assert got is None
 
+            # the lexical evidence: each skill's best share above the floor, rescaled, over all its witnesses
+            cfg = index.config
+            floor, shares = cfg.experience_lexical_floor, held / total
+            plain = np.zeros(index.n)
+            for row, share in enumerate(shares.tolist()):
+                plain[index.skill[row]] = max(
+                    plain[index.skill[row]], max(share - floor, 0.0) / (1.0 - floor)
+                )
+            plain *= cfg.experience_lexical_weight
+            lexical = index.evidence(query, None)
+            assert np.array_equal(lexical.nodes, np.flatnonzero(plain > 0))
+            assert lexical.value.tobytes() == plain[plain > 0].tobytes()
+            assert lexical.shares.tobytes() == shares.tobytes()
+
+            # each text's kernel vote, against the plain one
             parts = clauses(query)
             vectors = semantic.query_vectors([query, *parts])
+            for v in vectors:
+                rows, cos = index.witness_cosines(v)
+                nearest = semantic.nearest(v, None, 20)
+                assert (
+                    index.vote(rows, cos, *nearest).tobytes()
+                    == _plain_vote(index, rows, cos, *nearest).tobytes()
+                )
+
             alone = [semantic.query_vector(t) for t in [query, *parts]]
             assert all(np.array_equal(a, b) for a, b in zip(vectors, alone, strict=True))
             for v in vectors:
@@ -382,6 +410,26 @@ def test_the_query_path_gives_the_same_numbers_as_the_plain_computations(tmp_pat
                 if len(witnesses):
                     want = (shares.max(), cosines.max(), np.where(shares > 0, 0.5 * cosines, cosines).max())
                 assert (words[k], cosine[k], meaning[k]) == want
+
+
+def _plain_vote(
+    index: ExperienceIndex, rows: np.ndarray, cos: np.ndarray, own_nodes: np.ndarray, own_cos: np.ndarray
+) -> np.ndarray:
+    """The kernel vote of one embedded text (experience.py's docstring), one skill and one sum at a time in
+    the order of its rows."""
+    t = index.config.experience_temperature
+    own_cos = own_cos + index.register_gap
+    nothing = index.background + index.register_gap
+    top = max(float(cos.max()), float(own_cos.max()))
+    kw, ko = np.exp((cos - top) / t), np.exp((own_cos - top) / t)
+    total = float(kw.sum() + ko.sum()) + float(np.exp((nothing - top) / t))
+    vote = np.zeros(index.n)
+    for row, w in zip(rows.tolist(), kw.tolist(), strict=True):
+        vote[index.skill[row]] += w
+    vote /= total
+    vote[own_nodes] += ko / total
+    vote[vote < _MIN_VOTE] = 0.0
+    return vote
 
 
 def test_clauses_are_the_sentences_of_a_request_that_asks_for_several_things():
