@@ -1,4 +1,4 @@
-"""The Spark part of an evolution round, run as a Dagster Pipes process (issue 15, item 3).
+"""The Spark part of an evolution round, run as a Dagster Pipes process.
 
 `evolution_round` (with `EngineSettings(engine="spark", launch="pipes")`) launches this file with
 `spark-submit` through `PipesSubprocessClient`. Here, in the Spark driver process and outside Dagster:

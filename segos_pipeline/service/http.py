@@ -1,5 +1,5 @@
 """The HTTP transport of `segos mcp --http`: the SDK's streamable HTTP app behind limits that keep the server
-answering whatever its local clients do (issue 31, item 4).
+answering whatever its local clients do.
 
 - Sessions: at most `max_sessions` live. A request that opens a session (a POST without `mcp-session-id`
   that passes the SDK's Host/Origin/Content-Type checks) when the cap is reached first ends the least
@@ -329,8 +329,8 @@ def bounded_protocol(head_timeout_s: float, max_open: int) -> type[H11Protocol]:
       otherwise hold descriptors and connection slots forever.
     - At most `max_open` connections: one accepted beyond that is closed at once. uvicorn's
       `limit_concurrency` answers 503 but keeps accepting, so without this a flood of idle connections
-      takes every descriptor and then the store's files cannot be opened (issue 31: about 20,000
-      connections did that)."""
+      takes every descriptor and then the store's files cannot be opened (about 20,000 idle
+      connections did that in a test)."""
 
     class BoundedProtocol(H11Protocol):
         head_timer: asyncio.TimerHandle | None = None

@@ -118,8 +118,8 @@ def test_the_cap_is_fixed_and_bounds_the_candidates():
 
 
 def test_real_library_edges_unchanged(shared_data, monkeypatch):
-    """The real library (344 skills) gets the edge table of the pre-issue-14 build, pooled or not: the cap
-    does not bite there (no token above df 1,000)."""
+    """The real library (344 skills) gets the edge table of the build before the df cap, pooled or not:
+    the cap does not bite there (no token above df 1,000)."""
     nodes = parse_library(shared_data / "skills").nodes
     monkeypatch.setattr(join, "PARALLEL_MIN_PAIRS", 0)  # force the pool on this small join
     tables = graph_tables(nodes, BuildConfig())

@@ -344,7 +344,7 @@ def test_index_read_a_part_at_a_time_equals_the_index_of_the_whole_table(tmp_pat
 
 def test_a_manifest_with_the_removed_ppr_settings_still_gives_its_retrieval_settings():
     """Evolved manifests record the round's retrieval settings, which held the power iteration's `tol`,
-    `max_iter` and `ppr_push_min_nodes` until issue 30: retrieval over such a version starts from its
+    `max_iter` and `ppr_push_min_nodes` until 2026-12-03: retrieval over such a version starts from its
     preset, as before, and does not read them back."""
     from segos_pipeline.config import retrieval_for, retrieval_preset
 

@@ -265,7 +265,7 @@ def test_relevance_is_absolute_and_the_floor_empties_a_bundle_of_nothing(store):
 
 
 def test_a_manifest_recording_the_removed_lists_setting_still_gives_its_retrieval():
-    """Rounds before issue 30 recorded `semantic_lists_min_skills` in their manifests' retrieval settings;
+    """Rounds before 2026-12-03 recorded `semantic_lists_min_skills` in their manifests' retrieval settings;
     a version's retrieval comes from its preset, so such a manifest loads as any other, and asking for
     the setting now is a clear error."""
     old = {"config": {"preset": "default", "retrieval": {"semantic_lists_min_skills": 200_000}}}
