@@ -84,7 +84,7 @@ def list_count(n: int) -> int:
     return max(1, min(n, round(LISTS_PER_ROOT * math.sqrt(n))))
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
+def unit_rows(x: np.ndarray) -> np.ndarray:
     """Rows scaled to unit length, as float32 (semantic.py's vectors and queries too)."""
     x = np.asarray(x, dtype=np.float32)
     norms = np.linalg.norm(x, axis=-1, keepdims=True)
@@ -119,7 +119,7 @@ def train(
         empty = np.flatnonzero(np.asarray(members.sum(axis=1)).ravel() == 0)
         if len(empty):  # an empty list restarts at a sample row, so every list ends up holding rows
             sums[empty] = sample[rng.choice(len(sample), size=len(empty), replace=False)]
-        centroids = _unit(sums)
+        centroids = unit_rows(sums)
     return centroids
 
 
@@ -130,7 +130,7 @@ def build_lists(vectors: np.ndarray, lists: int | None = None, seed: int = SEED)
     k = list_count(len(vectors)) if lists is None else lists
     if k == 1:
         n = len(vectors)
-        centroid = _unit(vectors.sum(axis=0, keepdims=True))
+        centroid = unit_rows(vectors.sum(axis=0, keepdims=True))
         return InvertedLists(
             centroid, np.arange(n, dtype=np.int64), np.array([0, n], dtype=np.int64), vectors
         )

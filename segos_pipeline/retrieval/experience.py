@@ -37,9 +37,9 @@ import scipy.sparse as sp
 
 from ..config import RetrievalConfig
 from ..text.tokens import tokenize
-from .ann import InvertedLists, build_lists
+from .ann import InvertedLists, build_lists, unit_rows
 from .postings import bm25_idf
-from .semantic import SemanticIndex, _unit
+from .semantic import SemanticIndex
 from .sets import value_at
 
 
@@ -139,7 +139,7 @@ class ExperienceIndex:
             assert self.semantic is not None
             dim = self.semantic.matrix.shape[1]
             self._vectors = (
-                _unit(self.semantic.backend.embed(self._distinct)).astype(np.float32)[self._text_of]
+                unit_rows(self.semantic.backend.embed(self._distinct)).astype(np.float32)[self._text_of]
                 if self.texts
                 else np.zeros((0, dim), dtype=np.float32)
             )

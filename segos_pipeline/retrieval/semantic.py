@@ -33,7 +33,7 @@ import numpy as np
 import polars as pl
 
 from ..store.cache import T, cache_root, read_entry, write_entry
-from .ann import InvertedLists, _unit, build_lists, check_lists, list_count
+from .ann import InvertedLists, build_lists, check_lists, list_count, unit_rows
 from .embeddings import EmbeddingBackend, backend_for
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def text_hashes(heads: Sequence[str], fulls: Sequence[str]) -> list[str]:
 def embed_skills(backend: EmbeddingBackend, heads: Sequence[str], fulls: Sequence[str]) -> np.ndarray:
     if not heads:
         return np.zeros((0, 0), dtype=np.float32)
-    return _unit(_unit(backend.embed(heads)) + _unit(backend.embed(fulls)))
+    return unit_rows(unit_rows(backend.embed(heads)) + unit_rows(backend.embed(fulls)))
 
 
 # ---------------------------------------------------------------------------------------- the vectors
@@ -303,11 +303,11 @@ class SemanticIndex:
         return self.vectors.matrix
 
     def query_vector(self, query: str) -> np.ndarray:
-        return _unit(self.backend.embed([query]))[0]
+        return unit_rows(self.backend.embed([query]))[0]
 
     def query_vectors(self, queries: Sequence[str]) -> np.ndarray:
         """Unit vectors of several queries, embedded in one call."""
-        return _unit(self.backend.embed(list(queries)))
+        return unit_rows(self.backend.embed(list(queries)))
 
     def evidence_and_nearest(
         self, q: np.ndarray, patch: dict[int, np.ndarray] | None, m: int
