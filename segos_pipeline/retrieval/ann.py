@@ -7,7 +7,8 @@ lists, best first, until it has read `min_rows`: one matrix-vector product per r
 reading contiguous memory, with no gather of scattered rows and nothing the size of the library. Its cost
 is that of scoring 2√n centroids and about `min_rows` rows: at a million skills 2,000 centroids and some
 ten thousand rows instead of a million. Approximate: a row whose list is not read is not seen (the
-semantic index measures what that costs against the exact pass).
+semantic index measures what that costs against the exact pass). A stack of query vectors (a request and
+its sentences) reads the union of their lists once, one matrix product a span for all of them.
 """
 
 from __future__ import annotations
@@ -42,13 +43,16 @@ class InvertedLists:
         return np.diff(self.offsets)
 
     def choose(self, q: np.ndarray, min_rows: int) -> np.ndarray:
-        """The lists whose centroids are most similar to `q`, best first, until they hold at least
-        `min_rows` rows (all lists when there are fewer rows)."""
-        scores = self.centroids @ q
-        ranked = np.argsort(-scores, kind="stable")
-        covered = np.cumsum(self.sizes[ranked])
-        take = int(np.searchsorted(covered, min_rows)) + 1
-        return ranked[:take]
+        """The lists each query vector (`q`: one, or a (k, d) stack) needs: its lists by centroid similarity,
+        best first, until they hold at least `min_rows` rows (all lists when there are fewer rows). One
+        vector's lists best first; the union of several vectors' lists ascending."""
+        # one product with the centroids as stored on the left (transposed, they are copied first): a
+        # matrix-vector product for one vector
+        ranked = np.argsort(-(self.centroids @ q.T).T, axis=-1, kind="stable")  # (lists,) or (k, lists)
+        take = np.count_nonzero(np.cumsum(self.sizes[ranked], axis=-1) < min_rows, axis=-1) + 1
+        if ranked.ndim == 1:
+            return ranked[:take]
+        return np.unique(np.concatenate([lists[:t] for lists, t in zip(ranked, take.tolist(), strict=True)]))
 
     def spans(self, chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """[start, end) positions (in list order) of the chosen lists, ascending, adjacent lists merged
@@ -65,18 +69,26 @@ class InvertedLists:
 
     def scan(self, q: np.ndarray, min_rows: int) -> tuple[np.ndarray, np.ndarray]:
         """(row ids, their similarity to `q`) over the rows of the lists `choose` picks, read span by span
-        (row ids ascending by list position, not by id)."""
+        (row ids ascending by list position, not by id): (rows,) for one vector; for a (k, d) stack of
+        vectors a (k, rows) matrix over the union of their lists, each read once (a vector is also scored
+        on the other vectors' lists, so it sees at least its own lists' rows)."""
         q = np.asarray(q, dtype=self.vectors.dtype)
+        # (rows,) or (rows, k): the rows as stored on the left (transposed, they are copied first); the
+        # (k, rows) result is a transposed view
+        qt = q.T
         if min_rows >= len(self.order):  # every list, one span: what the spans below come to, without them
-            return self.order, self.vectors @ q
+            return self.order, (self.vectors @ qt).T
         starts, ends = self.spans(self.choose(q, min_rows))
-        sims = [self.vectors[s:e] @ q for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
-        lengths = ends - starts
-        total = int(lengths.sum())
-        # The list positions of every row read (concatenated ranges), then their source row ids.
-        pos = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths) + np.arange(total)
-        scores = np.concatenate(sims) if sims else np.zeros(0, dtype=self.vectors.dtype)
-        return self.order[pos], scores
+        sims = [self.vectors[s:e] @ qt for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+        if not sims:
+            return self.order[:0], np.zeros((*q.shape[:-1], 0), dtype=self.vectors.dtype)
+        return self.order[ranges(starts, ends)], np.concatenate(sims).T
+
+
+def ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The integer ranges [start, end), concatenated."""
+    lengths = ends - starts
+    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
 
 
 def list_count(n: int) -> int:

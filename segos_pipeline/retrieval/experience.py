@@ -200,18 +200,27 @@ class ExperienceIndex:
             self._lists = build_lists(self.vectors)
         _ = self.register_gap, self.background
 
-    def witness_cosines(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(witness rows, cosine to the unit query vector): every witness while they are few; past
-        `_EXACT_WITNESSES`, the rows of the inverted lists nearest the query (ann.py), so that a query's
-        cost stops growing with the experience. A witness far from the query weighs exp(-Δcos / T) ≈ 0 in
-        the vote, which is what the lists leave out."""
-        vectors = self.vectors
-        if len(vectors) <= _EXACT_WITNESSES:
-            return self._every, (vectors @ q).astype(np.float64)
+    def witness_cosines(self, vectors: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """(witness rows, their cosines to each of the k unit `vectors`: a (k, rows) matrix). Every
+        witness while they are few; past `_EXACT_WITNESSES`, the rows of the inverted lists nearest each
+        vector (ann.py), so that a query's cost stops growing with the experience. A witness far from a
+        vector weighs exp(-Δcos / T) ≈ 0 in its vote, which is what the lists leave out. The vectors of a
+        request and its sentences share the budget and are read together: each list once, each vector
+        scored on every list read (another vector's lists only show it more of its neighbours)."""
+        k = len(vectors)
+        witnesses = self.vectors
+        if len(witnesses) <= _EXACT_WITNESSES:
+            # a matrix-vector product each: the few witnesses stay in cache, and a matrix product with a
+            # few columns copies them first
+            cos = np.empty((k, len(witnesses)))
+            for j, v in enumerate(vectors):
+                cos[j] = witnesses @ v
+            return self._every, cos
         if self._lists is None:
-            self._lists = build_lists(vectors)
-        rows, cos = self._lists.scan(q, _SCAN_WITNESSES)
-        return rows, cos.astype(np.float64)
+            self._lists = build_lists(witnesses)
+        # a request alone: one matrix-vector product a span, as it always was
+        rows, cos = self._lists.scan(vectors[0] if k == 1 else np.stack(vectors), _SCAN_WITNESSES // k)
+        return rows, np.ascontiguousarray(np.atleast_2d(cos), dtype=np.float64)
 
     def lexical_shares(self, query: str) -> np.ndarray | None:
         """The share of the query's idf mass each witness holds (0 for the witnesses it does not touch), None
@@ -262,17 +271,16 @@ class ExperienceIndex:
         if shares is None:
             shares = np.zeros(len(self.texts))
         if query_vector is not None and nearest is not None and cfg.experience_weight > 0:
-            rows, cos = self.witness_cosines(query_vector)
-            semantic = self.vote(rows, cos, *nearest)
+            rows, cos = self.witness_cosines([query_vector, *(v for v, _ in parts)])
+            semantic = self.vote(rows, cos[0], *nearest)
             # the whole request's cosines: explanations and relevance read these
             if rows is self._every:
-                cosines = cos
+                cosines = cos[0]
             else:
                 cosines = np.zeros(len(self.texts))
-                cosines[rows] = cos
-            for clause_vector, clause_nearest in parts:
-                vote = self.vote(*self.witness_cosines(clause_vector), *clause_nearest)
-                np.maximum(semantic, vote, out=semantic)
+                cosines[rows] = cos[0]
+            for j, (_, clause_nearest) in enumerate(parts, start=1):
+                np.maximum(semantic, self.vote(rows, cos[j], *clause_nearest), out=semantic)
             semantic *= cfg.experience_weight
             value = semantic if value is None else value + semantic
         else:
@@ -362,7 +370,9 @@ class ExperienceIndex:
 # only the nearest few witnesses count, which the nearest lists hold. Reading 4,096 rows cost a
 # query more than the whole experience evidence may (evolved/cold ≤ 1.5); 1,024 rows fit in it and changed
 # very few top-5s and none of their hits (benchmarks/results/learning.md; figures: docs/benchmarks.md,
-# "Design measurements quoted from the code").
+# "Design measurements quoted from the code"). A request and its k - 1 sentences share the budget (about
+# `_SCAN_WITNESSES` / k rows each, read together): reading it for each sentence cost a request of several
+# sentences most of its evolved time, and the shared read ranked as well on the completeness proxy.
 _EXACT_WITNESSES = 2_048
 _SCAN_WITNESSES = 1_024
 # Skills whose witnesses measure the register gap: enough for a stable quantile, cheap once per version.

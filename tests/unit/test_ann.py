@@ -16,7 +16,7 @@ import pytest
 
 from segos_pipeline import RetrievalConfig, Retriever, SnapshotStore
 from segos_pipeline.retrieval import semantic as semantic_mod
-from segos_pipeline.retrieval.ann import InvertedLists, build_lists, check_lists, list_count
+from segos_pipeline.retrieval.ann import InvertedLists, build_lists, check_lists, list_count, ranges
 from segos_pipeline.retrieval.semantic import IVF_SCAN_ROWS, SemanticIndex, SkillVectors
 
 from ..conftest import dense_semantic_evidence, head_scores, semantic_evidence
@@ -71,6 +71,29 @@ def test_a_scan_reads_the_nearest_lists_whole_until_it_has_enough_rows():
     assert np.array_equal(every, lists.order) and np.array_equal(sims, lists.vectors @ q)
     starts, ends = lists.spans(lists.choose(q, 5_000))  # what the general path would read: the same span
     assert starts.tolist() == [0] and ends.tolist() == [5_000]
+
+
+def test_a_stack_of_vectors_reads_the_union_of_their_lists_once_and_scores_every_row_for_each():
+    x = _clustered(5_000)
+    lists = build_lists(x)
+    q = x[[17, 400, 2_500, 4_321]]
+    union = lists.choose(q, 300)
+    own = [lists.choose(v, 300) for v in q]
+    assert np.array_equal(union, np.unique(np.concatenate(own)))  # each vector's lists, no other
+    starts, ends = lists.spans(union)
+    assert (starts[1:] > ends[:-1]).all()  # ascending spans, adjacent lists merged
+    positions = np.concatenate([np.arange(lists.offsets[li], lists.offsets[li + 1]) for li in union])
+    assert np.array_equal(ranges(starts, ends), positions)  # the spans cover the chosen lists, once
+    rows, sims = lists.scan(q, 300)
+    assert np.array_equal(rows, lists.order[positions])
+    assert len(np.unique(rows)) == len(rows) and sims.shape == (len(q), len(rows))
+    for v, s in zip(q, sims, strict=True):
+        np.testing.assert_allclose(s, x[rows] @ v, rtol=1e-5, atol=1e-6)  # every vector, every row read
+        assert np.isin(lists.scan(v, 300)[0], rows).all()  # a vector read alone sees no row the stack misses
+    every_rows, every = lists.scan(q, 5_000)  # the whole library: one product for the stack
+    assert np.array_equal(every_rows, lists.order)
+    np.testing.assert_allclose(every, q @ lists.vectors.T, rtol=1e-5, atol=1e-6)
+    assert ranges(np.array([3, 10]), np.array([5, 13])).tolist() == [3, 4, 10, 11, 12]
 
 
 def test_adjacent_chosen_lists_are_read_as_one_span():

@@ -314,8 +314,9 @@ def test_the_query_path_gives_the_same_numbers_as_the_plain_computations(tmp_pat
     each witness's share of the query's idf mass (positions in the matrix, one bincount over all
     witnesses), the members' closest witnesses (a loop over the members), a sentence's nearest skills (the
     search that also gives its evidence), the request embedded with its sentences (each alone), the
-    lexical evidence (a skill's best share over all its witnesses) and each text's kernel vote (one skill
-    and one sum at a time), with exact witnesses and through inverted lists."""
+    lexical evidence (a skill's best share over all its witnesses), the witnesses the request and its
+    sentences read together (each text's cosines against a product over those rows) and each text's kernel
+    vote (one skill and one sum at a time), with exact witnesses and through inverted lists."""
     import numpy as np
     import scipy.sparse as sp
 
@@ -381,12 +382,19 @@ def test_the_query_path_gives_the_same_numbers_as_the_plain_computations(tmp_pat
             # each text's kernel vote, against the plain one
             parts = clauses(query)
             vectors = semantic.query_vectors([query, *parts])
-            for v in vectors:
-                rows, cos = index.witness_cosines(v)
+            # the request and its sentences read together: each witness once, scored for every text, and
+            # every witness a text's own share of the budget reads among them
+            rows, cos = index.witness_cosines(vectors)
+            assert cos.shape == (len(vectors), len(rows)) and len(np.unique(rows)) == len(rows)
+            budget = experience_module._SCAN_WITNESSES // len(vectors)
+            for j, v in enumerate(vectors):
+                np.testing.assert_allclose(cos[j], index.vectors[rows] @ v, rtol=1e-5, atol=1e-6)
+                own = index._every if index._lists is None else index._lists.scan(v, budget)[0]
+                assert np.isin(own, rows).all()
                 nearest = semantic.nearest(v, None, 20)
                 assert (
-                    index.vote(rows, cos, *nearest).tobytes()
-                    == _plain_vote(index, rows, cos, *nearest).tobytes()
+                    index.vote(rows, cos[j], *nearest).tobytes()
+                    == _plain_vote(index, rows, cos[j], *nearest).tobytes()
                 )
 
             alone = [semantic.query_vector(t) for t in [query, *parts]]
