@@ -264,7 +264,8 @@ class Retriever:
                 q_vec, patch.vectors, near
             )
             nearest = (near_nodes, near_cos)
-            parts = [(v, self.semantic.nearest(v, patch.vectors, near)) for v in vectors[1:]]
+            each = self.semantic.nearest_each(vectors[1:], patch.vectors, near)
+            parts = list(zip(vectors[1:], each, strict=True))
             ev = self.lexical.extend(ev, sem_nodes)
         nodes, m = _fused(ev, sem_nodes, sem_z, lam)
         local = top_k(m, np.arange(len(nodes)), cfg.seed_k)  # ties to the smaller id: nodes are sorted

@@ -328,28 +328,48 @@ class SemanticIndex:
         self, q: np.ndarray, patch: dict[int, np.ndarray] | None, m: int
     ) -> tuple[np.ndarray, np.ndarray]:
         """The m skills most similar to `q` and their cosines, as `evidence_and_nearest` finds them, without
-        the evidence (a request's sentences vote in the experience, their evidence is not fused)."""
+        the evidence."""
         return _nearest(*self._scored(q, patch), m)
+
+    def nearest_each(
+        self, vectors: Sequence[np.ndarray], patch: dict[int, np.ndarray] | None, m: int
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """`nearest` of each of several unit vectors: a request's sentences, which vote in the experience
+        (their evidence is not fused). Past one list they share one search's budget, each its nearest lists
+        for about `scan_rows` / k rows, the union read once (ann.py): a search of its own for each sentence
+        made a request of several sentences cost several searches of the library. With one list, the exact
+        pass of each, as `nearest` makes it."""
+        if len(vectors) < 2 or self.scan_rows >= len(self.lists.order):
+            return [self.nearest(v, patch, m) for v in vectors]
+        rows, sims = self.lists.scan(np.stack(vectors), self.scan_rows // len(vectors))
+        sims = sims.astype(np.float64)
+        return [_nearest(*_patched(rows, s, v, patch), m) for v, s in zip(vectors, sims, strict=True)]
 
     def _scored(self, q: np.ndarray, patch: dict[int, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray]:
         """(node ids, similarities) of the skills the search scores: the rows of the lists nearest `q`
-        (every skill, in order, when there is one list). A patched skill is always scored, with its new
-        vector: in its place when its list was read (so one list stays the exact search), else appended."""
+        (every skill, in order, when there is one list), patched (`_patched`)."""
         rows, sims = self.lists.scan(q, self.scan_rows)
-        sims = sims.astype(np.float64)
-        if patch:
-            patched = np.fromiter(patch, dtype=np.int64, count=len(patch))
-            new = np.fromiter((float(v @ q) for v in patch.values()), dtype=np.float64, count=len(patch))
-            at = _positions(rows, patched)
-            read = at >= 0
-            sims[at[read]] = new[read]
-            rows = np.concatenate((rows, patched[~read]))
-            sims = np.concatenate((sims, new[~read]))
-        return rows, sims
+        return _patched(rows, sims.astype(np.float64), q, patch)
 
     def vector_of(self, nodes_row: pl.DataFrame) -> np.ndarray:
         """The vector a (revised) one-row node table would get: to try a description rewrite."""
         return embed_skills(self.backend, *skill_texts(nodes_row))[0]
+
+
+def _patched(
+    rows: np.ndarray, sims: np.ndarray, q: np.ndarray, patch: dict[int, np.ndarray] | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """A search's (rows, similarities to `q`) with every patched skill scored with its new vector: in its
+    place when its list was read (so one list stays the exact search), else appended."""
+    if patch:
+        patched = np.fromiter(patch, dtype=np.int64, count=len(patch))
+        new = np.fromiter((float(v @ q) for v in patch.values()), dtype=np.float64, count=len(patch))
+        at = _positions(rows, patched)
+        read = at >= 0
+        sims[at[read]] = new[read]
+        rows = np.concatenate((rows, patched[~read]))
+        sims = np.concatenate((sims, new[~read]))
+    return rows, sims
 
 
 def _nearest(rows: np.ndarray, sims: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:

@@ -163,6 +163,35 @@ def test_the_reading_budget_bounds_the_rows_read_and_nothing_else_is_touched():
         assert int(i) in nodes.tolist() and z[nodes.tolist().index(int(i))] == pytest.approx(1.0)
 
 
+def test_a_requests_sentences_share_one_search_of_the_skills():
+    """`nearest_each`: past one list, the sentences of a request read the union of their nearest lists once,
+    within one search's budget; each gets the m best of the rows read, at their exact cosines, and those
+    rows hold every row its own share of the budget reads. With one list, each is `nearest` bit for bit."""
+    x = _clustered(4_000)
+    sem = _index(x, build_lists(x), scan_rows=600, m=7)
+    rng = np.random.default_rng(5)
+    vectors = [
+        v / np.linalg.norm(v) for v in x[rng.integers(0, len(x), 3)] + 0.3 * rng.standard_normal((3, 32))
+    ]
+    vectors = [v.astype(np.float32) for v in vectors]
+    rows, _ = sem.lists.scan(np.stack(vectors), 600 // 3)
+    assert len(rows) < 1_000  # about one search's budget, not three
+    for v, (nodes, cos) in zip(vectors, sem.nearest_each(vectors, None, 7), strict=True):
+        assert np.isin(sem.lists.scan(v, 600 // 3)[0], rows).all()
+        exact = (x[rows] @ v).astype(np.float64)
+        assert len(nodes) == 7 and np.isin(nodes, rows).all()
+        np.testing.assert_allclose(np.sort(cos), np.sort(exact)[-7:], rtol=0, atol=1e-6)
+        np.testing.assert_allclose(cos, x[nodes] @ v, rtol=0, atol=1e-6)
+    # a patched skill is scored with its new vector wherever it is
+    outside = int(np.setdiff1d(np.arange(len(x)), rows)[0])
+    nodes, cos = sem.nearest_each(vectors, {outside: vectors[1]}, 7)[1]
+    assert outside in nodes.tolist() and cos[nodes.tolist().index(outside)] == pytest.approx(1.0)
+    one = _index(x[:500], build_lists(x[:500], lists=1), scan_rows=600, m=7)
+    for (a, b), v in zip(one.nearest_each(vectors, None, 7), vectors, strict=True):
+        c, d = one.nearest(v, None, 7)
+        assert a.tobytes() == c.tobytes() and b.tobytes() == d.tobytes()
+
+
 def _oracle(x: np.ndarray, q: np.ndarray, m: int, floor: float) -> tuple[np.ndarray, np.ndarray]:
     """The exact evidence restated from a full sort: every cosine, the top m by numpy argsort, rescaled
     against the (m+1)-th or the floor; (sorted nodes, z > 0)."""
