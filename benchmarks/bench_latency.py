@@ -72,7 +72,7 @@ def _texts(args: dict[str, Any]) -> list[str]:
 def ratio_worker(args: dict[str, Any]) -> dict[str, Any]:
     """Evolved against cold `ranked_ids` p50 with the two versions interleaved query by query in this one
     process (minimum of `repeat` passes a query): timed one after the other, each in its own process, the
-    two versions of one run met different loads (1.46× and 2.19× in two runs of the same code)."""
+    two versions of one run met different loads (docs/benchmarks.md, "Latency")."""
     harness.pin_to_core(0)
     from segos_pipeline import Retriever, SnapshotStore
 
