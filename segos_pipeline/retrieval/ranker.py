@@ -158,7 +158,7 @@ class Retriever:
         self.lexical = lexical if lexical is not None else index_for(snapshot, self.config)
         self.semantic: SemanticIndex | None = semantic_index(snapshot, self.config)
         self.experience: ExperienceIndex | None = experience_index(
-            snapshot.experience, self.ids, self.config, self.semantic
+            snapshot.experience, self.ids, self.config, self.semantic, self.lexical
         )
         if self.config.reverse:
             operator = snapshot.transition

@@ -165,13 +165,98 @@ def test_a_skill_with_experience_does_not_push_aside_a_better_matching_one(tmp_p
         assert _retriever(store, version, "wordllama").ranked_ids(query, 5)[0] == "pdf-splitter"
 
 
+def test_the_word_vote_splits_each_word_among_the_skills_that_claim_it(tmp_path):
+    """The word vote against its plain computation (dictionaries and loops): a skill claims each word of its
+    own text fully, and a word of its past requests by the share of them holding it once two or more do;
+    each query word splits its idf among the claims, crumbs dropped."""
+    from segos_pipeline.retrieval import experience as experience_module
+    from segos_pipeline.text.tokens import tokenize
+
+    learned = _learned_ids(400, 0.1, held=False)[:12]
+    texts = [
+        "bind my dossiers as a booklet",  # the merger's
+        "bind these scans as one booklet",
+        "glue dossiers into a single booklet",
+        "bind the chart of my ledger",  # the plotter's: "bind" in one request only
+        "draw my ledger over time",
+        "draw the ledger by month",
+    ]
+    used = ["pdf-merger"] * 3 + ["chart-plotter"] * 3
+    traces = [_trace(i, texts[k % 6], [used[k % 6]]) for k, i in enumerate(learned)]
+    store, _ = _store_with(tmp_path, traces)
+    version = evolve(store, "w1", retrieval=RetrievalConfig(semantic="none"))["version"]
+    r = _retriever(store, version)
+    index = r.experience
+    assert index is not None and index._claims is not None
+
+    def plain(query: str) -> np.ndarray:
+        tokens = list(dict.fromkeys(tokenize(query)))
+        known = [t for t in tokens if t in index.vocab]
+        if not known:
+            return np.zeros(index.n)
+        total = sum(index.idf[index.vocab[t]] for t in known) + index.unknown_idf * (len(tokens) - len(known))
+        cols = index.query_columns(query)[0].tolist()  # its tokens that most witnesses hold skipped
+        read = {t for t in known if index.vocab[t] in cols}
+        own = r.lexical.matrix.tocsr()
+        vote = np.zeros(index.n)
+        for word in read:
+            claims = {}
+            for node in range(index.n):
+                rows = index.witnesses_of(node)
+                holding = sum(word in tokenize(index.texts[w]) for w in rows.tolist())
+                column = r.lexical.vocab.index.get(word)
+                mine = column is not None and own[node, column] > 0
+                share = holding / len(rows) if holding >= experience_module._MIN_CLAIM_WITNESSES else 0.0
+                if mine or share:
+                    claims[node] = 1.0 if mine else share
+            for node, claim in claims.items():
+                if claim / sum(claims.values()) >= experience_module._MIN_CLAIM_SHARE:
+                    vote[node] += index.idf[index.vocab[word]] * claim / sum(claims.values())
+        vote /= total
+        vote[vote < _MIN_VOTE] = 0.0
+        return vote
+
+    merger, plotter = (int(r.names.row_of(s)) for s in ("pdf-merger", "chart-plotter"))
+    for query in ["bind the dossiers as a booklet", "draw my ledger", "bind a pdf", "nothing known here"]:
+        columns = index.query_columns(query)
+        got = np.zeros(index.n) if columns is None else index.word_vote(*columns)
+        np.testing.assert_allclose(got, plain(query), rtol=1e-12, atol=0)
+    # "bind" is in two of the merger's three requests and one of the plotter's: the merger claims it alone
+    vote = index.word_vote(*index.query_columns("bind"))
+    assert vote[merger] == pytest.approx(1.0) and vote[plotter] == 0.0
+    # "single" is the splitter's own word and in one of the merger's requests: the splitter keeps it whole;
+    # "dossiers", in two of the merger's requests, is the merger's
+    vote = index.word_vote(*index.query_columns("single dossiers"))
+    splitter = int(r.names.row_of("pdf-splitter"))
+    assert vote[splitter] > 0 and vote[merger] > 0 and vote[plotter] == 0.0
+    assert vote[splitter] + vote[merger] == pytest.approx(1.0)
+
+
+def test_a_skill_without_experience_keeps_its_own_words_share_of_the_vote(tmp_path):
+    # the merger's requests all hold "chart"; the plotter, with no experience, still claims its own word in
+    # full, and a request for a chart ranks it first
+    learned = _learned_ids(200, 0.1, held=False)[:20]
+    traces = [_trace(i, f"merge the pdf chart pages {k}", ["pdf-merger"]) for k, i in enumerate(learned)]
+    store, _ = _store_with(tmp_path, traces)
+    version = evolve(store, "w1", retrieval=RetrievalConfig(semantic="none"))["version"]
+    r = _retriever(store, version)
+    assert r.experience is not None
+    vote = r.experience.word_vote(*r.experience.query_columns("chart"))
+    merger, plotter = (int(r.names.row_of(s)) for s in ("pdf-merger", "chart-plotter"))
+    assert vote[plotter] > 0 and vote[plotter] == pytest.approx(vote[merger])  # both claim it in full
+    assert r.ranked_ids("plot a bar chart", 5)[0] == "chart-plotter"
+    off = Retriever(store.load(version), RetrievalConfig(semantic="none", experience_word_weight=0.0))
+    assert off.experience is not None and off.experience._claims is None
+
+
 def test_the_held_out_check_refuses_a_round_that_makes_ranks_worse(tmp_path):
     # the learned traces say the request needs the mailer; the held-out ones, asking the same, used the
-    # merger, which the cold start already ranks first: the new experience would push it down
+    # merger, which the cold start already ranks first: the new experience would push it down (the learned
+    # requests differ in a number only, which no token holds: the same words in many requests)
     text = "merge pdf documents into one pdf and mail it"
     learned = _learned_ids(400, 0.1, held=False)[:30]
     held = _learned_ids(400, 0.1, held=True)[:10]
-    traces = [_trace(i, text, ["mail-sender"]) for i in learned] + [
+    traces = [_trace(i, f"{text} {k}", ["mail-sender"]) for k, i in enumerate(learned)] + [
         _trace(i, text, ["pdf-merger"]) for i in held
     ]
     store, _ = _store_with(tmp_path, traces)
@@ -373,6 +458,8 @@ def test_the_query_path_gives_the_same_numbers_as_the_plain_computations(tmp_pat
                 plain[index.skill[row]] = max(
                     plain[index.skill[row]], max(share - floor, 0.0) / (1.0 - floor)
                 )
+            if len(cols):  # and the word vote (checked against its plain computation in its own test)
+                plain += cfg.experience_word_weight * index.word_vote(*index.query_columns(query))
             plain *= cfg.experience_lexical_weight
             lexical = index.evidence(query, None)
             assert np.array_equal(lexical.nodes, np.flatnonzero(plain > 0))
