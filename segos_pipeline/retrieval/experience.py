@@ -57,7 +57,7 @@ class ExperienceEvidence:
     """Per-query experience evidence over the skills that have any (sorted node indices)."""
 
     nodes: np.ndarray
-    value: np.ndarray  # what is added to ρ: weighted lexical share plus weighted semantic vote
+    value: np.ndarray  # what is added to ρ: weighted lexical share and word vote, plus weighted semantic vote
     # Per witness: the share of the query's idf mass it holds, and its cosine to the query (0 where not
     # read): for explanations and the absolute relevance of a skill.
     shares: np.ndarray
@@ -130,7 +130,7 @@ class ExperienceIndex:
         self.idf = bm25_idf(len(self.texts), df)
         self.unknown_idf = float(bm25_idf(len(self.texts), np.zeros(1))[0])
         # Tokens most witnesses hold ("can", "me", "find") add little to a share and most of its cost: like
-        # the lexical seeds (SPEC §6.7) they are read only when nothing rarer is asked (`lexical_shares`).
+        # the lexical seeds (SPEC §6.7) they are read only when nothing rarer is asked (`query_columns`).
         self._common = (df > config.seed_df_max * len(self.texts)) & (df >= config.seed_df_min)
         # Each token's postings (witness rows, ascending) as its own array: a query concatenates its few
         # tokens' arrays instead of computing their positions in the matrix.
@@ -255,14 +255,9 @@ class ExperienceIndex:
             cols, idf = cols[~common], idf[~common]
         return cols, idf, total
 
-    def lexical_shares(self, query: str) -> np.ndarray | None:
-        """The share of the query's idf mass each witness holds (0 for the witnesses it does not touch), None
-        when the query has no token of the witnesses."""
-        columns = self.query_columns(query)
-        return None if columns is None else self.shares(*columns)
-
     def shares(self, cols: np.ndarray, idf: np.ndarray, total: float) -> np.ndarray:
-        """The share of the idf mass `total` each witness holds of the columns `cols` (weighing `idf`). Over
+        """The share of the idf mass `total` each witness holds of the columns `cols` (weighing `idf`; all
+        three from `query_columns`), 0 for the witnesses they do not touch. Over
         every witness: the sums already are, and one division over them costs less than finding the
         witnesses the query touches (often most of them)."""
         # each witness's idf mass, column after column from 0 (bincount adds in that order)
