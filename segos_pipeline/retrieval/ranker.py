@@ -97,6 +97,7 @@ class Ranking:
     co_use: CoUse | None = None  # None: no companion of the best candidate was raised
     query_vector: np.ndarray | None = None  # unit; None: the query was not embedded
     query: str = ""
+    fusion: float = 0.0  # λ of m = (1 − λ)·lexical + λ·semantic (semantic only when the query was embedded)
 
     @property
     def complete(self) -> bool:
@@ -137,6 +138,13 @@ class Ranking:
         if self.semantic_nodes is None or self.semantic_z is None:
             return 0.0
         return value_at(self.semantic_nodes, self.semantic_z, node)
+
+    def own_of(self, node: int) -> float:
+        """m of one skill: its own text's evidence, lexical and semantic fused as in its score."""
+        lexical = self.evidence.at(node)
+        if self.semantic_nodes is None:
+            return lexical
+        return (1.0 - self.fusion) * lexical + self.fusion * self.semantic_of(node)
 
 
 _CARDS = 4_096  # hydrated skills kept per Retriever (each at most per_skill_chars characters)
@@ -291,7 +299,7 @@ class Retriever:
         if self.experience is not None and self.config.co_use_weight > 0 and len(cand):
             cand, scores, co_use = self._complete(cand, scores)
         return Ranking(
-            self.n, cand, scores, seeds, g_nodes, g_mass, ev, sem_nodes, sem_z, xp, co_use, q_vec, query
+            self.n, cand, scores, seeds, g_nodes, g_mass, ev, sem_nodes, sem_z, xp, co_use, q_vec, query, lam
         )
 
     def _complete(self, cand: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, CoUse | None]:
@@ -391,9 +399,8 @@ class Retriever:
             ranking.experience,
             ranking.co_use,
             node,
-            lexical,
+            self.config.rerank_mu * ranking.own_of(node),
             self.ids,
-            self.config.rerank_mu,
         )
         seed = bool(np.any(ranking.seeds == node))
         sid = str(self.ids[node])

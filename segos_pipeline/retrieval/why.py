@@ -51,24 +51,26 @@ def learned(
     evidence: ExperienceEvidence | None,
     co_use: CoUse | None,
     node: int,
-    lexical: float,
+    own: float,
     ids: Sequence[str],
-    rerank_mu: float,
 ) -> list[dict[str, Any]]:
     """What a bundle member learned from traces that put it there (the ranking's experience `evidence` and
-    `co_use`): experience, when it counted for this query as much as its own `lexical` evidence did (the
-    tasks and the closest request it served), and co-use, when the best candidate brought it along (the
-    tasks they shared)."""
+    `co_use`): co-use, when the best candidate brought it along (the tasks they shared); experience, when
+    it counted for this query as much as the skill's `own` evidence did (μ·m, its text's words and
+    meaning) and as the co-use lift that replaced its score, if any, with the tasks and the closest
+    request it served. A skill its text ranks, or that came along with another, is not there by
+    experience, however little experience adds."""
     if index is None:
         return []
     out: list[dict[str, Any]] = []
+    lift = co_use.of(node) if co_use is not None else 0.0
     value = evidence.at(node) if evidence is not None else 0.0
     explained = index.explain(node, evidence) if evidence is not None and value > 0 else None
-    if explained is not None and value >= rerank_mu * lexical:
+    if explained is not None and value >= max(own, lift):
         tasks, request = explained
         clipped = request if len(request) <= REQUEST_CHARS else request[: REQUEST_CHARS - 1] + "…"
         out.append(_reason("experience", None, None, value, tasks=tasks, request=clipped))
-    if co_use is not None and (lift := co_use.of(node)) > 0:
+    if co_use is not None and lift > 0:
         tasks = int(index.co_tasks[co_use.anchor, node])
         out.append(_reason("co-use", str(ids[co_use.anchor]), None, lift, tasks=tasks))
     return out
