@@ -58,8 +58,8 @@ def learned(
     `co_use`): co-use, when the best candidate brought it along (the tasks they shared); experience, when
     it counted for this query as much as the skill's `own` evidence did (μ·m, its text's words and
     meaning) and as the co-use lift that replaced its score, if any, with the tasks and the closest
-    request it served. A skill its text ranks, or that came along with another, is not there by
-    experience, however little experience adds."""
+    request it served. A skill that its own text ranks, or that came along with another, is not said to be
+    there by experience for the little experience added."""
     if index is None:
         return []
     out: list[dict[str, Any]] = []
