@@ -181,9 +181,10 @@ class RetrievalConfig(_Overridable):
     experience_temperature: float = 0.05
     experience_lexical_weight: float = 1.0
     experience_lexical_floor: float = 0.1
-    # The word vote (retrieval/experience.py), added to the lexical share: each word of the query splits its
-    # idf among the skills that claim it (their own text, or at least two of their past requests). 0 turns
-    # it off. 1.0 on MetaTool dev (benchmarks/results/learning.md, "The word vote").
+    # The word vote (retrieval/experience.py), added to the lexical share and weighted with it by
+    # `experience_lexical_weight`: each word of the query splits its idf among the skills that claim it
+    # (their own text, or at least two of their past requests). 0 turns it off. 1.0 on MetaTool dev
+    # (benchmarks/results/learning.md, "The word vote").
     experience_word_weight: float = 1.0
     # Co-use completion (SPEC §8): the skills that served the same successful requests as the query's best
     # candidate on at least `co_use_min_share` of its tasks come along with it, at `co_use_weight` × its
