@@ -485,15 +485,19 @@ def _word_claims(
 
     A skill's revised text tried by the description editor (`RowPatch`) is not seen here: its new words
     get no share of the vote, so a revision is judged without that part of its gain."""
+    # the words of each skill's own text: the lexical index's columns of the experience's tokens. A word
+    # that more than 1 / `_MIN_CLAIM_SHARE` skill texts hold leaves every claim on it below that share, so
+    # it is left out from the start: at 100k skills the common words' columns were 4.75M entries.
+    columns = np.fromiter((lexical.vocab.index.get(t, -1) for t in vocab), np.int64, len(vocab))
+    known = np.flatnonzero(columns >= 0)
+    crowded = np.diff(lexical.matrix.indptr)[columns[known]] * _MIN_CLAIM_SHARE > 1
+    common, known = known[crowded], known[~crowded]
     rows = len(skill)
     per_skill = sp.csr_matrix((np.ones(rows), (skill, np.arange(rows))), shape=(n, rows))
     held = (per_skill @ witnesses).tocsr()  # witnesses of each skill holding each word
-    held.data[held.data < _MIN_CLAIM_WITNESSES] = 0.0
+    held.data[(held.data < _MIN_CLAIM_WITNESSES) | np.isin(held.indices, common)] = 0.0
     held.eliminate_zeros()
     held.data /= np.repeat(np.bincount(skill, minlength=n), np.diff(held.indptr))
-    # the words of each skill's own text: the lexical index's columns of the experience's tokens
-    columns = np.fromiter((lexical.vocab.index.get(t, -1) for t in vocab), np.int64, len(vocab))
-    known = np.flatnonzero(columns >= 0)
     text = lexical.matrix[:, columns[known]].tocoo()
     stored = text.data > 0
     own = sp.csr_matrix(
