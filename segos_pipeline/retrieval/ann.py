@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from .sets import ranges
+
 TRAIN_ROWS_PER_LIST = 64  # k-means sample: enough rows per centroid for stable clusters
 TRAIN_ITERATIONS = 8
 ASSIGN_CHUNK = 65_536  # rows scored against the centroids at once: bounds the (chunk × lists) matrix
@@ -83,12 +85,6 @@ class InvertedLists:
         if not sims:
             return self.order[:0], np.zeros((*q.shape[:-1], 0), dtype=self.vectors.dtype)
         return self.order[ranges(starts, ends)], np.concatenate(sims).T
-
-
-def ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """The integer ranges [start, end), concatenated."""
-    lengths = ends - starts
-    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
 
 
 def list_count(n: int) -> int:

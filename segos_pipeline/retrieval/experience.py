@@ -46,7 +46,7 @@ from ..text.tokens import tokenize
 from .ann import InvertedLists, build_lists, unit_rows
 from .postings import bm25_idf, gather
 from .semantic import SemanticIndex
-from .sets import value_at
+from .sets import ranges, value_at
 
 if TYPE_CHECKING:
     from .lexical import LexicalIndex
@@ -257,9 +257,9 @@ class ExperienceIndex:
 
     def shares(self, cols: np.ndarray, idf: np.ndarray, total: float) -> np.ndarray:
         """The share of the idf mass `total` each witness holds of the columns `cols` (weighing `idf`; all
-        three from `query_columns`), 0 for the witnesses they do not touch. Over
-        every witness: the sums already are, and one division over them costs less than finding the
-        witnesses the query touches (often most of them)."""
+        three from `query_columns`), 0 for the witnesses they do not touch. Over every witness: the sums
+        already are, and one division over them costs less than finding the witnesses the query touches
+        (often most of them)."""
         # each witness's idf mass, column after column from 0 (bincount adds in that order)
         rows = np.concatenate([self._postings[c] for c in cols.tolist()])
         held = np.bincount(rows, weights=np.repeat(idf, self._df[cols]), minlength=len(self.texts))
@@ -393,11 +393,10 @@ class ExperienceIndex:
         has = np.flatnonzero(ends > starts)
         if not len(has):
             return words, cosine, meaning
-        # Every witness of the skills that have any, skill after skill (a ragged arange), and the first of
-        # each skill's run: a max per run is the max of its witnesses, whatever their order.
-        lengths = ends[has] - starts[has]
-        first = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-        rows = self._by_skill[np.arange(int(lengths.sum())) + np.repeat(starts[has] - first, lengths)]
+        # Every witness of the skills that have any, skill after skill, and the first of each skill's run: a
+        # max per run is the max of its witnesses, whatever their order.
+        rows = self._by_skill[ranges(starts[has], ends[has])]
+        first = np.concatenate(([0], np.cumsum(ends[has] - starts[has])[:-1]))
         shares, cosines = evidence.shares[rows], evidence.cosines[rows]
         words[has] = np.maximum.reduceat(shares, first)
         cosine[has] = np.maximum.reduceat(cosines, first)

@@ -11,18 +11,16 @@ try:  # y += A·x for a CSC A: one column's postings added into an accumulator w
 except ImportError:  # pragma: no cover - a scipy that moved it: bincount gives the same sums, slower
     _csc_matvec = None
 
-from .sets import unique
+from .sets import ranges, unique
 
 
 def gather(m: sp.csc_matrix, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The stored entries of the selected columns, column after column: (rows, positions in m.data, each
-    column's length). A ragged arange, no Python loop over columns."""
+    column's length)."""
     starts = m.indptr[cols].astype(np.int64)
-    lengths = m.indptr[cols + 1].astype(np.int64) - starts
-    pos = np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(
-        starts - (np.cumsum(lengths) - lengths), lengths
-    )
-    return m.indices[pos], pos, lengths
+    ends = m.indptr[cols + 1].astype(np.int64)
+    pos = ranges(starts, ends)
+    return m.indices[pos], pos, ends - starts
 
 
 # Below this share of the skills, a query's postings are grouped by skill with a sort (cost follows the

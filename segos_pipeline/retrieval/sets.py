@@ -23,6 +23,12 @@ def unique(a: np.ndarray) -> np.ndarray:
     return s[keep]
 
 
+def ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The integer ranges [start, end), concatenated (a ragged arange: no Python loop over the ranges)."""
+    lengths = ends - starts
+    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
+
+
 def union_positions(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(u, ia, ib): the union of two sorted sets and where each one's values sit in it (u[ia] = a,
     u[ib] = b), in time linear in the larger set and without binary searches over it."""
