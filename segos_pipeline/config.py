@@ -176,7 +176,10 @@ class RetrievalConfig(_Overridable):
     # a version without experience. Chosen on MetaTool dev splits (benchmarks/results/learning.md). The
     # floor was 0.2: a two-part request holds at most about half its words in any one past request of
     # either part, so 0.1 lets a partial witness count (with the vote on every short query it raised other
-    # requests and two-tool COMP and cost untraced tools little; figures: docs/benchmarks.md).
+    # requests and two-tool COMP and cost untraced tools little; figures: docs/benchmarks.md). The vote
+    # weighs `experience_weight` times the part of λ that falls with the query's length
+    # (`Retriever.length_weight`): a long task text is decided by its words, in its experience as at cold
+    # start.
     experience_weight: float = 2.0
     experience_temperature: float = 0.05
     experience_lexical_weight: float = 1.0

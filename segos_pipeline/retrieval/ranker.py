@@ -282,7 +282,7 @@ class Retriever:
         g_nodes, g_mass = self.graph_mass(seeds, weights) if cfg.propagate else (seeds[:0], np.zeros(0))
         xp = None
         if self.experience is not None:
-            xp = self.experience.evidence(query, q_vec, nearest, parts)
+            xp = self.experience.evidence(query, q_vec, nearest, parts, self.length_weight(ev))
         if not ev.complete:  # candidates outside a cut get their evidence (a complete one holds them all)
             reached = g_nodes if xp is None else union_positions(g_nodes, xp.nodes)[0]
             extended = self.lexical.extend(ev, reached)
