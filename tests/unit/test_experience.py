@@ -694,7 +694,7 @@ def test_a_round_over_some_skillsbench_tasks_keeps_the_other_tasks_rankings(tmp_
     trials leave one or two witnessing requests, far from the other tasks: the other half must rank as at
     cold start (within the issue's .01), not be re-ranked by the embedding that the cold start leaves out of
     long task texts (it lost .017 so before the vote was weighted by the query's length)."""
-    from segos_pipeline.evaluation.replay import gold_sets, load_queries
+    from segos_pipeline.evaluation.replay import QueryFile, load_queries, replay
     from segos_pipeline.evaluation.study.queries import split_tasks
     from segos_pipeline.evolution.adapters import iter_records
 
@@ -708,12 +708,7 @@ def test_a_round_over_some_skillsbench_tasks_keeps_the_other_tasks_rankings(tmp_
     records = list(iter_records(trials, "skillsbench-trials", queries=eval_file))
 
     def recall(r: Retriever, measured: list) -> float:
-        found = 0.0
-        for q in measured:
-            got = set(r.ranked_ids(q.query, 5))
-            gold = gold_sets(r.names, q.gold)[0]
-            found += sum(bool(item & got) for item in gold) / len(gold)
-        return found / len(measured)
+        return replay(r, QueryFile(measured, []), k=5)["recall"]
 
     cold_sum, evolved_sum = 0.0, 0.0
     for half in (0, 1):
