@@ -24,7 +24,7 @@ from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.round import evolve
 from segos_pipeline.graph.incremental import apply_change
 from segos_pipeline.retrieval.experience import _MIN_VOTE, ExperienceIndex
-from segos_pipeline.store.diff import diff_versions, to_markdown
+from segos_pipeline.store.diff import diff_versions, to_markdown, to_table
 from segos_pipeline.store.layout import EXPERIENCE_SCHEMA
 from segos_pipeline.store.served import served
 
@@ -302,6 +302,8 @@ def test_diff_shows_what_skills_learned(evolved):
         ("chart-plotter", "graph my monthly ledger", None, 6),
     }
     assert "## Experience" in to_markdown(diff) and LEARNED in to_markdown(diff)
+    # and the plain view (`segos diff`) lists them too
+    assert f"  experience  pdf-merger  0 -> 6 task(s)  '{LEARNED}'" in to_table(diff).splitlines()
     # the spec's keys are all still there
     assert {"from", "to", "edges", "descriptions", "counts"} <= set(diff)
 
