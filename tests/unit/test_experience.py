@@ -614,6 +614,28 @@ def test_skills_used_together_come_along_with_the_best_candidate(tmp_path):
     reply = SegosService(store, landing=tmp_path / "landing").retrieve_bundle(query, top_n=2)
     why = {s["id"]: s["why"] for s in reply["skills"]}
     assert why["chart-plotter"] == "used with csv-loader on 6 successful task(s)"
+    # what a skill learned, in its detail (MCP get_skill_detail, `segos show`)
+    service = SegosService(store, landing=tmp_path / "landing")
+    learned = service.skill_detail("csv-loader")["experience"]
+    assert learned == {
+        "requests": 1,
+        "tasks": 6,
+        "top": [{"text": REPORT, "tasks": 6, "first_round": 1, "last_round": 1}],
+        "used_with": [{"id": "chart-plotter", "tasks": 6}],
+    }
+    assert service.skill_detail("csv-loader", version="v0001")["experience"] == {
+        "requests": 0,
+        "tasks": 0,
+        "top": [],
+        "used_with": [],
+    }
+    from click.testing import CliRunner
+
+    from segos_pipeline.cli import main
+
+    shown = CliRunner().invoke(main, ["show", "csv-loader", "--store", str(store.root)]).output.splitlines()
+    assert "learned: 1 request(s) of 6 successful task(s)" in shown
+    assert f"    6 task(s)  {REPORT}" in shown and "used with: chart-plotter (6 task(s))" in shown
 
 
 def test_a_companion_never_passes_a_skill_whose_own_evidence_is_more(tmp_path):
