@@ -64,10 +64,11 @@ def retrieve(
         )
         return
     click.echo(f"version {bundle.version}: {len(bundle.skills)} skill(s), {bundle.chars} chars")
-    click.echo(f"{'':>3} {'skill':<36} {'score':>8} {'relev.':>6}")
+    # ids: what `segos show` and `segos explain` take (a library's folders, so they hold the names)
+    width = max([len("skill"), *(len(s.id) for s in bundle.skills)])
+    click.echo(f"{'':>3} {'skill':<{width}} {'score':>8} {'relev.':>6}  why")
     for s in bundle.skills:
-        mark = "seed" if s.seed else "co-use" if s.co_use > 0 else "graph" if s.lexical == 0 else ""
-        click.echo(f"{s.rank:>2}. {s.name:<36} {s.score:8.4f} {s.relevance:6.2f} {mark:<6} {s.id}")
+        click.echo(f"{s.rank:>2}. {s.id:<{width}} {s.score:8.4f} {s.relevance:6.2f}  {s.why}")
     for p in bundle.pruned:
         click.echo(f"    pruned {p['id']} (avoid edge with {p['avoided_with']})")
     if show_text:

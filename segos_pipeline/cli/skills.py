@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,15 @@ def show_command(skill: str, store: Path | None, version: str | None, as_json: b
     click.echo(f"edges: {degree}")
     if detail["also_matches"]:
         click.echo(f"also matches: {', '.join(detail['also_matches'])}")
+    learned = detail["experience"]
+    if learned["requests"]:
+        click.echo(f"learned: {learned['requests']} request(s) of {learned['tasks']} successful task(s)")
+        for r in learned["top"]:
+            click.echo(f"  {r['tasks']:>3} task(s)  {textwrap.shorten(r['text'], 100, placeholder='…')}")
+    if learned["used_with"]:
+        click.echo(
+            "used with: " + ", ".join(f"{c['id']} ({c['tasks']} task(s))" for c in learned["used_with"])
+        )
     click.echo("\n" + (row.get("body") or row.get("description") or ""))
 
 

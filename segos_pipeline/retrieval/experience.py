@@ -371,6 +371,15 @@ class ExperienceIndex:
             return _NO_EVIDENCE.nodes, _NO_EVIDENCE.value
         return m.indices[lo:hi].astype(np.int64), m.data[lo:hi] * (score * self.config.co_use_weight)
 
+    def used_with(self, node: int) -> tuple[np.ndarray, np.ndarray]:
+        """(nodes, tasks) of the skills `node` was used with on most of its tasks (its companions), most
+        shared tasks first."""
+        m = self.co_tasks
+        lo, hi = int(m.indptr[node]), int(m.indptr[node + 1])
+        nodes, tasks = m.indices[lo:hi].astype(np.int64), m.data[lo:hi]
+        order = np.lexsort((nodes, -tasks))
+        return nodes[order], tasks[order]
+
     def explain(self, node: int, evidence: ExperienceEvidence) -> tuple[int, str] | None:
         """(distinct successful tasks, the closest witnessing request) of a skill, None without experience."""
         rows = self.witnesses_of(node)

@@ -32,7 +32,7 @@ REASON_PRIORITY = (
 PHRASES = {
     "experience": "used on {tasks} successful task(s) like '{request}'",
     "co-use": "used with {via} on {tasks} successful task(s)",
-    "seed": "lexical seed: matches the query best",
+    "seed": "lexical seed: among the query's best matches",
     "lexical": "matches the query's terms",
     "prerequisite": "prerequisite of {via}: its outputs feed it (dependency edge)",
     "consumer": "uses the outputs of {via} (dependency edge)",

@@ -37,6 +37,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from ..config import AVOID, RELATIONS, RetrievalConfig
 from ..evolution.landing import LandingWriteError, append_line
 from ..evolution.traces import (
@@ -312,7 +314,8 @@ class SegosService(ServedVersions):
     def skill_detail(self, name: str, version: str | None = None) -> dict[str, Any]:
         """Every parsed field of one skill (full body), its edge counts by relation, and its package: the
         absolute `folder` on this machine (None, with `folder_error` saying why, when the library is not
-        there) and its `files`, each readable as the resource `skill://{id}/files/{path}`."""
+        there) and its `files`, each readable as the resource `skill://{id}/files/{path}`; and what it learned
+        from traces (`_learned`)."""
         lo = self._request(version)
         i, others = self._resolve(lo, name)
         row = lo.snapshot.nodes[i].to_dicts()[0]
@@ -335,6 +338,7 @@ class SegosService(ServedVersions):
             "folder_error": where.problem,
             "files": [{**f, "uri": f"skill://{sid}/files/{f['path']}"} for f in files],
             "files_truncated": more,
+            "experience": _learned(lo, i),
         }
 
     def skill_file(self, name: str, path: str, version: str | None = None) -> PackageFile:
@@ -508,4 +512,30 @@ def _ordering_summary(order: ExecutionOrder, precedence: Precedence) -> dict[str
         "constraints": [c.as_dict() for c in order.constraints],
         "broken": [c.as_dict() for c in order.broken],
         "precedence": precedence.as_dict(),
+    }
+
+
+LEARNED_ROWS = 10  # requests and companions listed in a skill's detail
+
+
+def _learned(lo: LoadedVersion, node: int) -> dict[str, Any]:
+    """What one skill learned from successful traces in this version (SPEC §8, "Experience"): its
+    witnessing requests (`tasks` the distinct successful tasks that asked them), most tasks first, and the
+    skills it was used with on most of its tasks (its co-use companions, which come along in its bundles)."""
+    sid = str(lo.retriever.ids[node])
+    rows = lo.snapshot.experience.filter(pl.col("skill") == sid).sort(
+        ["tasks", "text"], descending=[True, False]
+    )
+    companions: list[dict[str, Any]] = []
+    if lo.retriever.experience is not None:
+        nodes, tasks = lo.retriever.experience.used_with(node)
+        ids = lo.retriever.ids
+        companions = [
+            {"id": str(ids[v]), "tasks": int(t)} for v, t in zip(nodes[:LEARNED_ROWS], tasks, strict=False)
+        ]
+    return {
+        "requests": rows.height,
+        "tasks": int(rows["tasks"].sum()),
+        "top": rows.select("text", "tasks", "first_round", "last_round").head(LEARNED_ROWS).to_dicts(),
+        "used_with": companions,
     }

@@ -417,7 +417,8 @@ def build_server(
     @app.tool(title="Skill detail", annotations=_READ, structured_output=False)
     @tool_errors
     async def get_skill_detail(name: SkillRef, version: Version = None) -> dict[str, Any]:
-        """Every parsed field of one skill, its full body and its edge counts by relation."""
+        """Every parsed field of one skill, its full body, its edge counts by relation and what it learned
+        from successful traces (the requests it served, the skills used with it)."""
         return await _off_loop(lambda: service.skill_detail(name, version=version))
 
     @app.tool(title="Skill neighbours", annotations=_READ, structured_output=False)

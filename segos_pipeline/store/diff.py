@@ -157,7 +157,12 @@ def _table(title: str, header: str, rows: list[str]) -> list[str]:
 
 def _cell(text: str, chars: int = 80) -> str:
     """A request as one Markdown table cell: one line, pipes escaped, clipped."""
-    one = " ".join(text.split()).replace("|", "\\|")
+    return _line(text.replace("|", "\\|"), chars)
+
+
+def _line(text: str, chars: int) -> str:
+    """`text` on one line, clipped to `chars` characters."""
+    one = " ".join(text.split())
     return one if len(one) <= chars else one[: chars - 1] + "…"
 
 
@@ -174,5 +179,19 @@ def to_table(diff: dict[str, Any], limit: int = 15) -> str:
         lines.append(
             f"  {r['change']:<10} {r['relation']:<11} {r['src']} -> {r['dst']}  "
             f"{r['before']:.4g} -> {r['after']:.4g}"
+        )
+    for r in diff["edges"]["retyped"][:limit]:
+        lines.append(
+            f"  retyped    {r['src']} -> {r['dst']}  {r['relation_before']} -> {r['relation_after']}"
+        )
+    for d in diff["descriptions"][:limit]:
+        before, after = d["before"] or "", d["after"] or ""
+        # the editors append words: show what was added, else the new text
+        change = f"+ {after[len(before) :].strip()}" if after.startswith(before) else after
+        lines.append(f"  description {d['skill']}: {_line(change, 100)}")
+    for e in diff.get("experience", [])[:limit]:
+        lines.append(
+            f"  experience  {e['skill']}  {e['tasks_before'] or 0} -> {e['tasks_after'] or 0} task(s)  "
+            f"'{_line(e['text'], 80)}'"
         )
     return "\n".join(lines)

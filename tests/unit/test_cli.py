@@ -77,6 +77,17 @@ def test_retrieve_json_shape(built):
     assert out["seeds"] == served["seeds"]
 
 
+def test_retrieve_text_says_why_each_skill_is_there(built):
+    store, vid = built
+    query = "turn the interview video into subtitles"
+    bundle = json.loads(run("retrieve", query, "--store", store, "--version", vid, "--json").output)
+    lines = run("retrieve", query, "--store", store, "--version", vid).output.splitlines()
+    assert lines[1].split() == ["skill", "score", "relev.", "why"]
+    rows = lines[2 : 2 + len(bundle["skills"])]
+    for s, line in zip(bundle["skills"], rows, strict=True):
+        assert line.split()[:2] == [f"{s['rank']}.", s["id"]] and line.endswith(s["why"])
+
+
 @pytest.mark.parametrize("query", ["xyzzy quux", "bake a chocolate cake"])
 def test_nothing_relevant_is_an_empty_bundle_not_the_best_of_nothing(built, query):
     store, vid = built

@@ -14,7 +14,7 @@ from segos_pipeline.evolution.descriptions import ungrounded_words
 from segos_pipeline.evolution.editor import GroundedEditor, make_editor
 from segos_pipeline.evolution.round import evolve_round
 from segos_pipeline.evolution.traces import QueryRecord, TraceRecord, trace_frame
-from segos_pipeline.store.diff import diff_versions
+from segos_pipeline.store.diff import diff_versions, to_table
 
 from ..conftest import write_skill
 
@@ -195,6 +195,9 @@ def test_description_changes_appear_in_the_diff(store):
     m = commit_derived(store, parent, r.edges, kind="evolved", nodes=r.nodes, tokens=r.tokens)
     d = diff_versions(parent, store.load(m["version"]))
     assert d["counts"]["descriptions"] == 1 and d["descriptions"][0]["skill"] == "reporter"
+    # the plain view (`segos diff`) shows the words the editor appended
+    added = d["descriptions"][0]["after"][len(d["descriptions"][0]["before"]) :].strip()
+    assert added and f"  description reporter: + {added}" in to_table(d).splitlines()
 
 
 # ------------------------------------------------------------------ L3 proportional to its candidates

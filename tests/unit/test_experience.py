@@ -24,7 +24,7 @@ from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.round import evolve
 from segos_pipeline.graph.incremental import apply_change
 from segos_pipeline.retrieval.experience import _MIN_VOTE, ExperienceIndex
-from segos_pipeline.store.diff import diff_versions, to_markdown
+from segos_pipeline.store.diff import diff_versions, to_markdown, to_table
 from segos_pipeline.store.layout import EXPERIENCE_SCHEMA
 from segos_pipeline.store.served import served
 
@@ -302,6 +302,8 @@ def test_diff_shows_what_skills_learned(evolved):
         ("chart-plotter", "graph my monthly ledger", None, 6),
     }
     assert "## Experience" in to_markdown(diff) and LEARNED in to_markdown(diff)
+    # and the plain view (`segos diff`) lists them too
+    assert f"  experience  pdf-merger  0 -> 6 task(s)  '{LEARNED}'" in to_table(diff).splitlines()
     # the spec's keys are all still there
     assert {"from", "to", "edges", "descriptions", "counts"} <= set(diff)
 
@@ -612,6 +614,28 @@ def test_skills_used_together_come_along_with_the_best_candidate(tmp_path):
     reply = SegosService(store, landing=tmp_path / "landing").retrieve_bundle(query, top_n=2)
     why = {s["id"]: s["why"] for s in reply["skills"]}
     assert why["chart-plotter"] == "used with csv-loader on 6 successful task(s)"
+    # what a skill learned, in its detail (MCP get_skill_detail, `segos show`)
+    service = SegosService(store, landing=tmp_path / "landing")
+    learned = service.skill_detail("csv-loader")["experience"]
+    assert learned == {
+        "requests": 1,
+        "tasks": 6,
+        "top": [{"text": REPORT, "tasks": 6, "first_round": 1, "last_round": 1}],
+        "used_with": [{"id": "chart-plotter", "tasks": 6}],
+    }
+    assert service.skill_detail("csv-loader", version="v0001")["experience"] == {
+        "requests": 0,
+        "tasks": 0,
+        "top": [],
+        "used_with": [],
+    }
+    from click.testing import CliRunner
+
+    from segos_pipeline.cli import main
+
+    shown = CliRunner().invoke(main, ["show", "csv-loader", "--store", str(store.root)]).output.splitlines()
+    assert "learned: 1 request(s) of 6 successful task(s)" in shown
+    assert f"    6 task(s)  {REPORT}" in shown and "used with: chart-plotter (6 task(s))" in shown
 
 
 def test_a_companion_never_passes_a_skill_whose_own_evidence_is_more(tmp_path):
