@@ -189,9 +189,33 @@ def to_table(diff: dict[str, Any], limit: int = 15) -> str:
         # the editors append words: show what was added, else the new text
         change = f"+ {after[len(before) :].strip()}" if after.startswith(before) else after
         lines.append(f"  description {d['skill']}: {_line(change, 100)}")
-    for e in diff.get("experience", [])[:limit]:
+    for e in learned_by_skill(diff, limit):
         lines.append(
-            f"  experience  {e['skill']}  {e['tasks_before'] or 0} -> {e['tasks_after'] or 0} task(s)  "
-            f"'{_line(e['text'], 80)}'"
+            f"  experience  {e['skill']}  {e['requests']} request(s), {e['tasks_before']} -> "
+            f"{e['tasks_after']} task(s), e.g. '{_line(e['example'], 80)}'"
         )
     return "\n".join(lines)
+
+
+def learned_by_skill(diff: dict[str, Any], limit: int = 15) -> list[dict[str, Any]]:
+    """The experience part of a diff per skill, the skills with most changed requests first: how many, the
+    tasks they held before and after, and the request most tasks asked after (else before)."""
+    rows = diff.get("experience", [])
+    if not rows:
+        return []
+    frame = pl.DataFrame(rows).with_columns(
+        pl.col("tasks_before").fill_null(0), pl.col("tasks_after").fill_null(0)
+    )
+    return (
+        frame.sort(["tasks_after", "tasks_before", "text"], descending=[True, True, False])
+        .group_by("skill", maintain_order=True)
+        .agg(
+            pl.len().alias("requests"),
+            pl.col("tasks_before").sum(),
+            pl.col("tasks_after").sum(),
+            pl.col("text").first().alias("example"),
+        )
+        .sort(["requests", "skill"], descending=[True, False])
+        .head(limit)
+        .to_dicts()
+    )

@@ -24,7 +24,7 @@ from segos_pipeline.evolution.ingest import TraceStore
 from segos_pipeline.evolution.round import evolve
 from segos_pipeline.graph.incremental import apply_change
 from segos_pipeline.retrieval.experience import _MIN_VOTE, ExperienceIndex
-from segos_pipeline.store.diff import diff_versions, to_markdown, to_table
+from segos_pipeline.store.diff import diff_versions, learned_by_skill, to_markdown, to_table
 from segos_pipeline.store.layout import EXPERIENCE_SCHEMA
 from segos_pipeline.store.served import served
 
@@ -303,7 +303,21 @@ def test_diff_shows_what_skills_learned(evolved):
     }
     assert "## Experience" in to_markdown(diff) and LEARNED in to_markdown(diff)
     # and the plain view (`segos diff`) lists them too
-    assert f"  experience  pdf-merger  0 -> 6 task(s)  '{LEARNED}'" in to_table(diff).splitlines()
+    assert (
+        f"  experience  pdf-merger  1 request(s), 0 -> 6 task(s), e.g. '{LEARNED}'"
+        in to_table(diff).splitlines()
+    )
+    # per skill, the skills with most changed requests first, each with the request most tasks asked
+    rows = [
+        {"skill": "b", "text": "one", "tasks_before": None, "tasks_after": 2},
+        {"skill": "b", "text": "two", "tasks_before": 1, "tasks_after": 3},
+        {"skill": "a", "text": "gone", "tasks_before": 4, "tasks_after": None},
+    ]
+    assert learned_by_skill({"experience": rows}) == [
+        {"skill": "b", "requests": 2, "tasks_before": 1, "tasks_after": 5, "example": "two"},
+        {"skill": "a", "requests": 1, "tasks_before": 4, "tasks_after": 0, "example": "gone"},
+    ]
+    assert learned_by_skill({"experience": rows[:1]}, limit=1)[0]["tasks_before"] == 0
     # the spec's keys are all still there
     assert {"from", "to", "edges", "descriptions", "counts"} <= set(diff)
 
