@@ -62,7 +62,7 @@ from segos_pipeline.pipeline.stages import (
 )
 from segos_pipeline.retrieval.ranker import Retriever
 from segos_pipeline.store.diff import counts_by_relation as diff_counts_by_relation
-from segos_pipeline.store.diff import diff_versions, largest_changes
+from segos_pipeline.store.diff import diff_versions, largest_changes, learned_by_skill
 
 from . import checks
 from .cold_start import version_metadata, version_record
@@ -98,6 +98,13 @@ DIFF_COLUMNS = {  # a diff's largest changes (store.diff.largest_changes rows)
     "dst": pl.String,
     "before": pl.Float64,
     "after": pl.Float64,
+}
+LEARNED_COLUMNS = {  # what skills learned, per skill (store.diff.learned_by_skill rows)
+    "skill": pl.String,
+    "requests": pl.Int64,
+    "tasks_before": pl.Int64,
+    "tasks_after": pl.Int64,
+    "example": pl.String,
 }
 INGEST_COUNTS = ("read", "accepted", "duplicates", "quarantined")  # an ingest report's counts, in order
 
@@ -425,9 +432,10 @@ def _unchanged(parent_id: str, parent: Any, store: Any, window: str) -> Iterator
     kinds=RECORD_KINDS,
     owners=OWNERS,
     tags=tags("9-diff", GROUP),
-    description="What the window changed: edges added / removed / reweighted / retyped and descriptions "
-    "changed, from the parent version to the window's version. Output: the counts (the whole diff, "
-    "every changed edge: `segos diff FROM TO --json`, from the two versions the store holds).",
+    description="What the window changed: edges added / removed / reweighted / retyped, descriptions "
+    "changed and what skills learned (experience), from the parent version to the window's version. "
+    "Output: the counts (the whole diff, every changed edge and request: `segos diff FROM TO --json`, "
+    "from the two versions the store holds).",
 )
 def edge_diff(
     context: AssetExecutionContext, graph_snapshot: dict[str, Any], segos: SegosPaths
@@ -448,6 +456,8 @@ def edge_diff(
             "counts": MetadataValue.json({k: int(v) for k, v in counts.items()}),
             "by_relation": MetadataValue.json(by_relation),
             "largest_changes": table(largest_changes(diff, 15), DIFF_COLUMNS),
+            # the skills that learned most this window, each with the request most tasks asked
+            "learned": table(learned_by_skill(diff, 15), LEARNED_COLUMNS),
         },
     )
 

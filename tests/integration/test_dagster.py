@@ -336,6 +336,16 @@ def test_metadata_and_diff(pipeline: dict[str, Any]) -> None:
         ]
         assert 0 < len(largest.records) <= 15
         assert all(r.data["change"] in ("added", "removed", "reweighted") for r in largest.records)
+        learned = diff["learned"]  # what skills learned this window, per skill
+        assert [c.name for c in learned.schema.columns] == [
+            "skill",
+            "requests",
+            "tasks_before",
+            "tasks_after",
+            "example",
+        ]
+        assert 0 < len(learned.records) <= 15 and all(r.data["requests"] > 0 for r in learned.records)
+        assert counts["experience"] >= sum(r.data["requests"] for r in learned.records)
         snap = metadata(pipeline[window], "graph_snapshot")
         assert snap["traces"] > 0 and any(k.startswith("edges.") for k in snap)
         report = metadata(pipeline[window], "replay_report")
