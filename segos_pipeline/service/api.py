@@ -529,10 +529,8 @@ def _learned(lo: LoadedVersion, node: int) -> dict[str, Any]:
     companions: list[dict[str, Any]] = []
     if lo.retriever.experience is not None:
         nodes, tasks = lo.retriever.experience.used_with(node)
-        ids = lo.retriever.ids
-        companions = [
-            {"id": str(ids[v]), "tasks": int(t)} for v, t in zip(nodes[:LEARNED_ROWS], tasks, strict=False)
-        ]
+        top = zip(nodes[:LEARNED_ROWS].tolist(), tasks[:LEARNED_ROWS].tolist(), strict=True)
+        companions = [{"id": str(lo.retriever.ids[v]), "tasks": int(t)} for v, t in top]
     return {
         "requests": rows.height,
         "tasks": int(rows["tasks"].sum()),
