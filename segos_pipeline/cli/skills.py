@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import click
 
+from ..text.excerpts import one_line
 from .common import (
     _emit_json,
     _load_retriever,
@@ -115,7 +115,7 @@ def show_command(skill: str, store: Path | None, version: str | None, as_json: b
     if learned["requests"]:
         click.echo(f"learned: {learned['requests']} request(s) of {learned['tasks']} successful task(s)")
         for r in learned["top"]:
-            click.echo(f"  {r['tasks']:>3} task(s)  {textwrap.shorten(r['text'], 100, placeholder='…')}")
+            click.echo(f"  {r['tasks']:>3} task(s)  {one_line(r['text'], 100)}")
     if learned["used_with"]:
         click.echo(
             "used with: " + ", ".join(f"{c['id']} ({c['tasks']} task(s))" for c in learned["used_with"])

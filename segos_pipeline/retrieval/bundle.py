@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..text.excerpts import clip
+
 
 @dataclass
 class BundleSkill:
@@ -97,9 +99,3 @@ def hydrate_texts(
         used += len(text)
         kept.append((pos, text))
     return kept, over
-
-
-def clip(text: str, budget: int) -> str:
-    if len(text) <= budget:
-        return text
-    return text[: max(budget - 1, 0)] + "…"

@@ -25,8 +25,9 @@ import scipy.sparse as sp
 from ..config import AVOID, RetrievalConfig, TransitionConfig, retrieval_for
 from ..graph.transition import edge_indices, transition_matrix
 from ..store.snapshot import Snapshot
+from ..text.excerpts import clip
 from ..text.names import SkillNames
-from .bundle import Bundle, BundleSkill, clip, hydrate_texts, render_skill
+from .bundle import Bundle, BundleSkill, hydrate_texts, render_skill
 from .experience import CoUse, ExperienceEvidence, ExperienceIndex, clauses, experience_index
 from .incidence import Incidence
 from .lexical import Evidence, LexicalIndex, index_for

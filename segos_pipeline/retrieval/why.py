@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..config import AVOID, DEPENDENCY, SEMANTIC, WORKFLOW
+from ..text.excerpts import one_line
 from .experience import CoUse, ExperienceEvidence, ExperienceIndex
 from .incidence import Edge
 
@@ -68,8 +69,9 @@ def learned(
     explained = index.explain(node, evidence) if evidence is not None and value > 0 else None
     if explained is not None and value >= max(own, lift):
         tasks, request = explained
-        clipped = request if len(request) <= REQUEST_CHARS else request[: REQUEST_CHARS - 1] + "…"
-        out.append(_reason("experience", None, None, value, tasks=tasks, request=clipped))
+        out.append(
+            _reason("experience", None, None, value, tasks=tasks, request=one_line(request, REQUEST_CHARS))
+        )
     if co_use is not None and lift > 0:
         tasks = int(index.co_tasks[co_use.anchor, node])
         out.append(_reason("co-use", str(ids[co_use.anchor]), None, lift, tasks=tasks))

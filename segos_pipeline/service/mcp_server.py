@@ -65,6 +65,7 @@ from ..config import (
     MAX_TOP,
     RetrievalConfig,
 )
+from ..text.excerpts import clip
 from .compact import brief_neighbors, brief_status, bundle_text, search_text
 from .mcp_quota import TraceQuota, session_key
 from .mcp_slot import ServiceSlot
@@ -246,8 +247,7 @@ def argument_errors(tool: str, error: ValidationError) -> str:
 
 
 def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return clip(repr(value), limit)
 
 
 class SegosMCPServer(MCPServer):

@@ -7,6 +7,7 @@ from typing import Any
 
 import polars as pl
 
+from ..text.excerpts import one_line
 from .snapshot import Snapshot
 
 _TOL = 1e-12
@@ -157,13 +158,7 @@ def _table(title: str, header: str, rows: list[str]) -> list[str]:
 
 def _cell(text: str, chars: int = 80) -> str:
     """A request as one Markdown table cell: one line, pipes escaped, clipped."""
-    return _line(text.replace("|", "\\|"), chars)
-
-
-def _line(text: str, chars: int) -> str:
-    """`text` on one line, clipped to `chars` characters."""
-    one = " ".join(text.split())
-    return one if len(one) <= chars else one[: chars - 1] + "…"
+    return one_line(text.replace("|", "\\|"), chars)
 
 
 def to_table(diff: dict[str, Any], limit: int = 15) -> str:
@@ -188,11 +183,11 @@ def to_table(diff: dict[str, Any], limit: int = 15) -> str:
         before, after = d["before"] or "", d["after"] or ""
         # the editors append words: show what was added, else the new text
         change = f"+ {after[len(before) :].strip()}" if after.startswith(before) else after
-        lines.append(f"  description {d['skill']}: {_line(change, 100)}")
+        lines.append(f"  description {d['skill']}: {one_line(change, 100)}")
     for e in learned_by_skill(diff, limit):
         lines.append(
             f"  experience  {e['skill']}  {e['requests']} request(s), {e['tasks_before']} -> "
-            f"{e['tasks_after']} task(s), e.g. '{_line(e['example'], 80)}'"
+            f"{e['tasks_after']} task(s), e.g. '{one_line(e['example'], 80)}'"
         )
     return "\n".join(lines)
 
