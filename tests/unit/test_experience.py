@@ -625,11 +625,11 @@ def test_skills_used_together_come_along_with_the_best_candidate(tmp_path):
     assert plotter.co_use == pytest.approx(weight * loader.score) and plotter.score == plotter.co_use
     off = Retriever(store.load(version), RetrievalConfig(semantic="none", top_n=2, co_use_weight=0.0))
     assert "chart-plotter" not in off.ranked_ids(query, 2)
-    reply = SegosService(store, landing=tmp_path / "landing").retrieve_bundle(query, top_n=2)
+    service = SegosService(store, landing=tmp_path / "landing")
+    reply = service.retrieve_bundle(query, top_n=2)
     why = {s["id"]: s["why"] for s in reply["skills"]}
     assert why["chart-plotter"] == "used with csv-loader on 6 successful task(s)"
     # what a skill learned, in its detail (MCP get_skill_detail, `segos show`)
-    service = SegosService(store, landing=tmp_path / "landing")
     learned = service.skill_detail("csv-loader")["experience"]
     assert learned == {
         "requests": 1,
