@@ -8,7 +8,9 @@ backend ever downloads anything. Each is loaded once per process (`backend_for`)
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
@@ -42,19 +44,20 @@ class WordLlamaBackend:
     def __init__(self, dim: int = 256):
         if dim not in _WORDLLAMA_DIMS:
             raise SemanticUnavailable(f"wordllama dimension must be one of {_WORDLLAMA_DIMS}, not {dim}")
-        try:
-            import wordllama
-            from wordllama import WordLlama
-        except ImportError as exc:
-            raise SemanticUnavailable(
-                "semantic evidence needs the wordllama package: pip install 'segos[semantic]' "
-                "(or set semantic=none)"
-            ) from exc
-        folder = Path(wordllama.__file__).parent
-        try:
-            self._model = WordLlama.load(dim=256, cache_dir=folder, disable_download=True)
-        except Exception as exc:  # the package raises several kinds for a missing or damaged weight file
-            raise SemanticUnavailable(f"wordllama's bundled model could not be loaded: {exc}") from exc
+        with _host_logging_kept():
+            try:
+                import wordllama
+                from wordllama import WordLlama
+            except ImportError as exc:
+                raise SemanticUnavailable(
+                    "semantic evidence needs the wordllama package: pip install 'segos[semantic]' "
+                    "(or set semantic=none)"
+                ) from exc
+            folder = Path(wordllama.__file__).parent
+            try:
+                self._model = WordLlama.load(dim=256, cache_dir=folder, disable_download=True)
+            except Exception as exc:  # the package raises several kinds for a missing or damaged weight file
+                raise SemanticUnavailable(f"wordllama's bundled model could not be loaded: {exc}") from exc
         version = getattr(wordllama, "__version__", "?")
         self.fingerprint = f"wordllama-{version}-l2_supercat-{dim}"
         # The model's tokenizer pads every batch to its longest text; a copy without padding feeds the
@@ -101,6 +104,20 @@ class WordLlamaBackend:
             sums = np.asarray(counts @ table, dtype=np.float32)
             out[start : start + len(ids)] = sums / np.maximum(lengths, 1)[:, None]
         return out
+
+
+@contextmanager
+def _host_logging_kept() -> Iterator[None]:
+    """The root logger as it was before: wordllama calls `logging.basicConfig(level=INFO)` when imported,
+    which printed every library's INFO and DEBUG records to a segos user's terminal (`segos eval` showed
+    bm25s's "Building index" lines). How a process logs is its host's choice, not a dependency's."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
 
 
 _WORDLLAMA_DIMS = (64, 128, 256)

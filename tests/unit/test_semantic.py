@@ -5,6 +5,8 @@ fill."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -87,6 +89,25 @@ def test_semantic_backend_loads_and_embeds_offline(monkeypatch):
     # segos' unpadded sparse pooling gives the model's own padded-batch mean
     texts = ["", "short", "a much longer text " * 40]
     np.testing.assert_allclose(backend.embed(texts), backend._model.embed(texts), rtol=0, atol=1e-5)
+
+
+def test_loading_the_model_leaves_the_hosts_logging_alone():
+    """wordllama configures the root logger when imported; segos loads it without letting that through, so
+    other libraries' debug records stay off the user's terminal. A fresh interpreter: this one may have
+    imported wordllama already."""
+    script = (
+        "import logging\n"
+        "from segos_pipeline.retrieval.embeddings import WordLlamaBackend\n"
+        "WordLlamaBackend().embed(['a query'])\n"
+        "logging.getLogger('some.library').debug('noise')\n"
+        "logging.getLogger('some.library').info('noise')\n"
+        "root = logging.getLogger()\n"
+        "print(len(root.handlers), logging.getLevelName(root.level))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "WARNING"]
+    assert "noise" not in done.stderr
 
 
 def test_unknown_or_missing_backend_is_a_clear_error():
