@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from .sets import ranges
+from ..arrays import ranges
 
 TRAIN_ROWS_PER_LIST = 64  # k-means sample: enough rows per centroid for stable clusters
 TRAIN_ITERATIONS = 8

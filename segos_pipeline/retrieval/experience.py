@@ -41,12 +41,13 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
+from ..arrays import ranges
 from ..config import RetrievalConfig
 from ..text.tokens import tokenize
 from .ann import InvertedLists, build_lists, unit_rows
 from .postings import bm25_idf, gather
 from .semantic import SemanticIndex
-from .sets import ranges, value_at
+from .sets import value_at
 
 if TYPE_CHECKING:
     from .lexical import LexicalIndex

@@ -24,13 +24,14 @@ import numpy as np
 import polars as pl
 import scipy.sparse as sp
 
+from ..arrays import unique
 from ..config import RetrievalConfig
 from ..store.cache import cache_root, read_entry, write_entry
 from ..text.lexicon import CODED_FIELDS, position_index
 from ..text.token_rows import NAME, EncodedTokens, TokenRows, field_codes, sorted_rows
 from ..text.tokens import tokenize
 from .postings import bm25_idf, column_sums, gather, high_tier, sums_at
-from .sets import contains, merged_columns, scattered, top_k, union_positions, unique, value_at
+from .sets import contains, merged_columns, scattered, top_k, union_positions, value_at
 
 if TYPE_CHECKING:
     from ..store.snapshot import Snapshot

@@ -11,7 +11,7 @@ try:  # y += A·x for a CSC A: one column's postings added into an accumulator w
 except ImportError:  # pragma: no cover - a scipy that moved it: bincount gives the same sums, slower
     _csc_matvec = None
 
-from .sets import ranges, unique
+from ..arrays import ranges, unique
 
 
 def gather(m: sp.csc_matrix, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

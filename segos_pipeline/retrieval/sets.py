@@ -1,8 +1,8 @@
 """Sorted sets of node indices (int arrays), the way a query holds the few skills it reaches.
 
-`np.unique` and `np.union1d` take a hash-table path in numpy 2.x that is slow on the arrays a query
-holds (tens of thousands of indices); a sort plus a neighbour comparison, or binary searches into
-the larger of two sorted sets, does the same work in a fraction of it.
+`np.union1d` takes a hash-table path in numpy 2.x that is slow on the arrays a query holds (tens of
+thousands of indices); binary searches into the larger of two sorted sets do the same work in a fraction
+of it (`arrays.unique` is the same remedy for `np.unique`).
 """
 
 from __future__ import annotations
@@ -10,23 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-
-
-def unique(a: np.ndarray) -> np.ndarray:
-    """The distinct values of `a`, sorted."""
-    if len(a) < 2:
-        return np.asarray(a).copy()
-    s = np.sort(a)
-    keep = np.empty(len(s), dtype=bool)
-    keep[0] = True
-    np.not_equal(s[1:], s[:-1], out=keep[1:])
-    return s[keep]
-
-
-def ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """The integer ranges [start, end), concatenated (a ragged arange: no Python loop over the ranges)."""
-    lengths = ends - starts
-    return np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(int(lengths.sum()))
 
 
 def union_positions(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

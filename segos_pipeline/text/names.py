@@ -14,6 +14,7 @@ from functools import cached_property
 import numpy as np
 import polars as pl
 
+from ..arrays import ranges, unique
 from .lexicon import position_index
 from .tokens import normalize_name, normalize_names
 
@@ -91,7 +92,7 @@ class Suggestions:
     def __init__(self, candidates: list[str]):
         self.candidates = list(dict.fromkeys(c for c in candidates if c))
         codes, owners = _trigram_pairs([c.casefold() for c in self.candidates])
-        pairs = _distinct((codes << 32) | owners)  # (trigram, candidate) pairs, sorted by trigram
+        pairs = unique((codes << 32) | owners)  # (trigram, candidate) pairs, sorted by trigram
         self._codes, self._owners = pairs >> 32, pairs & 0xFFFFFFFF
         first = np.flatnonzero(np.append(True, self._codes[1:] != self._codes[:-1]))
         self._keys, self._starts = self._codes[first], np.append(first, len(self._codes))
@@ -99,7 +100,7 @@ class Suggestions:
 
     def __call__(self, ref: str, n: int = 3, cutoff: float = 0.6) -> list[str]:
         ref = ref.casefold()[:_MAX_REF]
-        codes = _distinct(_trigram_pairs([ref])[0])
+        codes = unique(_trigram_pairs([ref])[0])
         at = np.searchsorted(self._keys, codes)
         at = at[(at < len(self._keys)) & (self._keys[np.minimum(at, len(self._keys) - 1)] == codes)]
         if not len(at) or not self.candidates:
@@ -137,12 +138,6 @@ def _trigram_pairs(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     starts = ends - lengths
     grams = np.maximum(lengths - 2, 0)
     owner = np.repeat(np.arange(len(padded), dtype=np.int64), grams)
-    pos = np.repeat(starts, grams) + (np.arange(grams.sum()) - np.repeat(np.cumsum(grams) - grams, grams))
+    pos = ranges(starts, starts + grams)
     codes = (data[pos] << 16) | (data[pos + 1] << 8) | data[pos + 2]
     return codes, owner
-
-
-def _distinct(values: np.ndarray) -> np.ndarray:
-    """The distinct values, sorted (np.unique's hash path is many times slower than a sort here)."""
-    s = np.sort(values)
-    return s[np.append(True, s[1:] != s[:-1])] if len(s) else s

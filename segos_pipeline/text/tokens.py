@@ -22,6 +22,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from ..arrays import ranges
+
 # Letters and digits of any script; underscores split words (snake_case names become two tokens).
 # Python's `[^\W_]` is exactly "str.isalnum()", i.e. Unicode categories L* and N*, which the Rust regex
 # engine behind polars spells `[\p{L}\p{N}]`; the two must stay equivalent (a property test checks it).
@@ -224,7 +226,7 @@ def _prefixes(
     """The string column of each word's first `lengths` bytes, its last byte a "y" where `ies`; null where
     not `valid`."""
     offsets = np.concatenate(([0], np.cumsum(lengths, dtype=np.int64)))
-    source = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1], dtype=np.int64)
+    source = ranges(starts, starts + lengths)
     out = data[source] if len(source) else np.zeros(0, dtype=np.uint8)
     out[offsets[1:][ies & valid] - 1] = ord("y")
     array = pa.LargeStringArray.from_buffers(

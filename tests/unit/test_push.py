@@ -294,7 +294,8 @@ _sets = st.lists(st.integers(0, 50), max_size=30).map(lambda v: np.unique(np.arr
 @settings(max_examples=300, deadline=None)
 @given(_sets, _sets, st.lists(st.integers(0, 50), max_size=30))
 def test_sorted_sets_equal_numpy(a, b, raw):
-    from segos_pipeline.retrieval.sets import union_positions, unique
+    from segos_pipeline.arrays import unique
+    from segos_pipeline.retrieval.sets import union_positions
 
     raw = np.array(raw, dtype=np.int64)
     np.testing.assert_array_equal(unique(raw), np.unique(raw))
