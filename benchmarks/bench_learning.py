@@ -136,13 +136,14 @@ class Lab:
         self.windows = 0
         self.manifests: list[dict[str, Any]] = []
 
-    def round(self, traces: list[dict[str, Any]]) -> str:
+    def round(self, traces: list[dict[str, Any]], parent: str | None = None) -> str:
+        """A round over `traces` as the next window, from `parent` (default: the latest version)."""
         self.windows += 1
         window = f"w{self.windows}"
         path = Path(self.store.root) / f"{window}.jsonl"
         path.write_text("".join(json.dumps(t) + "\n" for t in traces))
         TraceStore(self.store).ingest_path(path, window=window)
-        manifest = evolve(self.store, window, from_version=self.latest)
+        manifest = evolve(self.store, window, from_version=parent or self.latest)
         self.manifests.append(manifest)
         self.latest = manifest["version"]
         return self.latest
@@ -258,8 +259,8 @@ def two_tool_folds(
     per: dict[str, list[dict[str, Any]]] = {}
     for fold in range(folds):
         traced = [t for i, t in enumerate(traces) if i % folds != fold]
-        d.latest = d.cold
-        rankers = {"cold": cold, "evolved": d.retriever(d.round(traced)), "bm25s+appended": probe(d, traced)}
+        evolved = d.retriever(d.round(traced, parent=d.cold))
+        rankers = {"cold": cold, "evolved": evolved, "bm25s+appended": probe(d, traced)}
         for label, q in side_by_side(rankers, names, queries[fold::folds]).items():
             per.setdefault(label, []).append(q)
     return {label: pooled(rows) for label, rows in per.items()}
