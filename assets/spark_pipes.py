@@ -25,6 +25,7 @@ from dagster import AssetExecutionContext, AssetKey, MaterializeResult, PipesSub
 
 from segos_pipeline.config import EngineConfig, EvolutionConfig, RetrievalConfig
 from segos_pipeline.evolution.engines.base import EngineResult, TraceInput, parquet_files
+from segos_pipeline.progress import Progress
 from segos_pipeline.store.snapshot import Snapshot
 
 from .pipes import spark_round
@@ -108,7 +109,12 @@ class PipesSparkEngine:
     reported: dict[str, Any] = field(default_factory=dict)  # filled by window_evidence
 
     def window_evidence(
-        self, parent: Snapshot, traces: TraceInput, config: EvolutionConfig, retrieval: RetrievalConfig
+        self,
+        parent: Snapshot,
+        traces: TraceInput,
+        config: EvolutionConfig,
+        retrieval: RetrievalConfig,
+        progress: Progress | None = None,  # the Spark process reports to Dagster through Pipes instead
     ) -> EngineResult:
         if parent.path is None:
             raise ValueError("the Spark process reads the parent version from its store: commit it first")

@@ -31,6 +31,7 @@ import numpy as np
 import polars as pl
 
 from ..config import EvolutionConfig
+from ..progress import Progress, Tick
 from ..retrieval.ranker import Retriever, RowPatch
 from ..text.token_rows import token_table
 from ..text.tokens import keep_word, stem
@@ -98,6 +99,9 @@ def critique(row: dict[str, Any], query: str, idf: Callable[[str], float]) -> Cr
 # ------------------------------------------------------------------------------------------------- round
 
 
+L3_STAGE = "L3: skills whose description is tried"
+
+
 @dataclass
 class L3Result:
     nodes: pl.DataFrame
@@ -113,6 +117,7 @@ def description_update(
     top_n: int,
     editor: Editor | None = None,
     rebuild: Callable[[pl.DataFrame, pl.DataFrame, np.ndarray], Retriever] | None = None,
+    progress: Progress | None = None,
 ) -> L3Result:
     """Run L3 on the round's graph (`retriever`); `rebuild(nodes, revised skills' token rows, their row
     numbers)` gives a retriever over revised nodes for the exact verification pass. `traces` is the
@@ -122,7 +127,8 @@ def description_update(
     The cost follows the candidates, not the library: revisions are tried on patched rows of
     `retriever`'s index, only the revised skills are re-tokenised (`revised_tokens`, `patch_tokens`), and
     `rebuild` is called once when some revision passed both gates (again only in a round where that exact
-    pass reverts one, for the smaller set), never when none did.
+    pass reverts one, for the smaller set), never when none did. `progress` hears each skill examined (a
+    `Tick` out of the skills that will be): its gates replay every other request the skill served.
     """
     editor = editor or make_editor(config)
     nodes, tokens = retriever.snapshot.nodes, retriever.snapshot.tokens
@@ -169,6 +175,7 @@ def description_update(
     other_by_skill = usage.group_by("skill").agg(texts=pl.col("text").unique().sort())
     others = dict(other_by_skill.iter_rows())
     editor_spent = 0.0  # seconds inside editor.propose this round
+    to_examine = min(len({row[0] for row in cands}), config.l3_max_candidates)
 
     def reject(counter: str, record: dict[str, Any], outcome: str) -> None:
         """Count a revision that stops at `counter` and record why."""
@@ -182,6 +189,8 @@ def description_update(
             break
         seen_skills.add(skill)
         counters["examined"] += 1
+        if progress is not None:
+            progress(Tick(L3_STAGE, counters["examined"], to_examine))
         i = index[skill]
         r_before = rank(text, skill)
         if r_before is not None and r_before <= top_n:

@@ -134,11 +134,12 @@ def prepare_round(
     config: EvolutionConfig,
     retrieval: RetrievalConfig,
     engine: Engine | None = None,
+    progress: Progress | None = None,
 ) -> RoundState:
     """Attempt selection, retrieval reconstruction against the parent, and the window's evidence, run by
     `engine` (local by default) per partition of the window and summed."""
     engine = engine or make_engine()
-    result = engine.window_evidence(parent, traces, config, retrieval)
+    result = engine.window_evidence(parent, traces, config, retrieval, progress)
     ev = result.evidence
     state = RoundState(
         parent=parent,
@@ -190,7 +191,11 @@ def l2_stage(state: RoundState, config: EvolutionConfig) -> RoundState:
 
 
 def l3_stage(
-    state: RoundState, config: EvolutionConfig, retrieval: RetrievalConfig, editor: Editor | None = None
+    state: RoundState,
+    config: EvolutionConfig,
+    retrieval: RetrievalConfig,
+    editor: Editor | None = None,
+    progress: Progress | None = None,
 ) -> RoundState:
     """L3 description update on the round's graph (in place on `state`).
 
@@ -235,7 +240,7 @@ def l3_stage(
             )
             return Retriever(revised, retrieval, lexical=lexical)
 
-        l3 = description_update(retriever, state.evidence, config, retrieval.top_n, editor, rebuild)
+        l3 = description_update(retriever, state.evidence, config, retrieval.top_n, editor, rebuild, progress)
         if l3.tokens is not state.tokens and latest:
             # revisions were kept: the last rebuild was of exactly that set (every earlier one reverted
             # some), so its index is the gate's and its rows give the commit's signature
@@ -371,7 +376,7 @@ def evolve_round(
     config = config or EvolutionConfig()
     retrieval = retrieval or retrieval_for(parent.manifest)
     say = progress or (lambda _msg: None)
-    state = prepare_round(parent, traces, config, retrieval, engine)
+    state = prepare_round(parent, traces, config, retrieval, engine, progress)
     t = state.counters["traces"]
     say(
         f"round {state.round}: {t['selected']} of {t['in_window']} traces kept, "
@@ -387,7 +392,7 @@ def evolve_round(
     if "l2" in state.counters:
         c = state.counters["l2"]
         say(f"L2: {c['edges_reinforced']} reinforced, {c['semantic_edges_attenuated']} semantic halved")
-    l3_stage(state, config, retrieval, editor)
+    l3_stage(state, config, retrieval, editor, progress)
     if "l3" in state.counters:
         c = state.counters["l3"]
         say(f"L3: {c['committed']} description(s) committed of {c['examined']} examined")

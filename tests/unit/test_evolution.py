@@ -5,11 +5,14 @@ import pytest
 
 from segos_pipeline import SnapshotStore, build_cold_start
 from segos_pipeline.config import EvolutionConfig
+from segos_pipeline.evolution.descriptions import L3_STAGE
+from segos_pipeline.evolution.engines import replay
 from segos_pipeline.evolution.evidence import select_attempts
 from segos_pipeline.evolution.round import evolve, evolve_round
 from segos_pipeline.evolution.traces import QueryRecord, TraceRecord, trace_frame
 from segos_pipeline.graph.build import commit_derived
 from segos_pipeline.graph.edges import EDGE_SCHEMA, violations
+from segos_pipeline.progress import Tick
 from segos_pipeline.store.diff import diff_versions, to_markdown
 
 from ..conftest import write_skill
@@ -262,3 +265,37 @@ def test_round_commits_child_version_with_lineage_and_diff(store, tmp_path):
     assert d["counts"]["added"] == 3 and d["counts"]["removed"] == 0
     assert {e["relation"] for e in d["edges"]["added"]} == {"workflow", "dependency", "avoid"}
     assert "| workflow |" in to_markdown(d)
+
+
+def test_a_round_reports_its_replays_and_l3_candidates_as_they_go(store):
+    """A long round is not silent: the replays of queries that recorded no retrieval, and the skills L3
+    tries, arrive as progress ticks that count up to what the round's counters say it did."""
+    queries = ["load the ledger spreadsheets", "email the weekly digests", "compress the archives quickly"]
+    records = [
+        TraceRecord(
+            trace_id=f"t{i}",
+            task_id=f"task{i}",
+            used=["mailer"] if i % 3 == 2 else ["loader", "validator"],  # mailer: never retrieved there
+            reward=1.0,
+            agent="a",
+            attempt=1,
+            queries=[QueryRecord(f"{queries[i % 3]} {i}")],  # nothing recorded: the round replays it
+            used_ordered=True,
+            window="w1",
+            timestamp="2026-11-29T00:00:00Z",
+        )
+        for i in range(600)
+    ]
+    events = []
+    state = evolve_round(store.load(), trace_frame(records), EvolutionConfig(), progress=events.append)
+    ticks = [e for e in events if isinstance(e, Tick)]
+    replays = [t.done for t in ticks if t.stage == replay.REPLAY_STAGE]
+    assert (
+        replays == sorted(replays)
+        and replays[-1] == 600 == state.counters["traces"]["retrieval_reconstructed"]
+    )
+    assert len(replays) >= 600 // replay.TICK_EVERY  # ticks while it works, not one at the end
+    l3 = [t for t in ticks if t.stage == L3_STAGE]
+    examined = state.counters["l3"]["examined"]
+    assert examined >= 1 and [t.done for t in l3] == list(range(1, examined + 1))
+    assert {t.total for t in l3} == {examined}

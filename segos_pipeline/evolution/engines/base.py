@@ -10,6 +10,7 @@ from typing import Any, Protocol
 import polars as pl
 
 from ...config import EvolutionConfig, RetrievalConfig
+from ...progress import Progress
 from ...store.snapshot import Snapshot
 from .. import trace_parts
 from ..evidence import WindowEvidence
@@ -44,8 +45,16 @@ class Engine(Protocol):
     name: str
 
     def window_evidence(
-        self, parent: Snapshot, traces: TraceInput, config: EvolutionConfig, retrieval: RetrievalConfig
-    ) -> EngineResult: ...
+        self,
+        parent: Snapshot,
+        traces: TraceInput,
+        config: EvolutionConfig,
+        retrieval: RetrievalConfig,
+        progress: Progress | None = None,
+    ) -> EngineResult:
+        """`progress` hears what the engine can report from this process (the local engine: the query
+        texts replayed against the parent; Spark's executors report to the Spark UI instead)."""
+        ...
 
 
 def parquet_files(traces: str | Path | Sequence[Path] | StoreWindow) -> list[Path]:

@@ -22,6 +22,7 @@ from pathlib import Path
 import polars as pl
 
 from ...config import EngineConfig, EvolutionConfig, RetrievalConfig
+from ...progress import Progress
 from ...retrieval.ranker import Retriever
 from ...store.snapshot import Snapshot
 from .. import trace_parts
@@ -71,10 +72,15 @@ class LocalEngine:
     name: str = "local"
 
     def window_evidence(
-        self, parent: Snapshot, traces: TraceInput, config: EvolutionConfig, retrieval: RetrievalConfig
+        self,
+        parent: Snapshot,
+        traces: TraceInput,
+        config: EvolutionConfig,
+        retrieval: RetrievalConfig,
+        progress: Progress | None = None,
     ) -> EngineResult:
         t0 = time.perf_counter()
-        replay = Replay(lambda: Retriever(parent, retrieval))
+        replay = Replay(lambda: Retriever(parent, retrieval), progress)
 
         def run(part: pl.DataFrame) -> Partial:
             return partition_evidence(

@@ -38,6 +38,7 @@ import polars as pl
 import pyarrow as pa
 
 from ...config import EngineConfig, EvolutionConfig, RetrievalConfig
+from ...progress import Progress
 from ...retrieval.ranker import Retriever
 from ...store.remote import RemoteStore
 from ...store.snapshot import Snapshot, SnapshotStore
@@ -250,7 +251,12 @@ class SparkEngine:
         return max(self.config.spark_min_partitions, math.ceil(rows / self.config.spark_partition_rows))
 
     def window_evidence(
-        self, parent: Snapshot, traces: TraceInput, config: EvolutionConfig, retrieval: RetrievalConfig
+        self,
+        parent: Snapshot,
+        traces: TraceInput,
+        config: EvolutionConfig,
+        retrieval: RetrievalConfig,
+        progress: Progress | None = None,  # the executors' work shows in the Spark UI, not here
     ) -> EngineResult:
         if parent.path is None:
             raise ValueError("the Spark engine reads the parent version from its store: commit it first")
