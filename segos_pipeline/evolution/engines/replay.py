@@ -11,8 +11,6 @@ MEMO_LIMIT = 200_000  # distinct texts remembered per process; past it the memo 
 # Texts between two progress ticks: a window of 17k requests replays in about 20 s, so a tick is a few
 # hundred milliseconds of work, and the ticks cost nothing next to it.
 TICK_EVERY = 256
-
-
 REPLAY_STAGE = "replay queries against the parent"
 
 
