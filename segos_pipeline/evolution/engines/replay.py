@@ -26,7 +26,7 @@ class Replay:
         self._retriever: Retriever | None = None
         self._memo: dict[str, tuple[list[str], list[str]]] = {}
         self._progress = progress
-        self.replayed = 0
+        self._replayed = 0
 
     @property
     def retriever(self) -> Retriever:
@@ -38,11 +38,11 @@ class Replay:
         out = []
         for t in texts:
             out.append(self._one(t))
-            self.replayed += 1
-            if self._progress is not None and self.replayed % TICK_EVERY == 0:
-                self._progress(Tick(REPLAY_STAGE, self.replayed))
+            self._replayed += 1
+            if self._progress is not None and self._replayed % TICK_EVERY == 0:
+                self._progress(Tick(REPLAY_STAGE, self._replayed))
         if self._progress is not None and texts:
-            self._progress(Tick(REPLAY_STAGE, self.replayed))
+            self._progress(Tick(REPLAY_STAGE, self._replayed))
         return out
 
     def _one(self, text: str) -> tuple[list[str], list[str]]:
